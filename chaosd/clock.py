@@ -1,0 +1,110 @@
+"""The clock every component reads, and the two event loops that drive it.
+
+Nothing else in chaosd calls ``time.*`` or ``asyncio.sleep``: components get a :class:`Clock`,
+so the same coroutines run in real time (the daemon) and in virtual time (``chaosd run``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+__all__ = [
+    "Clock",
+    "LoopClock",
+    "VirtualEventLoop",
+    "new_event_loop",
+    "wall_time",
+]
+
+
+class Clock(Protocol):
+    """Seconds on the running loop's clock (monotonic; virtual or real)."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    async def sleep_until(self, when: float) -> None: ...
+
+
+class LoopClock:
+    """Reads the running event loop's clock, so a virtual loop makes it virtual."""
+
+    __slots__ = ("now", "virtual")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A bound method stored once: ``clock.now()`` is on the per-task hot path.
+        self.now = loop.time
+        self.virtual = isinstance(loop, VirtualEventLoop)
+
+    @staticmethod
+    async def sleep(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def sleep_until(self, when: float) -> None:
+        await asyncio.sleep(max(0.0, when - self.now()))
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    """Polls real file descriptors without blocking; a wait for a timer advances the clock instead."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+        self._real = selectors.DefaultSelector()
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._real.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.modify(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        events = self._real.select(0)
+        if events or timeout == 0:
+            return events
+        if timeout is None:
+            # No timer at all: only outside I/O (a thread's callback) can wake us, so wait for it.
+            return self._real.select(None)
+        self.now += timeout
+        return []
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return self._real.get_map()
+
+    def close(self) -> None:
+        self._real.close()
+
+
+class VirtualEventLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop whose clock jumps to the next timer whenever nothing is ready."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._vselector = _VirtualSelector(start)
+        super().__init__(self._vselector)
+        # Timers fire when due, not up to a real clock's resolution early.
+        self._clock_resolution = 1e-9
+
+    def time(self) -> float:
+        return self._vselector.now
+
+
+def new_event_loop(*, virtual: bool) -> asyncio.AbstractEventLoop:
+    """A virtual-time loop, or a real-time loop with sub-millisecond timers.
+
+    epoll rounds every timeout up to a whole millisecond; select() takes microseconds.
+    """
+    if virtual:
+        return VirtualEventLoop()
+    return asyncio.SelectorEventLoop(selectors.SelectSelector())
+
+
+def wall_time() -> float:
+    """Wall-clock seconds, for progress lines and benchmarks only (never for simulated time)."""
+    return time.perf_counter()

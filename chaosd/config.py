@@ -1,0 +1,310 @@
+"""Configuration: TOML read once, overlaid by a scenario, overridden by ``CHAOSD_…`` variables.
+
+Validated at start and frozen; components receive the parts they need.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from chaosd.durations import Seconds
+from chaosd.errors import ConfigError
+
+__all__ = [
+    "ApiConfig",
+    "BackoffConfig",
+    "DaemonConfig",
+    "DetectorConfig",
+    "LoadConfig",
+    "Phase",
+    "PressureConfig",
+    "QueueConfig",
+    "RunConfig",
+    "ServiceConfig",
+    "Settings",
+    "StageConfig",
+    "TelemetryConfig",
+    "ThrottleConfig",
+    "WorkersConfig",
+    "deep_merge",
+    "load_settings",
+    "read_toml",
+]
+
+ENV_PREFIX = "CHAOSD_"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Phase(_Model):
+    """One change of the offered rate: a step, a linear ramp, or a spike that ends."""
+
+    type: Literal["step", "ramp", "spike"]
+    at: Seconds = Field(ge=0, description="clock seconds from the start of the run")
+    rate: float = Field(ge=0, description="tasks per second, all producers together")
+    duration: Seconds = Field(default=0.0, ge=0, description="ramp length or spike length")
+
+    @model_validator(mode="after")
+    def _needs_duration(self) -> Phase:
+        if self.type in ("ramp", "spike") and self.duration <= 0:
+            raise ValueError(f"a {self.type} needs a duration > 0")
+        return self
+
+
+class LoadConfig(_Model):
+    arrival: Literal["poisson", "constant", "bursty"] = "poisson"
+    rate: float = Field(default=80.0, ge=0)
+    producers: int = Field(default=4, ge=1, le=10_000)
+    burst_size: float = Field(default=10.0, ge=1)
+    deadline: Seconds = Field(default=0.0, ge=0)
+    phases: tuple[Phase, ...] = ()
+
+    @model_validator(mode="after")
+    def _phases_in_order(self) -> LoadConfig:
+        times = [p.at for p in self.phases]
+        if times != sorted(times):
+            raise ValueError("phases must be listed in order of `at`")
+        return self
+
+
+class QueueConfig(_Model):
+    capacity: int = Field(default=10_000, ge=1)
+    when_full: Literal["block", "drop", "reject"] = "reject"
+
+
+class WorkersConfig(_Model):
+    count: int = Field(default=1, ge=1, le=100_000)
+
+
+class ServiceConfig(_Model):
+    distribution: Literal["exponential", "constant", "lognormal", "uniform"] = "exponential"
+    mean: Seconds = Field(default=0.01, ge=0)
+    sigma: float = Field(default=0.5, gt=0, description="lognormal: sd of the underlying normal")
+    low: Seconds | None = Field(default=None, ge=0)
+    high: Seconds | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServiceConfig:
+        if self.distribution in ("exponential", "lognormal") and self.mean <= 0:
+            raise ValueError(f"mean must be > 0 for a {self.distribution} distribution")
+        if self.distribution == "uniform":
+            if self.low is None or self.high is None:
+                raise ValueError("a uniform distribution needs low and high")
+            if self.low > self.high:
+                raise ValueError("low must not exceed high")
+        return self
+
+    def expected(self) -> float:
+        if self.distribution == "uniform" and self.low is not None and self.high is not None:
+            return (self.low + self.high) / 2
+        return self.mean
+
+
+class BackoffConfig(_Model):
+    base: Seconds = Field(default=0.01, ge=0)
+    factor: float = Field(default=2.0, ge=1)
+    max: Seconds = Field(default=1.0, ge=0)
+    jitter: float = Field(default=0.0, ge=0, le=1, description="share of the delay drawn at random")
+
+
+class PressureConfig(_Model):
+    enabled: bool = False
+    threshold: float = Field(default=0.5, ge=0, lt=1, description="queue saturation where failures start")
+    max_probability: float = Field(default=0.5, ge=0, le=1, description="failure probability at a full queue")
+
+
+class StageConfig(_Model):
+    name: str = Field(min_length=1, max_length=64)
+    kind: Literal["compute", "tool", "llm", "memory", "mcp"] = "compute"
+    service: ServiceConfig = ServiceConfig()
+    timeout: Seconds = Field(default=0.0, ge=0, description="0 = none")
+    retries: int = Field(default=0, ge=0, le=100)
+    backoff: BackoffConfig = BackoffConfig()
+    failure_probability: float = Field(default=0.0, ge=0, le=1)
+    pressure: PressureConfig = PressureConfig()
+
+
+class TelemetryConfig(_Model):
+    tick: Seconds = Field(default=0.1, gt=0, le=10)
+    window: Seconds = Field(default=1.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _window_spans_ticks(self) -> TelemetryConfig:
+        if self.window < self.tick:
+            raise ValueError("window must be at least one tick")
+        return self
+
+
+class DetectorConfig(_Model):
+    enabled: bool = True
+    saturation: float = Field(default=0.85, gt=0, le=1)
+    hold: Seconds = Field(default=2.0, ge=0)
+    hold_fraction: float = Field(default=0.8, gt=0, le=1)
+    slope_window: Seconds = Field(default=1.0, gt=0)
+    latency_growth: float = Field(default=1.0, gt=0, description="rule 2: p95 growth, 1.0 = +100 %")
+    baseline_window: Seconds = Field(default=30.0, gt=0)
+    standing_queue: float = Field(default=5.0, gt=0, description="in mean service times")
+    clear_hold: Seconds = Field(default=2.0, ge=0)
+    recover_hold: Seconds = Field(default=5.0, ge=0)
+
+
+class ThrottleConfig(_Model):
+    enabled: bool = False
+    decrease: float = Field(default=0.5, gt=0, lt=1)
+    increase: float = Field(default=0.05, gt=0, le=1)
+    interval: Seconds = Field(default=1.0, gt=0)
+    min_factor: float = Field(default=0.05, gt=0, le=1)
+
+
+class RunConfig(_Model):
+    duration: Seconds = Field(default=60.0, gt=0)
+    warmup: Seconds | None = Field(default=None, ge=0, description="default: 10 % of duration")
+    report: str = "chaosd-report.json"
+
+
+class DaemonConfig(_Model):
+    status_interval: Seconds = Field(default=10.0, gt=0)
+    report: str = "chaosd-report.json"
+    shutdown_grace: Seconds = Field(default=5.0, ge=0)
+
+
+class ApiConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8686, ge=0, le=65535)
+
+
+def _default_stages() -> tuple[StageConfig, ...]:
+    return (StageConfig(name="work"),)
+
+
+class Settings(BaseSettings):
+    """The whole configuration; field names are public interface."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    seed: int = Field(default=1, ge=0)
+    load: LoadConfig = LoadConfig()
+    queue: QueueConfig = QueueConfig()
+    workers: WorkersConfig = WorkersConfig()
+    stages: tuple[StageConfig, ...] = Field(default_factory=_default_stages)
+    telemetry: TelemetryConfig = TelemetryConfig()
+    detector: DetectorConfig = DetectorConfig()
+    throttle: ThrottleConfig = ThrottleConfig()
+    run: RunConfig = RunConfig()
+    daemon: DaemonConfig = DaemonConfig()
+    api: ApiConfig = ApiConfig()
+
+    @model_validator(mode="after")
+    def _unique_stage_names(self) -> Settings:
+        if not self.stages:
+            raise ValueError("stages: at least one stage is needed")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError("stage names must be unique")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment beats the file (and a scenario's overlay), as operators expect.
+        return env_settings, init_settings
+
+
+def deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """Tables merge key by key; anything else (numbers, lists) is replaced."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError([(str(path), "", "file not found")]) from None
+    except OSError as exc:
+        raise ConfigError([(str(path), "", f"cannot read: {exc.strerror}")]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([(str(path), "", f"not valid TOML: {exc}")]) from None
+
+
+def _has_path(data: Any, loc: tuple[int | str, ...]) -> bool:
+    for part in loc:
+        if isinstance(data, Mapping) and part in data:
+            data = data[part]
+        elif isinstance(data, list | tuple) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return False
+    return True
+
+
+def _env_name(loc: tuple[int | str, ...]) -> str | None:
+    for n in range(len(loc), 0, -1):
+        name = ENV_PREFIX + "__".join(str(p) for p in loc[:n]).upper()
+        if name in os.environ:
+            return name
+    return None
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    msg = str(error["msg"])
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if error["type"] not in ("missing", "extra_forbidden") and "input" in error:
+        shown = repr(error["input"])
+        if len(shown) <= 60 and not isinstance(error["input"], Mapping):
+            msg = f"{msg} (got {shown})"
+    return msg
+
+
+def load_settings(
+    config_path: Path | None = None,
+    overlay: Mapping[str, Any] | None = None,
+    overlay_source: str = "scenario",
+) -> Settings:
+    """Defaults < TOML file < overlay (a scenario's) < ``CHAOSD_…`` environment."""
+    file_data = read_toml(config_path) if config_path is not None else {}
+    data = deep_merge(file_data, overlay or {})
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        problems: list[tuple[str, str, str]] = []
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            field = ".".join(str(p) for p in loc) or "(top level)"
+            env = _env_name(loc)
+            if env is not None:
+                source = f"environment {env}"
+            elif overlay and _has_path(overlay, loc):
+                source = overlay_source
+            elif config_path is not None:
+                source = str(config_path)
+            else:
+                source = "configuration"
+            problems.append((source, field, _describe(error)))
+        raise ConfigError(problems) from None

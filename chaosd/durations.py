@@ -1,0 +1,26 @@
+"""Durations as users write them: ``8s``, ``250ms``, ``2m``, ``1h`` or a number of seconds."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
+__all__ = ["Seconds", "parse_duration"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+
+
+def parse_duration(value: object) -> object:
+    """Turn ``"8s"`` into 8.0; leave numbers (and anything else) for pydantic to judge."""
+    if isinstance(value, str):
+        match = _PATTERN.match(value)
+        if match is None:
+            raise ValueError(f"not a duration: {value!r} (use seconds, or a number with ms, s, m or h)")
+        return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]

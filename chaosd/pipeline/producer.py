@@ -1,0 +1,136 @@
+"""Producer agents: open-loop arrivals (poisson, constant, bursty) that follow the load shape."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from typing import Protocol
+
+from chaosd.clock import Clock
+from chaosd.pipeline.ledger import Ledger
+from chaosd.pipeline.load import LoadShape
+from chaosd.pipeline.queue import IngressQueue
+from chaosd.pipeline.task import Task
+
+__all__ = ["Admission", "Producer"]
+
+# Catching up on arrivals already due (a slow real clock, a zero gap) yields this often.
+_YIELD_EVERY = 64
+
+
+class Admission(Protocol):
+    """The share of offered tasks producers may submit (the throttle's factor, 0–1)."""
+
+    factor: float
+
+
+class Producer:
+    """Generates its share of the offered load; arrivals never wait for completions."""
+
+    def __init__(
+        self,
+        *,
+        share: float,
+        shape: LoadShape,
+        arrival: str,
+        burst_size: float,
+        rng: random.Random,
+        queue: IngressQueue,
+        ledger: Ledger,
+        admission: Admission,
+        clock: Clock,
+        ids: itertools.count[int],
+        t0: float,
+        measure_from: float,
+        phase: float,
+    ) -> None:
+        self._share = share
+        self._shape = shape
+        self._arrival = arrival
+        self._burst_p = 1.0 / burst_size  # geometric burst sizes with this mean
+        self._rng = rng
+        self._queue = queue
+        self._ledger = ledger
+        self._admission = admission
+        self._clock = clock
+        self._ids = ids
+        self._t0 = t0
+        self._measure_from = measure_from
+        self._phase = phase  # constant arrivals: this producer's offset within one gap
+        self._credit = 0.0
+        self._block = queue.when_full == "block"
+        self._refusal = "dropped" if queue.when_full == "drop" else "queue_full"
+
+    def _gap(self, rate: float) -> float:
+        if self._arrival == "constant":
+            return 1.0 / rate
+        if self._arrival == "bursty":
+            return self._rng.expovariate(rate * self._burst_p)
+        return self._rng.expovariate(rate)
+
+    def _burst(self) -> int:
+        if self._arrival != "bursty":
+            return 1
+        n = 1
+        while self._rng.random() >= self._burst_p:
+            n += 1
+        return n
+
+    async def run(self) -> None:
+        clock = self._clock
+        now = clock.now
+        sleep = clock.sleep
+        shape = self._shape
+        t0 = self._t0
+        rate = shape.rate_at(0.0) * self._share
+        next_t = t0 + (self._phase / rate if self._arrival == "constant" and rate > 0 else 0.0)
+        if rate > 0 and self._arrival != "constant":
+            next_t += self._gap(rate)
+        streak = 0
+        while True:
+            rate = shape.rate_at(next_t - t0) * self._share
+            if rate <= 0.0:
+                nxt = shape.next_change(next_t - t0)
+                if nxt is None:
+                    await asyncio.get_running_loop().create_future()  # no load ever again
+                    return
+                next_t = t0 + nxt
+                upcoming = shape.rate_at(nxt) * self._share
+                if upcoming > 0.0:
+                    next_t += self._gap(upcoming)
+                continue
+            t = now()
+            if next_t > t:
+                await sleep(next_t - t)
+                streak = 0
+            elif streak >= _YIELD_EVERY:
+                await sleep(0)
+                streak = 0
+            for _ in range(self._burst()):
+                blocked = self._emit(now())
+                if blocked is not None:
+                    await self._queue.put(blocked)
+                streak += 1
+            next_t += self._gap(rate)
+
+    def _emit(self, t: float) -> Task | None:
+        """Offer one task; returns it when it must wait for room (``block``), else None."""
+        task = Task(next(self._ids), t, t >= self._measure_from)
+        ledger = self._ledger
+        ledger.offer(task)
+        factor = self._admission.factor
+        if factor < 1.0:
+            self._credit += factor
+            if self._credit < 1.0:
+                ledger.refuse(task, "throttled")
+                return None
+            self._credit -= 1.0
+        if self._queue.offer(task):
+            ledger.accept(task)
+        elif self._block:
+            ledger.accept(task)
+            return task
+        else:
+            ledger.refuse(task, self._refusal)
+        return None

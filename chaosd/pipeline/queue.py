@@ -1,0 +1,108 @@
+"""The bounded ingress queue: FIFO, with a policy for a full queue and an exact depth integral."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from chaosd.clock import Clock
+from chaosd.pipeline.task import Task
+
+__all__ = ["IngressQueue"]
+
+
+class IngressQueue:
+    """Bounded FIFO of waiting tasks.
+
+    A worker already waiting receives a task directly, so the queue holds only tasks that wait.
+    ``when_full``: ``block`` makes the producer wait for room; ``drop`` and ``reject`` refuse the
+    newest task (the caller counts it with the reason).
+    """
+
+    def __init__(self, capacity: int, when_full: str, clock: Clock) -> None:
+        self.capacity = capacity
+        self.when_full = when_full
+        self._clock = clock
+        self._items: deque[Task] = deque()
+        self._getters: deque[asyncio.Future[Task]] = deque()
+        self._putters: deque[asyncio.Future[None]] = deque()
+        self.blocked: list[Task] = []
+        self.max_depth = 0
+        # Integral of depth over clock time; its slope is the time-average depth.
+        self.area = 0.0
+        self._t = clock.now()
+
+    @property
+    def depth(self) -> int:
+        return len(self._items)
+
+    def waiting(self) -> list[Task]:
+        return [*self._items, *self.blocked]
+
+    def head_age(self, now: float) -> float:
+        """How long the oldest waiting task has waited (0 when none waits)."""
+        return now - self._items[0].accepted_at if self._items else 0.0
+
+    def area_now(self) -> float:
+        return self.area + len(self._items) * (self._clock.now() - self._t)
+
+    def offer(self, task: Task) -> bool:
+        """Enqueue without waiting; False when the queue is full."""
+        getters = self._getters
+        while getters:
+            getter = getters.popleft()
+            if not getter.done():
+                getter.set_result(task)
+                return True
+        items = self._items
+        n = len(items)
+        if n >= self.capacity:
+            return False
+        now = self._clock.now()
+        self.area += n * (now - self._t)
+        self._t = now
+        items.append(task)
+        if n + 1 > self.max_depth:
+            self.max_depth = n + 1
+        return True
+
+    async def put(self, task: Task) -> None:
+        """Enqueue, waiting for room while the queue is full (the ``block`` policy)."""
+        while not self.offer(task):
+            waiter = asyncio.get_running_loop().create_future()
+            self._putters.append(waiter)
+            self.blocked.append(task)
+            try:
+                await waiter
+            finally:
+                self.blocked.remove(task)
+
+    def get_nowait(self) -> Task | None:
+        items = self._items
+        if not items:
+            return None
+        now = self._clock.now()
+        self.area += len(items) * (now - self._t)
+        self._t = now
+        task = items.popleft()
+        putters = self._putters
+        while putters:
+            putter = putters.popleft()
+            if not putter.done():
+                putter.set_result(None)
+                break
+        return task
+
+    async def get(self) -> Task:
+        task = self.get_nowait()
+        if task is not None:
+            return task
+        getter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
+        self._getters.append(getter)
+        try:
+            return await getter
+        except asyncio.CancelledError:
+            # Handed a task and cancelled before running: the task goes back, not astray.
+            if getter.done() and not getter.cancelled():
+                self._items.appendleft(getter.result())
+            raise

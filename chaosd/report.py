@@ -1,0 +1,79 @@
+"""The run report: task accounting, queue, latency, collapse episodes, throttle — and its summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chaosd.telemetry.histogram import percentiles
+
+__all__ = ["latency_block", "render_summary", "rounded", "write_report"]
+
+
+def rounded(value: Any) -> Any:
+    """Floats to 6 decimals (microseconds), recursively: reports stay readable and byte-stable."""
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, Mapping):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    return value
+
+
+def latency_block(counts: npt.NDArray[np.int64], total: float) -> dict[str, float | int]:
+    n = int(counts.sum())
+    p50, p95, p99 = percentiles(counts, (0.5, 0.95, 0.99))
+    return {"count": n, "mean": total / n if n else 0.0, "p50": p50, "p95": p95, "p99": p99}
+
+
+def write_report(report: Mapping[str, Any], path: Path) -> None:
+    """Write atomically: a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def render_summary(r: Mapping[str, Any]) -> str:
+    t = r["tasks"]
+    q = r["queue"]
+    w = r["latency"]["wait"]
+    s = r["latency"]["sojourn"]
+    c = r["collapse"]
+    th = r["throttle"]
+    lines = [
+        f"chaosd run: {r['scenario'] or 'config load'} · seed {r['seed']} · {r['clock']} clock · "
+        f"{r['duration_s']:g} s (warm-up {r['warmup_s']:g} s excluded)",
+        f"  load       offered ρ {r['load']['offered_rho']:.3f} · {r['load']['base_rate']:g} tasks/s base, "
+        f"{r['load']['peak_rate']:g} peak · utilisation {r['utilisation']:.3f}",
+        f"  tasks      offered {t['offered']} · accepted {t['accepted']} · completed {t['completed']} · "
+        f"failed {t['failed']} · rejected {t['rejected']} · in flight {t['in_flight']} · "
+        f"lost {t['lost']} · duplicated {t['duplicated']}",
+        f"  throughput {r['throughput']['completed_per_s']:.1f}/s completed · "
+        f"{r['throughput']['goodput_per_s']:.1f}/s goodput",
+        f"  queue      mean depth {q['mean_depth']:.2f} · max {q['max_depth']} of {q['capacity']}",
+        f"  wait       mean {_ms(w['mean'])} · p50 {_ms(w['p50'])} · p95 {_ms(w['p95'])} · p99 {_ms(w['p99'])}",
+        f"  sojourn    mean {_ms(s['mean'])} · p50 {_ms(s['p50'])} · p95 {_ms(s['p95'])} · p99 {_ms(s['p99'])}",
+        f"  collapse   {c['count']} episode(s), {c['time_collapsed_s']:.1f} s collapsed · final state {c['final_state']}",
+    ]
+    for e in c["episodes"]:
+        cleared = "not cleared" if e["cleared_at"] is None else f"cleared at {e['cleared_at']:.1f} s"
+        lines.append(f"             detected at {e['detected_at']:.1f} s ({e['reason']}), {cleared}")
+    if th["enabled"]:
+        lines.append(
+            f"  throttle   {th['decreases']} decrease(s), {th['increases']} increase(s) · lowest factor "
+            f"{th['lowest_factor']:.3f} · final {th['final_factor']:.3f} · refused {th['refused']}"
+        )
+    else:
+        lines.append("  throttle   off")
+    return "\n".join(lines)

@@ -1,0 +1,263 @@
+"""One experiment: the pipeline, its telemetry, detector and throttle, run for a while → a report.
+
+The same coroutines run on the virtual loop (``chaosd run``) and the real one (the daemon).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chaosd import __version__
+from chaosd.clock import Clock, LoopClock, new_event_loop
+from chaosd.config import Settings
+from chaosd.events import EventLog
+from chaosd.pipeline import Pipeline
+from chaosd.report import latency_block, rounded
+from chaosd.telemetry.detector import CollapseDetector, DetectorState
+from chaosd.telemetry.engine import Telemetry
+from chaosd.telemetry.snapshot import Snapshot
+from chaosd.telemetry.throttle import Throttle
+
+__all__ = ["Experiment", "run_offline"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """Cumulative readings at one instant; the report is the difference between two marks."""
+
+    t: float
+    queue_area: float
+    busy_area: float
+    wait: npt.NDArray[np.int64]
+    wait_sum: float
+    sojourn: npt.NDArray[np.int64]
+    sojourn_sum: float
+    completed: int
+    good: int
+
+
+class Experiment:
+    """Builds and runs one pipeline with its watchers on the running loop's clock."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock,
+        *,
+        warmup: float,
+        scenario: str | None = None,
+        virtual: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.warmup = warmup
+        self.scenario = scenario
+        self.virtual = virtual
+        self.events = EventLog()
+        self.throttle = Throttle(settings.throttle)
+        self.pipeline = Pipeline(settings, clock, admission=self.throttle, measure_from=warmup)
+        tick = settings.telemetry.tick
+        self.detector = CollapseDetector(settings.detector, tick)
+        self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)
+        self._collapsed_time = 0.0
+        self._warm: _Mark | None = None
+
+    def _mark(self) -> _Mark:
+        p = self.pipeline
+        now = self.clock.now()
+        return _Mark(
+            t=now - p.t0,
+            queue_area=p.queue.area_now(),
+            busy_area=p.busy.area_at(now),
+            wait=p.wait.snapshot(),
+            wait_sum=p.wait.sum,
+            sojourn=p.sojourn.snapshot(),
+            sojourn_sum=p.sojourn.sum,
+            completed=p.ledger.total.completed,
+            good=p.ledger.good,
+        )
+
+    def _on_tick(self, snap: Snapshot) -> None:
+        if self.detector.state is DetectorState.COLLAPSED and snap.t >= self.warmup:
+            self._collapsed_time += self.settings.telemetry.tick
+        if self.settings.detector.enabled:
+            transition = self.detector.update(snap)
+            if transition is not None:
+                self.events.record(
+                    snap.t, "detector", old=transition.old.value, new=transition.new.value, reason=transition.reason
+                )
+        action = self.throttle.update(self.detector.state, snap.t)
+        if action is not None:
+            self.events.record(snap.t, "throttle", action=action.action, factor=action.factor)
+
+    async def _ticker(self) -> None:
+        tick = self.settings.telemetry.tick
+        t0 = self.pipeline.t0
+        k = 0
+        while True:
+            k += 1
+            await self.clock.sleep_until(t0 + k * tick)
+            self._on_tick(self.telemetry.tick())
+
+    async def run(
+        self,
+        duration: float | None,
+        stop: asyncio.Event | None = None,
+        on_start: Callable[[], None] | None = None,
+    ) -> dict[str, Any]:
+        """Run until ``duration`` seconds of clock time have passed or ``stop`` is set; return the report."""
+        p = self.pipeline
+        self.events.record(0.0, "run", state="started")
+        async with p.running():
+            ticker = asyncio.create_task(self._ticker(), name="telemetry")
+            try:
+                if on_start is not None:
+                    on_start()
+                await self._until(self.warmup, stop)
+                self._warm = self._mark()
+                p.queue.max_depth = p.queue.depth
+                self.events.record(self._warm.t, "run", state="measuring")
+                await self._until(duration, stop)
+            finally:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+            report = self.report()
+        self.events.record(report["duration_s"], "run", state="stopped")
+        return report
+
+    async def _until(self, t: float | None, stop: asyncio.Event | None) -> None:
+        if stop is not None and stop.is_set():
+            return
+        deadline = None if t is None else self.pipeline.t0 + t
+        if stop is None:
+            if deadline is not None:
+                await self.clock.sleep_until(deadline)
+            return
+        waiter = asyncio.create_task(stop.wait())
+        try:
+            if deadline is None:
+                await waiter
+            else:
+                await asyncio.wait([waiter], timeout=max(0.0, deadline - self.clock.now()))
+        finally:
+            waiter.cancel()
+            await asyncio.gather(waiter, return_exceptions=True)
+
+    def report(self) -> dict[str, Any]:
+        """The report over the measured window (warm-up excluded); public field names."""
+        s = self.settings
+        p = self.pipeline
+        end = self._mark()
+        warm = self._warm or end
+        span = end.t - warm.t
+        measured = p.ledger.measured
+        holders = list(p.holders())
+        lost_all, lost_measured = p.ledger.lost(holders)
+        in_flight = sum(1 for t in holders if t.measured)
+        workers = s.workers.count
+        mean_service = p.mean_service
+        episodes = [
+            {
+                "detected_at": e.detected_at,
+                "cleared_at": e.cleared_at,
+                "reason": e.reason,
+                "duration_s": (e.cleared_at if e.cleared_at is not None else end.t) - e.detected_at,
+            }
+            for e in self.detector.episodes
+        ]
+        actions = self.throttle.actions
+        report: dict[str, Any] = {
+            "chaosd_version": __version__,
+            "scenario": self.scenario,
+            "seed": s.seed,
+            "clock": "virtual" if self.virtual else "real",
+            "duration_s": end.t,
+            "warmup_s": warm.t,
+            "load": {
+                "arrival": s.load.arrival,
+                "producers": s.load.producers,
+                "base_rate": s.load.rate,
+                "peak_rate": p.shape.peak(),
+                "workers": workers,
+                "mean_service_s": mean_service,
+                "offered_rho": s.load.rate * mean_service / workers,
+                "peak_rho": p.shape.peak() * mean_service / workers,
+            },
+            "tasks": {
+                "offered": measured.offered,
+                "accepted": measured.accepted,
+                "completed": measured.completed,
+                "late": measured.late,
+                "failed": measured.failed,
+                "rejected": measured.rejected,
+                "in_flight": in_flight,
+                "lost": lost_measured,
+                "duplicated": measured.duplicated,
+                "rejected_by": dict(sorted(measured.rejected_by.items())),
+                "failed_by": dict(sorted(measured.failed_by.items())),
+                "lost_all_cohorts": lost_all,
+                "retries": p.ledger.retries,
+            },
+            "throughput": {
+                "completed_per_s": (end.completed - warm.completed) / span if span else 0.0,
+                "goodput_per_s": (end.good - warm.good) / span if span else 0.0,
+            },
+            "queue": {
+                "capacity": s.queue.capacity,
+                "when_full": s.queue.when_full,
+                "mean_depth": (end.queue_area - warm.queue_area) / span if span else 0.0,
+                "max_depth": p.queue.max_depth,
+            },
+            "utilisation": (end.busy_area - warm.busy_area) / (span * workers) if span else 0.0,
+            "latency": {
+                "wait": latency_block(end.wait - warm.wait, end.wait_sum - warm.wait_sum),
+                "sojourn": latency_block(end.sojourn - warm.sojourn, end.sojourn_sum - warm.sojourn_sum),
+            },
+            "collapse": {
+                "detector": s.detector.enabled,
+                "count": len(episodes),
+                "episodes": episodes,
+                "time_collapsed_s": self._collapsed_time,
+                "final_state": self.detector.state.value,
+            },
+            "throttle": {
+                "enabled": s.throttle.enabled,
+                "decreases": sum(1 for a in actions if a.action == "decrease"),
+                "increases": sum(1 for a in actions if a.action == "increase"),
+                "lowest_factor": min((a.factor for a in actions), default=1.0),
+                "final_factor": self.throttle.factor,
+                "refused": measured.rejected_by.get("throttled", 0),
+                "actions": [{"at": a.at, "action": a.action, "factor": a.factor} for a in actions[:1000]],
+                "actions_truncated": max(0, len(actions) - 1000),
+            },
+        }
+        result: dict[str, Any] = rounded(report)
+        return result
+
+
+def run_offline(
+    settings: Settings,
+    *,
+    duration: float,
+    warmup: float,
+    virtual: bool = True,
+    scenario: str | None = None,
+) -> dict[str, Any]:
+    """Run one experiment on a fresh loop (virtual time unless ``virtual`` is False)."""
+    loop = new_event_loop(virtual=virtual)
+    try:
+        clock = LoopClock(loop)
+
+        async def main() -> dict[str, Any]:
+            experiment = Experiment(settings, clock, warmup=warmup, scenario=scenario, virtual=virtual)
+            return await experiment.run(duration)
+
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()

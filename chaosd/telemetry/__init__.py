@@ -1,0 +1,1 @@
+"""Watching the pipeline: windows and percentiles, the collapse detector, the throttle."""

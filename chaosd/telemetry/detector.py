@@ -1,0 +1,120 @@
+"""The collapse detector: queue growth near saturation, and p95 growth against a frozen baseline.
+
+Rule 1 (queue growth): saturation — the larger of queue fill and worker utilisation — is at or
+above the threshold while dQ/dt > 0, on at least ``hold_fraction`` of the ticks of the last
+``hold`` seconds and on this one (a momentary dip in a noisy slope does not reset the clock).
+Rule 2 (latency growth): window p95 sojourn is at least ``1 + latency_growth`` times the baseline
+(the median window p95 over ``baseline_window`` of healthy time, frozen while not healthy),
+confirmed by a standing queue (the oldest waiting task never younger than ``standing_queue``
+mean service times over the window) and held like rule 1. Alone, a p95 jump is only a warning.
+
+While collapsed the alarm stays up as long as the overload persists: a standing queue, a p95 still
+above the frozen threshold, or queue fill above the threshold. It clears after ``clear_hold`` calm
+seconds (→ recovering) and is healthy after ``recover_hold`` more; an overload in recovery
+re-raises the same episode.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from chaosd.config import DetectorConfig
+from chaosd.telemetry.snapshot import Snapshot
+
+__all__ = ["CollapseDetector", "DetectorState", "Episode", "Transition"]
+
+
+class DetectorState(enum.Enum):
+    HEALTHY = "healthy"
+    WARNING = "warning"
+    COLLAPSED = "collapsed"
+    RECOVERING = "recovering"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    t: float
+    old: DetectorState
+    new: DetectorState
+    reason: str
+
+
+@dataclass(slots=True)
+class Episode:
+    detected_at: float
+    reason: str
+    cleared_at: float | None = None
+
+
+class CollapseDetector:
+    """Feeds on snapshots, one per tick; reports state transitions and collapse episodes."""
+
+    def __init__(self, cfg: DetectorConfig, tick: float) -> None:
+        self.cfg = cfg
+        self.state = DetectorState.HEALTHY
+        hold_ticks = max(1, round(cfg.hold / tick))
+        self._need = cfg.hold_fraction * hold_ticks
+        self._growth: deque[bool] = deque(maxlen=hold_ticks)
+        self._latency: deque[bool] = deque(maxlen=hold_ticks)
+        self._baseline: deque[float] = deque(maxlen=max(1, round(cfg.baseline_window / tick)))
+        self._min_baseline_ticks = max(1, round(1.0 / tick))
+        self._calm_since: float | None = None
+        self.episodes: list[Episode] = []
+        self.baseline_p95 = 0.0
+
+    def _held(self, history: deque[bool]) -> bool:
+        return len(history) == history.maxlen and history[-1] and sum(history) >= self._need
+
+    def update(self, s: Snapshot) -> Transition | None:
+        cfg = self.cfg
+        saturated = max(s.saturation, s.utilisation) >= cfg.saturation
+        growing = saturated and s.queue_slope > 0
+        standing = s.queue_depth > 0 and s.head_age > cfg.standing_queue * s.mean_service
+        if self.state is DetectorState.HEALTHY and s.sojourn_p95 > 0:
+            self._baseline.append(s.sojourn_p95)
+            if len(self._baseline) >= self._min_baseline_ticks:
+                self.baseline_p95 = float(np.median(np.fromiter(self._baseline, dtype=np.float64)))
+        slow = self.baseline_p95 > 0 and s.sojourn_p95 >= (1 + cfg.latency_growth) * self.baseline_p95
+        self._growth.append(growing)
+        self._latency.append(slow and standing)
+        rule1 = self._held(self._growth)
+        rule2 = self._held(self._latency)
+        raised = "queue_growth" if rule1 else "latency_growth" if rule2 else None
+        state = self.state
+
+        if state in (DetectorState.HEALTHY, DetectorState.WARNING):
+            if raised is not None:
+                self.episodes.append(Episode(detected_at=s.t, reason=raised))
+                return self._go(s.t, DetectorState.COLLAPSED, raised)
+            if growing or slow:
+                return self._go(s.t, DetectorState.WARNING, "queue_growth" if growing else "latency_growth")
+            return self._go(s.t, DetectorState.HEALTHY, "calm")
+
+        overloaded = raised is not None or standing or slow or s.saturation >= cfg.saturation
+        if overloaded:
+            self._calm_since = None
+            return self._go(s.t, DetectorState.COLLAPSED, raised or "overload persists")
+        if self._calm_since is None:
+            self._calm_since = s.t
+        calm_for = s.t - self._calm_since
+        if state is DetectorState.COLLAPSED and calm_for >= cfg.clear_hold:
+            return self._go(s.t, DetectorState.RECOVERING, "overload cleared")
+        if state is DetectorState.RECOVERING and calm_for >= cfg.clear_hold + cfg.recover_hold:
+            self.episodes[-1].cleared_at = s.t
+            self._growth.clear()
+            self._latency.clear()
+            return self._go(s.t, DetectorState.HEALTHY, "recovered")
+        return None
+
+    def _go(self, t: float, new: DetectorState, reason: str) -> Transition | None:
+        old = self.state
+        if new is old:
+            return None
+        self.state = new
+        if new is not DetectorState.RECOVERING:
+            self._calm_since = None
+        return Transition(t=t, old=old, new=new, reason=reason)

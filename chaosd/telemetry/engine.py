@@ -1,0 +1,124 @@
+"""The telemetry engine: every tick, readings of the pipeline become a windowed :class:`Snapshot`."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from chaosd.config import TelemetryConfig
+from chaosd.pipeline import Pipeline
+from chaosd.telemetry.histogram import percentiles
+from chaosd.telemetry.snapshot import Snapshot
+
+__all__ = ["Telemetry"]
+
+_QS = (0.5, 0.95, 0.99)
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    t: float
+    offered: int
+    accepted: int
+    ended: int
+    failed: int
+    good: int
+    retries: int
+    busy_area: float
+    depth: int
+    head_age: float
+    wait: npt.NDArray[np.int64]
+    sojourn: npt.NDArray[np.int64]
+
+
+class Telemetry:
+    """Takes a reading per tick and computes window rates, percentiles and dQ/dt from the ring."""
+
+    def __init__(self, cfg: TelemetryConfig, pipeline: Pipeline, slope_window: float) -> None:
+        self.cfg = cfg
+        self.pipeline = pipeline
+        self.window_ticks = max(1, round(cfg.window / cfg.tick))
+        self.slope_ticks = max(2, round(slope_window / cfg.tick))
+        self._ring: deque[_Reading] = deque(maxlen=max(self.window_ticks, self.slope_ticks) + 1)
+        self.latest: Snapshot | None = None
+        self._listeners: list[Callable[[Snapshot], None]] = []
+        self._ring.append(self._read())
+
+    def listen(self, callback: Callable[[Snapshot], None]) -> None:
+        self._listeners.append(callback)
+
+    def _read(self) -> _Reading:
+        p = self.pipeline
+        now = p.clock.now()
+        total = p.ledger.total
+        return _Reading(
+            t=now - p.t0,
+            offered=total.offered,
+            accepted=total.accepted,
+            ended=total.completed + total.failed,
+            failed=total.failed,
+            good=p.ledger.good,
+            retries=p.ledger.retries,
+            busy_area=p.busy.area_at(now),
+            depth=p.queue.depth,
+            head_age=p.queue.head_age(now),
+            wait=p.wait.snapshot(),
+            sojourn=p.sojourn.snapshot(),
+        )
+
+    def tick(self) -> Snapshot:
+        ring = self._ring
+        new = self._read()
+        ring.append(new)
+        readings = list(ring)
+        old = readings[max(0, len(readings) - 1 - self.window_ticks)]
+        window = readings[len(readings) - 1 - self.window_ticks :] if len(readings) > self.window_ticks else readings
+        dt = new.t - old.t or 1e-12
+        ended = new.ended - old.ended
+        busy = new.busy_area - old.busy_area
+        workers = len(self.pipeline.workers)
+        mean_service = busy / ended if ended else self.pipeline.mean_service
+        wait = percentiles(new.wait - old.wait, _QS)
+        sojourn = percentiles(new.sojourn - old.sojourn, _QS)
+        capacity = self.pipeline.queue.capacity
+        snap = Snapshot(
+            t=new.t,
+            queue_depth=new.depth,
+            capacity=capacity,
+            saturation=new.depth / capacity,
+            utilisation=min(1.0, busy / (dt * workers)),
+            queue_slope=self._slope(readings[-self.slope_ticks - 1 :] if len(readings) > 1 else readings),
+            arrival_rate=(new.offered - old.offered) / dt,
+            admitted_rate=(new.accepted - old.accepted) / dt,
+            throughput=ended / dt,
+            service_rate=workers / mean_service if mean_service > 0 else 0.0,
+            goodput=(new.good - old.good) / dt,
+            error_rate=(new.failed - old.failed) / ended if ended else 0.0,
+            retry_rate=(new.retries - old.retries) / dt,
+            wait_p50=wait[0],
+            wait_p95=wait[1],
+            wait_p99=wait[2],
+            sojourn_p50=sojourn[0],
+            sojourn_p95=sojourn[1],
+            sojourn_p99=sojourn[2],
+            head_age=min(r.head_age for r in window[1:] or window),
+            mean_service=mean_service,
+        )
+        self.latest = snap
+        for listener in self._listeners:
+            listener(snap)
+        return snap
+
+    @staticmethod
+    def _slope(readings: list[_Reading]) -> float:
+        if len(readings) < 2:
+            return 0.0
+        x = np.fromiter((r.t for r in readings), dtype=np.float64, count=len(readings))
+        y = np.fromiter((r.depth for r in readings), dtype=np.float64, count=len(readings))
+        x -= x.mean()
+        denom = float(x @ x)
+        return float(x @ (y - y.mean()) / denom) if denom > 0 else 0.0

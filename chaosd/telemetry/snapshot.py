@@ -1,0 +1,36 @@
+"""One tick's view of the pipeline over its sliding windows: a frozen value."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    t: float  # seconds since the run started
+    queue_depth: int  # tasks waiting, not in service
+    capacity: int
+    saturation: float  # queue_depth / capacity
+    utilisation: float  # busy share of the workers over the window
+    queue_slope: float  # dQ/dt, least-squares over the detector's slope window, tasks/s
+    arrival_rate: float  # offered tasks/s (λ)
+    admitted_rate: float  # accepted tasks/s
+    throughput: float  # tasks ending (completed or failed) per second
+    service_rate: float  # μ: what the workers could serve per second if all were busy
+    goodput: float  # completions within the deadline per second
+    error_rate: float  # failed share of tasks ending in the window
+    retry_rate: float  # stage retries per second
+    wait_p50: float
+    wait_p95: float
+    wait_p99: float
+    sojourn_p50: float
+    sojourn_p95: float
+    sojourn_p99: float
+    head_age: float  # lowest age of the oldest waiting task over the window (standing queue)
+    mean_service: float  # busy seconds per task ending, over the window
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
