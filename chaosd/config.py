@@ -148,11 +148,13 @@ class DetectorConfig(_Model):
     enabled: bool = True
     saturation: float = Field(default=0.85, gt=0, le=1)
     hold: Seconds = Field(default=2.0, ge=0)
-    hold_fraction: float = Field(default=0.8, gt=0, le=1)
+    hold_fraction: float = Field(default=0.7, gt=0, le=1)
     slope_window: Seconds = Field(default=1.0, gt=0)
+    min_growth: float = Field(default=0.05, ge=0, description="dQ/dt as a share of the service rate")
     latency_growth: float = Field(default=1.0, gt=0, description="rule 2: p95 growth, 1.0 = +100 %")
     baseline_window: Seconds = Field(default=30.0, gt=0)
     standing_queue: float = Field(default=5.0, gt=0, description="in mean service times")
+    standing_window: Seconds = Field(default=0.5, ge=0)
     clear_hold: Seconds = Field(default=2.0, ge=0)
     recover_hold: Seconds = Field(default=5.0, ge=0)
 

@@ -61,7 +61,9 @@ class CollapseDetector:
         self._growth: deque[bool] = deque(maxlen=hold_ticks)
         self._latency: deque[bool] = deque(maxlen=hold_ticks)
         self._baseline: deque[float] = deque(maxlen=max(1, round(cfg.baseline_window / tick)))
-        self._min_baseline_ticks = max(1, round(1.0 / tick))
+        self._min_baseline_ticks = self._baseline.maxlen or 1
+        self._persist: deque[bool] = deque(maxlen=max(1, round(cfg.clear_hold / tick)))
+        self._ages: deque[float] = deque(maxlen=max(1, round(cfg.standing_window / tick)))
         self._calm_since: float | None = None
         self.episodes: list[Episode] = []
         self.baseline_p95 = 0.0
@@ -71,16 +73,17 @@ class CollapseDetector:
 
     def update(self, s: Snapshot) -> Transition | None:
         cfg = self.cfg
-        saturated = max(s.saturation, s.utilisation) >= cfg.saturation
-        growing = saturated and s.queue_slope > 0
-        standing = s.queue_depth > 0 and s.head_age > cfg.standing_queue * s.mean_service
-        if self.state is DetectorState.HEALTHY and s.sojourn_p95 > 0:
+        saturated = max(s.saturation, s.utilisation, s.busy_share) >= cfg.saturation
+        self._ages.append(s.head_age)
+        standing = min(self._ages) > cfg.standing_queue * s.mean_service
+        growing = saturated and standing and s.queue_slope > max(0.0, cfg.min_growth * s.service_rate)
+        if self.state in (DetectorState.HEALTHY, DetectorState.WARNING) and s.sojourn_p95 > 0:
             self._baseline.append(s.sojourn_p95)
             if len(self._baseline) >= self._min_baseline_ticks:
                 self.baseline_p95 = float(np.median(np.fromiter(self._baseline, dtype=np.float64)))
         slow = self.baseline_p95 > 0 and s.sojourn_p95 >= (1 + cfg.latency_growth) * self.baseline_p95
         self._growth.append(growing)
-        self._latency.append(slow and standing)
+        self._latency.append(slow and standing and saturated and s.queue_slope > 0)
         rule1 = self._held(self._growth)
         rule2 = self._held(self._latency)
         raised = "queue_growth" if rule1 else "latency_growth" if rule2 else None
@@ -88,13 +91,16 @@ class CollapseDetector:
 
         if state in (DetectorState.HEALTHY, DetectorState.WARNING):
             if raised is not None:
+                self._persist.clear()
                 self.episodes.append(Episode(detected_at=s.t, reason=raised))
                 return self._go(s.t, DetectorState.COLLAPSED, raised)
             if growing or slow:
                 return self._go(s.t, DetectorState.WARNING, "queue_growth" if growing else "latency_growth")
             return self._go(s.t, DetectorState.HEALTHY, "calm")
 
-        overloaded = raised is not None or standing or slow or s.saturation >= cfg.saturation
+        self._persist.append(standing or slow or s.saturation >= cfg.saturation)
+        # Hysteresis: the alarm holds while the overload shows on at least half of recent ticks.
+        overloaded = raised is not None or 2 * sum(self._persist) >= len(self._persist)
         if overloaded:
             self._calm_since = None
             return self._go(s.t, DetectorState.COLLAPSED, raised or "overload persists")
@@ -107,6 +113,7 @@ class CollapseDetector:
             self.episodes[-1].cleared_at = s.t
             self._growth.clear()
             self._latency.clear()
+            self._persist.clear()
             return self._go(s.t, DetectorState.HEALTHY, "recovered")
         return None
 

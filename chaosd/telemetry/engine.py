@@ -76,7 +76,6 @@ class Telemetry:
         ring.append(new)
         readings = list(ring)
         old = readings[max(0, len(readings) - 1 - self.window_ticks)]
-        window = readings[len(readings) - 1 - self.window_ticks :] if len(readings) > self.window_ticks else readings
         dt = new.t - old.t or 1e-12
         ended = new.ended - old.ended
         busy = new.busy_area - old.busy_area
@@ -91,6 +90,7 @@ class Telemetry:
             capacity=capacity,
             saturation=new.depth / capacity,
             utilisation=min(1.0, busy / (dt * workers)),
+            busy_share=self.pipeline.busy.busy / workers,
             queue_slope=self._slope(readings[-self.slope_ticks - 1 :] if len(readings) > 1 else readings),
             arrival_rate=(new.offered - old.offered) / dt,
             admitted_rate=(new.accepted - old.accepted) / dt,
@@ -105,7 +105,7 @@ class Telemetry:
             sojourn_p50=sojourn[0],
             sojourn_p95=sojourn[1],
             sojourn_p99=sojourn[2],
-            head_age=min(r.head_age for r in window[1:] or window),
+            head_age=new.head_age,
             mean_service=mean_service,
         )
         self.latest = snap

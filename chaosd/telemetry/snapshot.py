@@ -15,6 +15,7 @@ class Snapshot:
     capacity: int
     saturation: float  # queue_depth / capacity
     utilisation: float  # busy share of the workers over the window
+    busy_share: float  # share of workers busy right now
     queue_slope: float  # dQ/dt, least-squares over the detector's slope window, tasks/s
     arrival_rate: float  # offered tasks/s (λ)
     admitted_rate: float  # accepted tasks/s
@@ -29,7 +30,7 @@ class Snapshot:
     sojourn_p50: float
     sojourn_p95: float
     sojourn_p99: float
-    head_age: float  # lowest age of the oldest waiting task over the window (standing queue)
+    head_age: float  # age of the oldest waiting task now (0 when none waits)
     mean_service: float  # busy seconds per task ending, over the window
 
     def as_dict(self) -> dict[str, Any]:
