@@ -171,6 +171,7 @@ class RunConfig(_Model):
     duration: Seconds = Field(default=60.0, gt=0)
     warmup: Seconds | None = Field(default=None, ge=0, description="default: 10 % of duration")
     report: str = "chaosd-report.json"
+    timeline: Seconds = Field(default=5.0, gt=0, description="report timeline sample interval")
 
 
 class DaemonConfig(_Model):

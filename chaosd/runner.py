@@ -66,6 +66,8 @@ class Experiment:
         self.detector = CollapseDetector(settings.detector, tick)
         self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)
         self._collapsed_time = 0.0
+        self._timeline: list[dict[str, Any]] = []
+        self._next_sample = settings.run.timeline
         self._warm: _Mark | None = None
 
     def _mark(self) -> _Mark:
@@ -95,6 +97,21 @@ class Experiment:
         action = self.throttle.update(self.detector.state, snap.t)
         if action is not None:
             self.events.record(snap.t, "throttle", action=action.action, factor=action.factor)
+        if snap.t + 1e-9 >= self._next_sample:
+            self._next_sample += self.settings.run.timeline
+            self._timeline.append(
+                {
+                    "t": snap.t,
+                    "offered_per_s": snap.arrival_rate,
+                    "throughput_per_s": snap.throughput,
+                    "goodput_per_s": snap.goodput,
+                    "queue_depth": snap.queue_depth,
+                    "sojourn_p95": snap.sojourn_p95,
+                    "utilisation": snap.utilisation,
+                    "state": self.detector.state.value,
+                    "throttle_factor": self.throttle.factor,
+                }
+            )
 
     async def _ticker(self) -> None:
         tick = self.settings.telemetry.tick
@@ -236,6 +253,7 @@ class Experiment:
                 "actions": [{"at": a.at, "action": a.action, "factor": a.factor} for a in actions[:1000]],
                 "actions_truncated": max(0, len(actions) - 1000),
             },
+            "timeline": self._timeline[-2000:],
         }
         result: dict[str, Any] = rounded(report)
         return result

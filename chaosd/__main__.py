@@ -1,0 +1,5 @@
+"""``python -m chaosd``."""
+
+from chaosd.cli import entrypoint
+
+entrypoint()

@@ -1,0 +1,144 @@
+"""Command line: ``chaosd [serve] --config FILE`` and ``chaosd run [SCENARIO] …``.
+
+The only module that exits the process: bad input → a message naming the field, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from chaosd import __version__
+from chaosd.clock import wall_time
+from chaosd.config import Settings, deep_merge, load_settings
+from chaosd.durations import parse_duration
+from chaosd.errors import ConfigError
+from chaosd.report import render_summary, write_report
+from chaosd.runner import run_offline
+from chaosd.scenario import Scenario, find_scenario, load_scenario, settings_for
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+
+
+def _duration(text: str) -> float:
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not isinstance(value, float) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be ≥ 0")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chaosd",
+        description="Run an agent → queue → worker pipeline, break it, watch it heal.",
+    )
+    parser.add_argument("--version", action="version", version=f"chaosd {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the daemon in real time until SIGINT/SIGTERM (default)")
+    serve.add_argument("--config", type=Path, help="TOML config file (default: built-in defaults)")
+
+    run = sub.add_parser("run", help="run an experiment offline (virtual time) and write its report")
+    run.add_argument("scenario", nargs="?", help="scenario file, or the name of a shipped one")
+    run.add_argument("--config", type=Path, help="TOML config file")
+    run.add_argument("--seed", type=_seed, help="random seed (overrides config and scenario)")
+    run.add_argument("--duration", type=_duration, help="clock time to run, e.g. 600 or 10m")
+    run.add_argument("--warmup", type=_duration, help="initial time excluded from the report (default 10 %%)")
+    run.add_argument("--report", type=Path, help="where to write the JSON report")
+    run.add_argument("--realtime", action="store_true", help="run on the real clock instead of virtual time")
+    run.add_argument("--quiet", action="store_true", help="print no summary")
+    return parser
+
+
+def _fail(lines: Sequence[str]) -> int:
+    for line in lines:
+        print(f"chaosd: error: {line}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _out(line: str) -> None:
+    print(line, flush=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    scenario: Scenario | None = None
+    overlay: dict[str, object] = {}
+    if args.seed is not None:
+        overlay["seed"] = args.seed
+    if args.scenario is not None:
+        path = find_scenario(args.scenario)
+        scenario = load_scenario(path)
+        if scenario.actions:
+            return _fail(
+                [
+                    f"{path}: actions: this scenario injects {len(scenario.actions)} fault(s), "
+                    "and this chaosd has no fault injector yet; remove `actions` to run its load alone"
+                ]
+            )
+        settings: Settings = settings_for(scenario, path, args.config)
+        if overlay:
+            settings = load_settings(args.config, deep_merge(scenario.overlay(), overlay), str(path))
+    else:
+        settings = load_settings(args.config, overlay, "command line")
+    duration = args.duration or (scenario.duration if scenario else None) or settings.run.duration
+    warmup = args.warmup
+    if warmup is None and scenario is not None:
+        warmup = scenario.warmup
+    if warmup is None:
+        warmup = settings.run.warmup
+    if warmup is None:
+        warmup = duration / 10
+    if warmup >= duration:
+        return _fail([f"--warmup: {warmup:g} s must be shorter than the duration ({duration:g} s)"])
+    report_path = args.report or Path(settings.run.report)
+    started = wall_time()
+    report = run_offline(
+        settings,
+        duration=duration,
+        warmup=warmup,
+        virtual=not args.realtime,
+        scenario=scenario.name if scenario else None,
+    )
+    wall = wall_time() - started
+    write_report(report, report_path)
+    if not args.quiet:
+        _out(render_summary(report))
+        speed = f" ({duration / wall:.0f}× real time)" if not args.realtime and wall > 0 else ""
+        _out(f"  report     {report_path} · {wall:.2f} s wall{speed}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "serve")
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        from chaosd.daemon import serve  # noqa: PLC0415 - aiohttp only for the daemon
+
+        return serve(load_settings(args.config), _out)
+    except ConfigError as exc:
+        return _fail(exc.lines())
+
+
+def entrypoint() -> None:
+    sys.exit(main())
