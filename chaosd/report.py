@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chaosd.telemetry.histogram import percentiles
+from chaosd.histogram import percentiles
 
 __all__ = ["latency_block", "render_summary", "rounded", "write_report"]
 

@@ -17,7 +17,7 @@ from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter, Worker
 from chaosd.rng import Streams
-from chaosd.telemetry.histogram import LogHistogram
+from chaosd.histogram import LogHistogram
 
 __all__ = ["Pipeline"]
 

@@ -9,7 +9,7 @@ from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.task import Task
-from chaosd.telemetry.histogram import LogHistogram
+from chaosd.histogram import LogHistogram
 
 __all__ = ["BusyMeter", "Worker"]
 

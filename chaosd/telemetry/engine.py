@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from chaosd.config import TelemetryConfig
 from chaosd.pipeline import Pipeline
-from chaosd.telemetry.histogram import percentiles
+from chaosd.histogram import percentiles
 from chaosd.telemetry.snapshot import Snapshot
 
 __all__ = ["Telemetry"]

@@ -1,4 +1,4 @@
-"""Latency histogram with fixed log-spaced buckets: O(1) per sample, percentiles on demand."""
+"""Latency histogram with fixed log-spaced buckets (×1.05): O(1) per sample, percentiles on demand."""
 
 from __future__ import annotations
 
