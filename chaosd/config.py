@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from chaosd.durations import Seconds
@@ -152,9 +152,10 @@ class DetectorConfig(_Model):
     slope_window: Seconds = Field(default=1.0, gt=0)
     min_growth: float = Field(default=0.05, ge=0, description="dQ/dt as a share of the service rate")
     latency_growth: float = Field(default=1.0, gt=0, description="rule 2: p95 growth, 1.0 = +100 %")
+    latency_hold: Seconds = Field(default=4.0, ge=0, description="rule 2's hold time")
     baseline_window: Seconds = Field(default=30.0, gt=0)
-    standing_queue: float = Field(default=5.0, gt=0, description="in mean service times")
-    standing_window: Seconds = Field(default=0.5, ge=0)
+    standing_queue: float = Field(default=3.0, gt=0, description="in mean service times")
+    standing_window: Seconds = Field(default=0.3, ge=0)
     clear_hold: Seconds = Field(default=2.0, ge=0)
     recover_hold: Seconds = Field(default=5.0, ge=0)
 
@@ -208,14 +209,15 @@ class Settings(BaseSettings):
     daemon: DaemonConfig = DaemonConfig()
     api: ApiConfig = ApiConfig()
 
-    @model_validator(mode="after")
-    def _unique_stage_names(self) -> Settings:
-        if not self.stages:
-            raise ValueError("stages: at least one stage is needed")
-        names = [s.name for s in self.stages]
+    @field_validator("stages")
+    @classmethod
+    def _unique_stage_names(cls, stages: tuple[StageConfig, ...]) -> tuple[StageConfig, ...]:
+        if not stages:
+            raise ValueError("at least one stage is needed")
+        names = [s.name for s in stages]
         if len(set(names)) != len(names):
-            raise ValueError("stage names must be unique")
-        return self
+            raise ValueError(f"stage names must be unique (got {names})")
+        return stages
 
     @classmethod
     def settings_customise_sources(

@@ -55,6 +55,15 @@ class LoadShape:
         seg = self._segments[bisect.bisect_right(self._starts, t) - 1 if t >= 0 else 0]
         return max(0.0, seg.rate + seg.slope * (t - seg.start))
 
+    def steady_until(self, t: float) -> tuple[float, float]:
+        """The rate at ``t`` and until when it holds unchanged (the end of a flat segment, else ``t``)."""
+        i = bisect.bisect_right(self._starts, t) - 1 if t >= 0 else 0
+        seg = self._segments[i]
+        if seg.slope != 0.0:
+            return self.rate_at(t), t
+        end = self._starts[i + 1] if i + 1 < len(self._starts) else float("inf")
+        return max(0.0, seg.rate), end
+
     def next_change(self, t: float) -> float | None:
         """The start of the next segment after ``t``, if any."""
         i = bisect.bisect_right(self._starts, t)

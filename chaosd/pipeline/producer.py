@@ -88,8 +88,16 @@ class Producer:
         if rate > 0 and self._arrival != "constant":
             next_t += self._gap(rate)
         streak = 0
+        share = self._share
+        flat_rate, flat_until = 0.0, float("-inf")
         while True:
-            rate = shape.rate_at(next_t - t0) * self._share
+            offset = next_t - t0
+            if offset < flat_until:
+                rate = flat_rate
+            else:
+                rate, until = shape.steady_until(offset)
+                rate *= share
+                flat_rate, flat_until = rate, until
             if rate <= 0.0:
                 nxt = shape.next_change(next_t - t0)
                 if nxt is None:

@@ -27,6 +27,8 @@ class IngressQueue:
         self._getters: deque[asyncio.Future[Task]] = deque()
         self._putters: deque[asyncio.Future[None]] = deque()
         self.blocked: list[Task] = []
+        # Tasks handed to a waiting worker that has not resumed yet: still ours to account for.
+        self._handed: dict[int, Task] = {}
         self.max_depth = 0
         # Integral of depth over clock time; its slope is the time-average depth.
         self.area = 0.0
@@ -37,7 +39,8 @@ class IngressQueue:
         return len(self._items)
 
     def waiting(self) -> list[Task]:
-        return [*self._items, *self.blocked]
+        """Tasks the queue answers for: waiting, blocked at admission, or handed over but not yet taken."""
+        return [*self._items, *self.blocked, *self._handed.values()]
 
     def head_age(self, now: float) -> float:
         """How long the oldest waiting task has waited (0 when none waits)."""
@@ -53,6 +56,7 @@ class IngressQueue:
             getter = getters.popleft()
             if not getter.done():
                 getter.set_result(task)
+                self._handed[task.id] = task
                 return True
         items = self._items
         n = len(items)
@@ -100,9 +104,13 @@ class IngressQueue:
         getter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
         self._getters.append(getter)
         try:
-            return await getter
+            task = await getter
         except asyncio.CancelledError:
             # Handed a task and cancelled before running: the task goes back, not astray.
             if getter.done() and not getter.cancelled():
-                self._items.appendleft(getter.result())
+                task = getter.result()
+                del self._handed[task.id]
+                self._items.appendleft(task)
             raise
+        del self._handed[task.id]
+        return task

@@ -65,6 +65,9 @@ class StageRunner:
         self._ledger = ledger
         self._sleep = clock.sleep
         self._pressure = cfg.pressure.enabled
+        # No way to fail: the worker may draw the service time and wait for it inline.
+        self.simple = cfg.timeout == 0 and cfg.failure_probability == 0 and not self._pressure
+        self.sample = self._sample
 
     def failure_probability(self) -> float:
         p = self.cfg.failure_probability

@@ -90,6 +90,11 @@ class Worker:
             wait_add(t - task.accepted_at)
             reason = None
             for stage in stages:
+                if stage.simple:
+                    service = stage.sample()
+                    if service > 0.0:
+                        await sleep(service)
+                    continue
                 reason = await stage.run()
                 if reason is not None:
                     break

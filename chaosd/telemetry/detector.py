@@ -5,8 +5,9 @@ above the threshold while dQ/dt > 0, on at least ``hold_fraction`` of the ticks 
 ``hold`` seconds and on this one (a momentary dip in a noisy slope does not reset the clock).
 Rule 2 (latency growth): window p95 sojourn is at least ``1 + latency_growth`` times the baseline
 (the median window p95 over ``baseline_window`` of healthy time, frozen while not healthy),
-confirmed by a standing queue (the oldest waiting task never younger than ``standing_queue``
-mean service times over the window) and held like rule 1. Alone, a p95 jump is only a warning.
+confirmed by a growing standing queue (the oldest waiting task never younger than
+``standing_queue`` mean service times over ``standing_window``), held for ``latency_hold``.
+A p95 jump alone is only a warning.
 
 While collapsed the alarm stays up as long as the overload persists: a standing queue, a p95 still
 above the frozen threshold, or queue fill above the threshold. It clears after ``clear_hold`` calm
@@ -57,9 +58,8 @@ class CollapseDetector:
         self.cfg = cfg
         self.state = DetectorState.HEALTHY
         hold_ticks = max(1, round(cfg.hold / tick))
-        self._need = cfg.hold_fraction * hold_ticks
         self._growth: deque[bool] = deque(maxlen=hold_ticks)
-        self._latency: deque[bool] = deque(maxlen=hold_ticks)
+        self._latency: deque[bool] = deque(maxlen=max(1, round(cfg.latency_hold / tick)))
         self._baseline: deque[float] = deque(maxlen=max(1, round(cfg.baseline_window / tick)))
         self._min_baseline_ticks = self._baseline.maxlen or 1
         self._persist: deque[bool] = deque(maxlen=max(1, round(cfg.clear_hold / tick)))
@@ -69,7 +69,8 @@ class CollapseDetector:
         self.baseline_p95 = 0.0
 
     def _held(self, history: deque[bool]) -> bool:
-        return len(history) == history.maxlen and history[-1] and sum(history) >= self._need
+        size = history.maxlen or 1
+        return len(history) == size and history[-1] and sum(history) >= self.cfg.hold_fraction * size
 
     def update(self, s: Snapshot) -> Transition | None:
         cfg = self.cfg

@@ -1,0 +1,82 @@
+"""House rules a reviewer would otherwise check by hand: the clock is injected, imports point one way."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "chaosd"
+BANNED = {("time", "time"), ("time", "monotonic"), ("time", "perf_counter"), ("asyncio", "sleep")}
+# Layers in data-flow order; a module may import only from its own layer or earlier ones.
+LAYERS = [
+    "errors",
+    "durations",
+    "rng",
+    "histogram",
+    "events",
+    "clock",
+    "config",
+    "scenario",
+    "pipeline",
+    "telemetry",
+    "report",
+    "runner",
+    "daemon",
+    "cli",
+]
+
+
+def _modules() -> list[Path]:
+    return [p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py"]
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "chaosd" or len(parts) < 2:
+        return None
+    return LAYERS.index(parts[1]) if parts[1] in LAYERS else None
+
+
+def test_only_the_clock_module_reads_time_or_sleeps() -> None:
+    offenders = []
+    for path in _modules():
+        if path.name == "clock.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if (node.value.id, node.attr) in BANNED:
+                    offenders.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module in ("time", "asyncio"):
+                for alias in node.names:
+                    if (node.module, alias.name) in BANNED:
+                        offenders.append(f"{path.name}:{node.lineno} from {node.module} import {alias.name}")
+    assert offenders == []
+
+
+def test_no_global_random() -> None:
+    offenders = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "random"
+                and node.attr != "Random"
+            ):
+                offenders.append(f"{path.name}:{node.lineno} random.{node.attr}")
+    assert offenders == []
+
+
+def test_imports_point_downstream_only() -> None:
+    offenders = []
+    for path in _modules():
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        me = _layer(".".join(rel.parts))
+        if me is None:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                other = _layer(node.module)
+                if other is not None and other > me:
+                    offenders.append(f"{'.'.join(rel.parts)} imports {node.module}")
+    assert offenders == []

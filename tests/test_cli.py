@@ -1,0 +1,173 @@
+"""``chaosd run`` as users call it: reports, byte-identical reruns, and bad input → exit 2, nothing run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from chaosd.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_a_shipped_scenario_writes_a_report_and_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = _run(["run", "baseline", "--duration", "60", "--report", str(report)], capsys)
+    assert code == 0
+    data = json.loads(report.read_text())
+    assert data["scenario"] == "baseline" and data["clock"] == "virtual"
+    assert data["duration_s"] == 60 and data["warmup_s"] == 30  # the scenario's own warm-up
+    for key in ("offered", "accepted", "completed", "failed", "rejected", "lost", "duplicated"):
+        assert isinstance(data["tasks"][key], int)
+    for kind in ("wait", "sojourn"):
+        assert set(data["latency"][kind]) >= {"mean", "p50", "p95", "p99"}
+    assert set(data["queue"]) >= {"mean_depth", "max_depth"}
+    assert data["collapse"]["episodes"] == []
+    assert "baseline" in out and "sojourn" in out and str(report) in out
+
+
+def test_same_seed_gives_identical_report_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = [tmp_path / f"{n}.json" for n in ("a", "b", "c")]
+    for path, seed in zip(paths, ("7", "7", "8"), strict=True):
+        assert (
+            _run(["run", "overload", "--seed", seed, "--duration", "100", "--report", str(path)], capsys)[0]
+            == 0
+        )
+    a, b, c = (p.read_bytes() for p in paths)
+    assert a == b
+    assert a != c
+
+
+def test_run_without_scenario_uses_the_config_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('seed = 3\n[load]\nrate = 50.0\narrival = "constant"\n[run]\nduration = 20\n')
+    report = tmp_path / "r.json"
+    assert _run(["run", "--config", str(config), "--warmup", "2", "--report", str(report)], capsys)[0] == 0
+    data = json.loads(report.read_text())
+    assert data["seed"] == 3 and data["duration_s"] == 20 and data["warmup_s"] == 2
+    assert data["tasks"]["offered"] == pytest.approx(50 * 18, abs=5)
+
+
+def test_environment_overrides_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[load]\nrate = 50.0\n")
+    monkeypatch.setenv("CHAOSD_LOAD__RATE", "20")
+    report = tmp_path / "r.json"
+    assert _run(["run", "--config", str(config), "--duration", "20", "--report", str(report)], capsys)[0] == 0
+    assert json.loads(report.read_text())["load"]["base_rate"] == 20
+
+
+BAD_CONFIGS = [
+    ("[load]\nrate = -5.0\n", "load.rate", "greater than or equal to 0"),
+    ("[load]\nrate = 'fast'\n", "load.rate", "valid number"),
+    ("[load]\nratee = 5.0\n", "load.ratee", "unknown key"),
+    ("[queue]\nwhen_full = 'explode'\n", "queue.when_full", "'block', 'drop' or 'reject'"),
+    ("[workers]\ncount = 0\n", "workers.count", "greater than or equal to 1"),
+    ("[[stages]]\nname = 'a'\nservice = { distribution = 'uniform' }\n", "stages.0.service", "low and high"),
+    ("[[stages]]\nname = 'a'\n[[stages]]\nname = 'a'\n", "stages", "unique"),
+    ("[load]\nphases = [{ type = 'ramp', at = 5, rate = 10 }]\n", "load.phases.0", "needs a duration"),
+    ("[detector]\nhold = '2 weeks'\n", "detector.hold", "not a duration"),
+    ("[load\nrate = 5\n", "", "not valid TOML"),
+]
+
+
+@pytest.mark.parametrize(("text", "field", "problem"), BAD_CONFIGS)
+def test_bad_config_names_file_field_and_problem_and_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str, problem: str
+) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    report = tmp_path / "r.json"
+    code, out, err = _run(
+        ["run", "--config", str(config), "--duration", "5", "--report", str(report)], capsys
+    )
+    assert code == 2
+    assert str(config) in err and field in err and problem in err, err
+    assert not report.exists() and out == ""
+
+
+BAD_SCENARIOS = [
+    ("name: x\n", "duration", "Field required"),
+    ("name: x\nduration: 10s\nload: {rate: -1}\n", "load.rate", "greater than or equal to 0"),
+    ("name: x\nduration: soon\n", "duration", "not a duration"),
+    ("name: x\nduration: 10s\nbogus: 1\n", "bogus", "unknown key"),
+    ("name: x\nduration: 10s\nconfig: {queue: {capacity: 0}}\n", "config.queue.capacity", "greater than"),
+    ("name: x\nduration: 10s\nactions: [{delay: 1s}]\n", "actions.0.action", "Field required"),
+    ("name: [unclosed\n", "", "not valid YAML"),
+    ("- just a list\n", "", "a scenario is a mapping"),
+]
+
+
+@pytest.mark.parametrize(("text", "field", "problem"), BAD_SCENARIOS)
+def test_malformed_scenario_is_refused_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str, problem: str
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(text)
+    report = tmp_path / "r.json"
+    code, out, err = _run(["run", str(scenario), "--report", str(report)], capsys)
+    assert code == 2
+    assert str(scenario) in err and field in err and problem in err, err
+    assert not report.exists() and out == ""
+
+
+def test_missing_scenario_and_config_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["run", str(tmp_path / "nope.yaml")], capsys)
+    assert code == 2 and "nope.yaml" in err and "file not found" in err
+    code, _, err = _run(["run", "--config", str(tmp_path / "nope.toml")], capsys)
+    assert code == 2 and "nope.toml" in err and "file not found" in err
+
+
+def test_scenario_with_actions_is_refused_until_faults_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: x\nduration: 10s\nactions:\n  - delay: 8s\n    action: {type: kill_leader, target_id: leader}\n"
+    )
+    code, _, err = _run(["run", str(scenario), "--report", str(tmp_path / "r.json")], capsys)
+    assert code == 2 and "actions" in err and "fault injector" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run", "--seed", "-1"], ["run", "--duration", "x"], ["run", "--warmup", "70", "--duration", "60"]],
+)
+def test_bad_flags_exit_2(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    os.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        code = main(args)
+        raise SystemExit(code)
+    assert exc.value.code == 2
+    assert not (tmp_path / "chaosd-report.json").exists()
+
+
+def test_shipped_config_documents_every_key_with_its_default() -> None:
+    from chaosd.config import Settings, load_settings
+
+    documented = load_settings(ROOT / "config" / "chaosd.toml")
+    assert documented == Settings()
+    text = (ROOT / "config" / "chaosd.toml").read_text()
+    from chaosd.config import StageConfig
+
+    sections = {name: f.annotation for name, f in Settings.model_fields.items() if name != "stages"}
+    sections["stages"] = StageConfig
+    for section, model in sections.items():
+        for key in getattr(model, "model_fields", {}):
+            documented_key = f"\n{key} =" in text or f"# {key} =" in text or f"[[{section}.{key}]]" in text
+            assert documented_key, f"[{section}] {key} is not documented"

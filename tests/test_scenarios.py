@@ -1,0 +1,78 @@
+"""The shipped scenarios run as users run them, and show what they claim to show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaosd.runner import run_offline
+from chaosd.scenario import find_scenario, load_scenario, settings_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _scenario(name: str, **overlay: object) -> dict:
+    path = find_scenario(str(ROOT / "scenarios" / f"{name}.yaml"))
+    scenario = load_scenario(path)
+    settings = settings_for(scenario, path, None)
+    if overlay:
+        settings = settings.model_copy(update=overlay)
+    warmup = scenario.warmup if scenario.warmup is not None else scenario.duration / 10
+    return run_offline(settings, duration=scenario.duration, warmup=warmup, scenario=scenario.name)
+
+
+def test_every_shipped_scenario_loads() -> None:
+    names = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
+    assert {"baseline", "saturation", "overload", "retry_storm"} <= set(names)
+    for name in names:
+        path = ROOT / "scenarios" / f"{name}.yaml"
+        scenario = load_scenario(path)
+        assert scenario.name == name and scenario.description
+        settings_for(scenario, path, None)
+
+
+def test_retry_storm_without_throttle_stays_collapsed_after_the_spike() -> None:
+    report = _scenario("retry_storm")
+    spike_end = 35.0
+    after = [p for p in report["timeline"] if p["t"] >= spike_end + 30]
+    assert after and all(p["state"] == "collapsed" for p in after)
+    # The trigger is long gone, yet goodput stays a fraction of the offered load.
+    assert all(p["goodput_per_s"] < 0.2 * p["offered_per_s"] for p in after)
+    assert report["collapse"]["final_state"] == "collapsed"
+    assert report["queue"]["max_depth"] == report["queue"]["capacity"]
+    assert report["tasks"]["lost"] == 0 and report["tasks"]["duplicated"] == 0
+
+
+def test_retry_storm_with_throttle_drains_and_returns_to_healthy() -> None:
+    path = ROOT / "scenarios" / "retry_storm.yaml"
+    scenario = load_scenario(path)
+    settings = settings_for(scenario, path, None)
+    settings = settings.model_copy(
+        update={"throttle": settings.throttle.model_copy(update={"enabled": True})}
+    )
+    report = run_offline(settings, duration=scenario.duration, warmup=10.0, scenario=scenario.name)
+    episodes = report["collapse"]["episodes"]
+    assert len(episodes) >= 1 and all(e["cleared_at"] is not None for e in episodes)
+    assert report["collapse"]["final_state"] == "healthy"
+    assert report["throttle"]["decreases"] >= 1 and report["throttle"]["final_factor"] == 1.0
+    assert report["throttle"]["refused"] > 0
+    tail = [p for p in report["timeline"] if p["t"] >= scenario.duration - 60]
+    assert all(p["queue_depth"] < 50 for p in tail)
+    assert all(p["goodput_per_s"] > 0.8 * p["offered_per_s"] for p in tail)
+
+
+def test_overload_is_detected_during_the_ramp_and_cleared_after() -> None:
+    report = _scenario("overload")
+    episodes = report["collapse"]["episodes"]
+    assert len(episodes) == 1
+    # Capacity (400/s) is crossed at t ≈ 67.5 s on the ramp; the load drops at 120 s.
+    assert 67.5 <= episodes[0]["detected_at"] <= 75
+    assert episodes[0]["cleared_at"] is not None and episodes[0]["cleared_at"] > 120
+
+
+@pytest.mark.parametrize("name", ["baseline", "saturation"])
+def test_stable_scenarios_raise_no_alarm(name: str) -> None:
+    report = _scenario(name)
+    assert report["collapse"]["episodes"] == []
+    assert report["tasks"]["rejected"] == 0 and report["tasks"]["lost"] == 0
