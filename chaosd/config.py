@@ -193,9 +193,7 @@ def _default_stages() -> tuple[StageConfig, ...]:
 class Settings(BaseSettings):
     """The whole configuration; field names are public interface."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
 
     seed: int = Field(default=1, ge=0)
     load: LoadConfig = LoadConfig()
@@ -257,12 +255,12 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 def _has_path(data: Any, loc: tuple[int | str, ...]) -> bool:
     for part in loc:
-        if isinstance(data, Mapping) and part in data:
-            data = data[part]
-        elif isinstance(data, list | tuple) and isinstance(part, int) and part < len(data):
-            data = data[part]
-        else:
+        if isinstance(data, Mapping):
+            if part not in data:
+                return False
+        elif not (isinstance(data, list | tuple) and isinstance(part, int) and part < len(data)):
             return False
+        data = data[part]
     return True
 
 

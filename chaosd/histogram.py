@@ -25,7 +25,7 @@ class LogHistogram:
     def __init__(self) -> None:
         self._inv_log = 1.0 / math.log(_FACTOR)
         self._log_low = math.log(_LOW)
-        self._top = int(math.ceil((math.log(_HIGH) - self._log_low) * self._inv_log)) + 1
+        self._top = math.ceil((math.log(_HIGH) - self._log_low) * self._inv_log) + 1
         self.counts = [0] * (self._top + 1)
         self.count = 0
         self.sum = 0.0

@@ -64,7 +64,8 @@ def render_summary(r: Mapping[str, Any]) -> str:
         f"  queue      mean depth {q['mean_depth']:.2f} · max {q['max_depth']} of {q['capacity']}",
         f"  wait       mean {_ms(w['mean'])} · p50 {_ms(w['p50'])} · p95 {_ms(w['p95'])} · p99 {_ms(w['p99'])}",
         f"  sojourn    mean {_ms(s['mean'])} · p50 {_ms(s['p50'])} · p95 {_ms(s['p95'])} · p99 {_ms(s['p99'])}",
-        f"  collapse   {c['count']} episode(s), {c['time_collapsed_s']:.1f} s collapsed · final state {c['final_state']}",
+        f"  collapse   {c['count']} episode(s), {c['time_collapsed_s']:.1f} s collapsed · "
+        f"final state {c['final_state']}",
     ]
     for e in c["episodes"]:
         cleared = "not cleared" if e["cleared_at"] is None else f"cleared at {e['cleared_at']:.1f} s"

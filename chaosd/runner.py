@@ -92,7 +92,11 @@ class Experiment:
             transition = self.detector.update(snap)
             if transition is not None:
                 self.events.record(
-                    snap.t, "detector", old=transition.old.value, new=transition.new.value, reason=transition.reason
+                    snap.t,
+                    "detector",
+                    old=transition.old.value,
+                    new=transition.new.value,
+                    reason=transition.reason,
                 )
         action = self.throttle.update(self.detector.state, snap.t)
         if action is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from chaosd.cli import main
+from chaosd.config import Settings, StageConfig, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,18 +41,13 @@ def test_run_a_shipped_scenario_writes_a_report_and_a_summary(
 def test_same_seed_gives_identical_report_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     paths = [tmp_path / f"{n}.json" for n in ("a", "b", "c")]
     for path, seed in zip(paths, ("7", "7", "8"), strict=True):
-        assert (
-            _run(["run", "overload", "--seed", seed, "--duration", "100", "--report", str(path)], capsys)[0]
-            == 0
-        )
+        assert _run(["run", "overload", "--seed", seed, "--duration", "100", "--report", str(path)], capsys)[0] == 0
     a, b, c = (p.read_bytes() for p in paths)
     assert a == b
     assert a != c
 
 
-def test_run_without_scenario_uses_the_config_load(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_run_without_scenario_uses_the_config_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "c.toml"
     config.write_text('seed = 3\n[load]\nrate = 50.0\narrival = "constant"\n[run]\nduration = 20\n')
     report = tmp_path / "r.json"
@@ -93,9 +89,7 @@ def test_bad_config_names_file_field_and_problem_and_runs_nothing(
     config = tmp_path / "bad.toml"
     config.write_text(text)
     report = tmp_path / "r.json"
-    code, out, err = _run(
-        ["run", "--config", str(config), "--duration", "5", "--report", str(report)], capsys
-    )
+    code, out, err = _run(["run", "--config", str(config), "--duration", "5", "--report", str(report)], capsys)
     assert code == 2
     assert str(config) in err and field in err and problem in err, err
     assert not report.exists() and out == ""
@@ -158,13 +152,9 @@ def test_bad_flags_exit_2(args: list[str], tmp_path: Path, capsys: pytest.Captur
 
 
 def test_shipped_config_documents_every_key_with_its_default() -> None:
-    from chaosd.config import Settings, load_settings
-
     documented = load_settings(ROOT / "config" / "chaosd.toml")
     assert documented == Settings()
     text = (ROOT / "config" / "chaosd.toml").read_text()
-    from chaosd.config import StageConfig
-
     sections = {name: f.annotation for name, f in Settings.model_fields.items() if name != "stages"}
     sections["stages"] = StageConfig
     for section, model in sections.items():

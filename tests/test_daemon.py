@@ -122,6 +122,7 @@ def test_daemon_refuses_bad_config_with_exit_2(tmp_path: Path, daemon_env: dict[
         [sys.executable, "-m", "chaosd", "--config", str(bad)],
         cwd=tmp_path,
         env=daemon_env,
+        check=False,
         capture_output=True,
         text=True,
         timeout=30,

@@ -71,9 +71,7 @@ def mmc_sojourn_tail(c: int, lam: float, mu: float, t: float) -> float:
     theta = c * mu - lam
     if math.isclose(theta, mu):  # the limit of the general form as θ → μ
         return math.exp(-mu * t) * (1 + cw * mu * t)
-    return (1 - cw) * math.exp(-mu * t) + cw * (theta * math.exp(-mu * t) - mu * math.exp(-theta * t)) / (
-        theta - mu
-    )
+    return (1 - cw) * math.exp(-mu * t) + cw * (theta * math.exp(-mu * t) - mu * math.exp(-theta * t)) / (theta - mu)
 
 
 def mmc_sojourn_p95(c: int, lam: float, mu: float) -> float:
@@ -100,9 +98,7 @@ def md1_wait_cdf(lam: float, d: float, t: float) -> float:
     """
     rho = lam * d
     n = math.floor(t / d)
-    terms = (
-        (lam * (k * d - t)) ** k / math.factorial(k) * math.exp(-lam * (k * d - t)) for k in range(n + 1)
-    )
+    terms = ((lam * (k * d - t)) ** k / math.factorial(k) * math.exp(-lam * (k * d - t)) for k in range(n + 1))
     return (1 - rho) * math.fsum(terms)
 
 
@@ -155,9 +151,9 @@ def test_general_sojourn_tail_matches_the_single_server_form() -> None:
     # With c = 1, C = ρ and θ = μ − λ: the general c > 1 expression must collapse to e^{−(μ−λ)t}.
     lam, mu, cw, theta = 80.0, MU, 0.8, MU - 80.0
     for t in (0.0, 0.01, 0.05, 0.15):
-        general = (1 - cw) * math.exp(-mu * t) + cw * (
-            theta * math.exp(-mu * t) - mu * math.exp(-theta * t)
-        ) / (theta - mu)
+        general = (1 - cw) * math.exp(-mu * t) + cw * (theta * math.exp(-mu * t) - mu * math.exp(-theta * t)) / (
+            theta - mu
+        )
         assert general == pytest.approx(mmc_sojourn_tail(1, lam, mu, t), rel=1e-12)
 
 
@@ -218,9 +214,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("c", "rho", "distribution", "duration"), CASES)
-def test_simulator_agrees_with_queueing_theory(
-    c: int, rho: float, distribution: str, duration: float
-) -> None:
+def test_simulator_agrees_with_queueing_theory(c: int, rho: float, distribution: str, duration: float) -> None:
     expected = _expected(c, rho, distribution)
     report = _run(c, rho, distribution, duration)
     measured = {

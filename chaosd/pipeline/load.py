@@ -71,5 +71,7 @@ class LoadShape:
 
     def peak(self) -> float:
         ends = [s.rate for s in self._segments]
-        ends += [s.rate + s.slope * (n.start - s.start) for s, n in zip(self._segments, self._segments[1:], strict=False)]
+        ends += [
+            s.rate + s.slope * (n.start - s.start) for s, n in zip(self._segments, self._segments[1:], strict=False)
+        ]
         return max(ends)

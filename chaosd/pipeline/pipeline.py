@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from chaosd.clock import Clock
 from chaosd.config import Settings
+from chaosd.histogram import LogHistogram
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.producer import Admission, Producer
@@ -17,7 +18,6 @@ from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter, Worker
 from chaosd.rng import Streams
-from chaosd.histogram import LogHistogram
 
 __all__ = ["Pipeline"]
 

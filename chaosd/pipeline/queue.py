@@ -66,8 +66,7 @@ class IngressQueue:
         self.area += n * (now - self._t)
         self._t = now
         items.append(task)
-        if n + 1 > self.max_depth:
-            self.max_depth = n + 1
+        self.max_depth = max(self.max_depth, n + 1)
         return True
 
     async def put(self, task: Task) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from chaosd.clock import Clock
+from chaosd.histogram import LogHistogram
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.task import Task
-from chaosd.histogram import LogHistogram
 
 __all__ = ["BusyMeter", "Worker"]
 

@@ -10,8 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from chaosd.config import TelemetryConfig
-from chaosd.pipeline import Pipeline
 from chaosd.histogram import percentiles
+from chaosd.pipeline import Pipeline
 from chaosd.telemetry.snapshot import Snapshot
 
 __all__ = ["Telemetry"]
