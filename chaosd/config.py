@@ -178,7 +178,6 @@ class RunConfig(_Model):
 class DaemonConfig(_Model):
     status_interval: Seconds = Field(default=10.0, gt=0)
     report: str = "chaosd-report.json"
-    shutdown_grace: Seconds = Field(default=5.0, ge=0)
 
 
 class ApiConfig(_Model):

@@ -135,8 +135,8 @@ class Experiment:
         """Run until ``duration`` seconds of clock time have passed or ``stop`` is set; return the report."""
         p = self.pipeline
         self.events.record(0.0, "run", state="started")
-        async with p.running():
-            ticker = asyncio.create_task(self._ticker(), name="telemetry")
+        async with p.running(), asyncio.TaskGroup() as group:
+            ticker = group.create_task(self._ticker(), name="telemetry")
             try:
                 if on_start is not None:
                     on_start()
@@ -145,10 +145,9 @@ class Experiment:
                 p.queue.max_depth = p.queue.depth
                 self.events.record(self._warm.t, "run", state="measuring")
                 await self._until(duration, stop)
+                report = self.report()
             finally:
                 ticker.cancel()
-                await asyncio.gather(ticker, return_exceptions=True)
-            report = self.report()
         self.events.record(report["duration_s"], "run", state="stopped")
         return report
 

@@ -15,6 +15,7 @@ from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.stages import backoff_delay, make_sampler
 from chaosd.pipeline.task import Task
+from chaosd.runner import Experiment
 
 
 def _accounted(report: dict) -> None:
@@ -219,5 +220,28 @@ def test_a_task_handed_to_a_worker_that_has_not_resumed_is_not_counted_lost() ->
             return in_hand, [t.id for t in queue.waiting()]
 
         assert loop.run_until_complete(scenario()) == ([5], [])
+    finally:
+        loop.close()
+
+
+def test_a_crashing_worker_stops_the_run_with_its_error() -> None:
+    loop = VirtualEventLoop()
+    try:
+        clock = LoopClock(loop)
+
+        async def scenario() -> None:
+            experiment = Experiment(settings(mmc(50.0, 2)), clock, warmup=0.0)
+
+            async def broken() -> None:
+                await clock.sleep(1.0)
+                raise RuntimeError("worker bug")
+
+            experiment.pipeline.workers[0].run = broken  # type: ignore[method-assign]
+            await experiment.run(3600.0)
+
+        with pytest.raises(ExceptionGroup) as info:
+            loop.run_until_complete(scenario())
+        assert info.group_contains(RuntimeError, match="worker bug")
+        assert loop.time() < 2.0  # it did not run on for the hour with a dead worker
     finally:
         loop.close()

@@ -104,15 +104,15 @@ class Pipeline:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Pipeline]:
-        """Run workers and producers for the body of the ``async with``; cancel and await them after."""
-        tasks = [asyncio.create_task(w.run(), name=f"worker-{i}") for i, w in enumerate(self.workers)]
-        tasks += [asyncio.create_task(p.run(), name=f"producer-{i}") for i, p in enumerate(self.producers)]
-        try:
-            yield self
-        finally:
-            for task in tasks:
-                task.cancel()
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
+        """Run workers and producers for the body of the ``async with``; cancel and await them after.
+
+        They live in a task group: if one crashes, the body is cancelled and the error propagates.
+        """
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(w.run(), name=f"worker-{i}") for i, w in enumerate(self.workers)]
+            tasks += [group.create_task(p.run(), name=f"producer-{i}") for i, p in enumerate(self.producers)]
+            try:
+                yield self
+            finally:
+                for task in tasks:
+                    task.cancel()
