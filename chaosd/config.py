@@ -22,14 +22,20 @@ __all__ = [
     "BackoffConfig",
     "DaemonConfig",
     "DetectorConfig",
+    "FaultsConfig",
     "LoadConfig",
+    "OrchestratorConfig",
     "Phase",
     "PressureConfig",
     "QueueConfig",
+    "RecoveryConfig",
     "RunConfig",
+    "ScoreConfig",
     "ServiceConfig",
     "Settings",
     "StageConfig",
+    "StopCondition",
+    "SupervisorConfig",
     "TelemetryConfig",
     "ThrottleConfig",
     "WorkersConfig",
@@ -131,6 +137,91 @@ class StageConfig(_Model):
     backoff: BackoffConfig = BackoffConfig()
     failure_probability: float = Field(default=0.0, ge=0, le=1)
     pressure: PressureConfig = PressureConfig()
+    next: tuple[str, ...] | None = Field(
+        default=None, description="successors in order of preference; unset everywhere = a chain in list order"
+    )
+    # Kind-specific recovery (ignored by other kinds):
+    degrade: bool = Field(default=True, description="tool: after the last retry, complete degraded")
+    fallback: ServiceConfig | None = Field(default=None, description="llm: fallback model's service time")
+    reconnect: BackoffConfig = Field(
+        default=BackoffConfig(base=0.05, factor=2.0, max=2.0), description="mcp: reconnect backoff"
+    )
+    entries: int = Field(default=256, ge=1, le=1_000_000, description="memory: entries in the store")
+    checksums: bool = Field(default=True, description="memory: detect corruption on read and by scrubbing")
+    restore_time: Seconds = Field(default=0.005, ge=0, description="memory: time to restore one entry")
+
+
+class OrchestratorConfig(_Model):
+    replicas: int = Field(default=3, ge=1, le=99)
+    lease_ttl: Seconds = Field(default=1.0, gt=0, description="dispatch lease; a standby takes over after it")
+    renew_interval: Seconds = Field(default=0.25, gt=0)
+    checkpoint_interval: Seconds = Field(default=2.0, gt=0)
+    task_lease: Seconds = Field(default=10.0, gt=0, description="a worker's lease on a task; then redelivered")
+
+    @model_validator(mode="after")
+    def _renew_within_ttl(self) -> OrchestratorConfig:
+        if self.renew_interval >= self.lease_ttl:
+            raise ValueError("renew_interval must be shorter than lease_ttl")
+        return self
+
+
+class SupervisorConfig(_Model):
+    enabled: bool = True
+    backoff: BackoffConfig = BackoffConfig(base=0.5, factor=2.0, max=10.0)
+    max_restarts: int = Field(default=5, ge=0, description="restart intensity: at most this many…")
+    window: Seconds = Field(default=60.0, gt=0, description="…restarts of one agent within this many seconds")
+
+
+class StopCondition(_Model):
+    metric: Literal["availability", "error_rate", "goodput_ratio"] = "availability"
+    below: float | None = Field(default=None, ge=0)
+    above: float | None = Field(default=None, ge=0)
+    for_s: Seconds = Field(default=10.0, gt=0, alias="for")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> StopCondition:
+        if (self.below is None) == (self.above is None):
+            raise ValueError("give exactly one of below or above")
+        return self
+
+
+class FaultsConfig(_Model):
+    default_ttl: Seconds = Field(default=10.0, gt=0)
+    max_ttl: Seconds = Field(default=600.0, gt=0)
+    max_concurrent: int = Field(default=5, ge=1)
+    stop_conditions: tuple[StopCondition, ...] = ()
+
+    @model_validator(mode="after")
+    def _ttl_order(self) -> FaultsConfig:
+        if self.default_ttl > self.max_ttl:
+            raise ValueError("default_ttl must not exceed max_ttl")
+        return self
+
+
+class RecoveryConfig(_Model):
+    baseline_window: Seconds = Field(default=10.0, gt=0, description="fault-free time the baseline covers")
+    tolerance: float = Field(default=0.25, gt=0, description="relative distance from the baseline allowed")
+    confirm: Seconds = Field(default=3.0, ge=0, description="how long the service must stay within it")
+    limit: Seconds = Field(default=60.0, gt=0, description="after the fault ends; else the recovery failed")
+
+
+class ScoreConfig(_Model):
+    availability: float = Field(default=0.4, ge=0, le=1)
+    recovery: float = Field(default=0.3, ge=0, le=1)
+    consistency: float = Field(default=0.3, ge=0, le=1)
+    recovery_rate_share: float = Field(default=0.7, ge=0, le=1)
+    speed_best: Seconds = Field(default=1.0, ge=0)
+    speed_worst: Seconds = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _weights(self) -> ScoreConfig:
+        if abs(self.availability + self.recovery + self.consistency - 1.0) > 1e-9:
+            raise ValueError("availability + recovery + consistency weights must sum to 1")
+        if self.speed_best >= self.speed_worst:
+            raise ValueError("speed_best must be below speed_worst")
+        return self
 
 
 class TelemetryConfig(_Model):
@@ -202,6 +293,11 @@ class Settings(BaseSettings):
     telemetry: TelemetryConfig = TelemetryConfig()
     detector: DetectorConfig = DetectorConfig()
     throttle: ThrottleConfig = ThrottleConfig()
+    orchestrator: OrchestratorConfig = OrchestratorConfig()
+    supervisor: SupervisorConfig = SupervisorConfig()
+    faults: FaultsConfig = FaultsConfig()
+    recovery: RecoveryConfig = RecoveryConfig()
+    score: ScoreConfig = ScoreConfig()
     run: RunConfig = RunConfig()
     daemon: DaemonConfig = DaemonConfig()
     api: ApiConfig = ApiConfig()
@@ -214,6 +310,26 @@ class Settings(BaseSettings):
         names = [s.name for s in stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique (got {names})")
+        known = set(names)
+        for stage in stages:
+            for successor in stage.next or ():
+                if successor not in known:
+                    raise ValueError(f"stage {stage.name!r}: next names unknown stage {successor!r}")
+        edges = {s.name: s.next or () for s in stages}
+        state: dict[str, int] = {}
+
+        def visit(node: str, path: tuple[str, ...]) -> None:
+            if state.get(node) == 1:
+                raise ValueError(f"stages form a cycle: {' -> '.join((*path, node))}")
+            if state.get(node) == 2:
+                return
+            state[node] = 1
+            for successor in edges[node]:
+                visit(successor, (*path, node))
+            state[node] = 2
+
+        for name in names:
+            visit(name, ())
         return stages
 
     @classmethod

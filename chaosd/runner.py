@@ -61,7 +61,7 @@ class Experiment:
         self.virtual = virtual
         self.events = EventLog()
         self.throttle = Throttle(settings.throttle)
-        self.pipeline = Pipeline(settings, clock, admission=self.throttle, measure_from=warmup)
+        self.pipeline = Pipeline(settings, clock, admission=self.throttle, measure_from=warmup, events=self.events)
         tick = settings.telemetry.tick
         self.detector = CollapseDetector(settings.detector, tick)
         self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)
@@ -177,9 +177,7 @@ class Experiment:
         warm = self._warm or end
         span = end.t - warm.t
         measured = p.ledger.measured
-        holders = list(p.holders())
-        lost_all, lost_measured = p.ledger.lost(holders)
-        in_flight = sum(1 for t in holders if t.measured)
+        lost_all, lost_measured, in_flight = p.ledger.unaccounted(p.holders())
         workers = s.workers.count
         mean_service = p.mean_service
         episodes = [

@@ -13,7 +13,8 @@ from chaosd.clock import LoopClock, VirtualEventLoop
 from chaosd.config import BackoffConfig, Phase, ServiceConfig
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.queue import IngressQueue
-from chaosd.pipeline.stages import backoff_delay, make_sampler
+from chaosd.pipeline.backoff import backoff_delay
+from chaosd.pipeline.stages import make_sampler
 from chaosd.pipeline.task import Task
 from chaosd.runner import Experiment
 
@@ -236,7 +237,7 @@ def test_a_crashing_worker_stops_the_run_with_its_error() -> None:
                 await clock.sleep(1.0)
                 raise RuntimeError("worker bug")
 
-            experiment.pipeline.workers[0].run = broken  # type: ignore[method-assign]
+            experiment.pipeline.workers[0]._loop = broken  # type: ignore[method-assign]
             await experiment.run(3600.0)
 
         with pytest.raises(ExceptionGroup) as info:

@@ -34,6 +34,9 @@ class Ledger:
         self.measured = Counts()
         self.in_flight: dict[int, Task] = {}
         self.retries = 0
+        # Second outcomes for a task that already ended (at-least-once delivery), suppressed by the
+        # idempotent sink. ``duplicated`` counts duplicate *effects*, which idempotence prevents.
+        self.deduplicated = 0
         # Completions within the deadline (all of them when there is no deadline): goodput.
         self.good = 0
 
@@ -79,12 +82,14 @@ class Ledger:
             counts.failed_by[reason] = counts.failed_by.get(reason, 0) + 1
 
     def _duplicate(self, task: Task) -> None:
-        self.total.duplicated += 1
-        if task.measured:
-            self.measured.duplicated += 1
+        self.deduplicated += 1
 
-    def lost(self, holders: Iterable[Task]) -> tuple[int, int]:
-        """(lost among all tasks, lost among measured ones): in flight here but held by nobody."""
+    def unaccounted(self, holders: Iterable[Task]) -> tuple[int, int, int]:
+        """(lost among all tasks, lost among measured ones, measured still held).
+
+        Lost: not ended, yet nobody holds it — not the queue, the dispatch state or a worker.
+        """
         held = {task.id for task in holders}
         missing = [t for tid, t in self.in_flight.items() if tid not in held]
-        return len(missing), sum(1 for t in missing if t.measured)
+        still = sum(1 for tid, t in self.in_flight.items() if tid in held and t.measured)
+        return len(missing), sum(1 for t in missing if t.measured), still

@@ -1,4 +1,4 @@
-"""Assembles producers, the ingress queue, workers and the ledger, and owns their tasks."""
+"""Assembles the agent runtime — producers, queue, orchestrator replicas, workers, supervisor — and owns its tasks."""
 
 from __future__ import annotations
 
@@ -9,12 +9,18 @@ from contextlib import asynccontextmanager
 
 from chaosd.clock import Clock
 from chaosd.config import Settings
+from chaosd.events import EventLog
 from chaosd.histogram import LogHistogram
+from chaosd.pipeline.agents import Agent
+from chaosd.pipeline.dag import Dag
+from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.producer import Admission, Producer
 from chaosd.pipeline.queue import IngressQueue
+from chaosd.pipeline.resources import McpConnection, MemoryStore
 from chaosd.pipeline.stages import StageRunner
+from chaosd.pipeline.supervisor import Supervisor
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter, Worker
 from chaosd.rng import Streams
@@ -22,10 +28,11 @@ from chaosd.rng import Streams
 __all__ = ["Pipeline"]
 
 
-class _Open:
-    """Admission when nobody throttles."""
+class _Factor:
+    """A shared multiplier (admission when nobody throttles; the load-spike surge)."""
 
-    factor = 1.0
+    def __init__(self) -> None:
+        self.factor = 1.0
 
 
 class Pipeline:
@@ -38,10 +45,12 @@ class Pipeline:
         *,
         admission: Admission | None = None,
         measure_from: float = 0.0,
+        events: EventLog | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.t0 = clock.now()
+        self.events = events if events is not None else EventLog()
         streams = Streams(settings.seed)
         load = settings.load
         self.shape = LoadShape(load.rate, load.phases)
@@ -50,7 +59,33 @@ class Pipeline:
         self.busy = BusyMeter(self.t0)
         self.wait = LogHistogram()
         self.sojourn = LogHistogram()
-        self.admission: Admission = admission if admission is not None else _Open()
+        self.admission: Admission = admission if admission is not None else _Factor()
+        self.surge = _Factor()
+        self.mcp: dict[str, McpConnection] = {}
+        self.memory: dict[str, MemoryStore] = {}
+        self.stages: dict[str, StageRunner] = {}
+        for stage in settings.stages:
+            memory = mcp = None
+            if stage.kind == "memory":
+                memory = MemoryStore(stage.name, stage.entries, stage.checksums, streams.stream(f"memory:{stage.name}"))
+                self.memory[stage.name] = memory
+            if stage.kind == "mcp":
+                mcp = McpConnection(
+                    stage.name, stage.reconnect, clock, streams.stream(f"mcp:{stage.name}"), self.events
+                )
+                self.mcp[stage.name] = mcp
+            rng = streams.stream(f"service:{stage.name}")
+            self.stages[stage.name] = StageRunner(stage, rng, self.queue, self.ledger, clock, memory=memory, mcp=mcp)
+        self.dag = Dag(settings.stages)
+        self.route: tuple[StageRunner, ...] | None = None
+        self.route_names: tuple[str, ...] | None = None
+        self.dag_dirty = False
+        self.rerouted_at: float | None = None
+        self._reroute()
+
+        replicas = [Agent(f"orchestrator-{i}", "orchestrator") for i in range(settings.orchestrator.replicas)]
+        self.dispatcher = Dispatcher(settings.orchestrator, replicas, self.queue, clock, self.events, self.t0)
+        self.dispatcher.on_tick.append(self._heartbeat)
         ids = itertools.count(1)
         n = load.producers
         self.producers = [
@@ -60,9 +95,11 @@ class Pipeline:
                 arrival=load.arrival,
                 burst_size=load.burst_size,
                 rng=streams.stream(f"arrivals:{i}"),
+                agent=Agent(f"producer-{i}", "producer"),
                 queue=self.queue,
                 ledger=self.ledger,
                 admission=self.admission,
+                surge=self.surge,
                 clock=clock,
                 ids=ids,
                 t0=self.t0,
@@ -71,30 +108,88 @@ class Pipeline:
             )
             for i in range(n)
         ]
-        self.stages = [
-            StageRunner(stage, streams.stream(f"service:{stage.name}"), self.queue, self.ledger, clock)
-            for stage in settings.stages
-        ]
         self.workers = [
             Worker(
-                stages=self.stages,
+                agent=Agent(f"worker-{i}", "worker"),
+                route=self._current_route,
                 queue=self.queue,
                 ledger=self.ledger,
+                dispatcher=self.dispatcher,
                 clock=clock,
                 busy=self.busy,
                 wait=self.wait,
                 sojourn=self.sojourn,
+                rng=streams.stream(f"network:worker-{i}"),
             )
-            for _ in range(settings.workers.count)
+            for i in range(settings.workers.count)
         ]
-        self.mean_service = sum(s.service.expected() for s in settings.stages)
+        self.agents: dict[str, Agent] = {a.id: a for a in replicas}
+        self.agents.update({w.agent.id: w.agent for w in self.workers})
+        self.agents.update({p.agent.id: p.agent for p in self.producers})
+        self._runners = {w.agent.id: w.run for w in self.workers} | {p.agent.id: p.run for p in self.producers}
+        self.supervisor = Supervisor(
+            settings.supervisor, clock, self.events, streams.stream("supervisor"), self.t0, self.start_agent
+        )
+        route_names: tuple[str, ...] = self.route_names or ()
+        self.mean_service = sum(self.stages[name].cfg.service.expected() for name in route_names)
+        self._group: asyncio.TaskGroup | None = None
+
+    # --- routing ----------------------------------------------------------------------------------
+
+    def _current_route(self) -> tuple[StageRunner, ...] | None:
+        return self.route
+
+    def _reroute(self) -> None:
+        names = self.dag.route()
+        self.route_names = names
+        self.route = None if names is None else tuple(self.stages[n] for n in names)
+        self.dag_dirty = False
+
+    def mark_dag_changed(self) -> None:
+        """The DAG changed; the leader reroutes on its next heartbeat."""
+        self.dag_dirty = True
+
+    def _heartbeat(self, now: float) -> None:
+        if self.dispatcher.leader_id is None:
+            return
+        if self.dag_dirty:
+            self._reroute()
+            self.rerouted_at = now - self.t0
+            self.events.record(self.rerouted_at, "dag", state="rerouted", route=list(self.route_names or ()))
+        for store in self.memory.values():
+            if store.scrub():
+                self.events.record(now - self.t0, "memory", stage=store.name, state="repaired")
+
+    # --- agents -----------------------------------------------------------------------------------
+
+    def kill(self, agent: Agent) -> None:
+        agent.alive = False
+        agent.refresh()
+        if agent.task is not None:
+            agent.task.cancel()
+            agent.task = None
+        if agent.kind == "orchestrator":
+            self.dispatcher.replica_died(agent)
+        self.events.record(self.elapsed(), "agent", agent=agent.id, state="dead")
+        self.supervisor.died(agent)
+
+    def start_agent(self, agent: Agent) -> None:
+        """Bring a dead agent back (the supervisor's restart, or a fault's revert)."""
+        agent.alive = True
+        agent.gave_up = False
+        agent.refresh()
+        runner = self._runners.get(agent.id)
+        if runner is not None and self._group is not None:
+            agent.task = self._group.create_task(runner(), name=agent.id)
+        self.events.record(self.elapsed(), "agent", agent=agent.id, state="alive")
 
     def elapsed(self) -> float:
         return self.clock.now() - self.t0
 
     def holders(self) -> Iterator[Task]:
-        """Every task somebody holds: waiting in the queue, blocked at admission, or in service."""
+        """Every task somebody answers for: queued, blocked at admission, dispatched, or in service."""
         yield from self.queue.waiting()
+        yield from self.dispatcher.held()
         for worker in self.workers:
             if worker.current is not None:
                 yield worker.current
@@ -104,15 +199,24 @@ class Pipeline:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Pipeline]:
-        """Run workers and producers for the body of the ``async with``; cancel and await them after.
+        """Run the agents for the body of the ``async with``; cancel and await them after.
 
         They live in a task group: if one crashes, the body is cancelled and the error propagates.
         """
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(w.run(), name=f"worker-{i}") for i, w in enumerate(self.workers)]
-            tasks += [group.create_task(p.run(), name=f"producer-{i}") for i, p in enumerate(self.producers)]
+            self._group = group
+            background = [group.create_task(self.dispatcher.run(), name="dispatcher")]
+            background += [group.create_task(c.run(), name=f"mcp-{n}") for n, c in self.mcp.items()]
+            for agent_id, runner in self._runners.items():
+                agent = self.agents[agent_id]
+                agent.task = group.create_task(runner(), name=agent_id)
             try:
                 yield self
             finally:
-                for task in tasks:
+                self._group = None
+                self.supervisor.close()
+                for task in background:
                     task.cancel()
+                for agent in self.agents.values():
+                    if agent.task is not None:
+                        agent.task.cancel()

@@ -8,6 +8,7 @@ import random
 from typing import Protocol
 
 from chaosd.clock import Clock
+from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.queue import IngressQueue
@@ -36,9 +37,11 @@ class Producer:
         arrival: str,
         burst_size: float,
         rng: random.Random,
+        agent: Agent,
         queue: IngressQueue,
         ledger: Ledger,
         admission: Admission,
+        surge: Admission,
         clock: Clock,
         ids: itertools.count[int],
         t0: float,
@@ -53,6 +56,8 @@ class Producer:
         self._queue = queue
         self._ledger = ledger
         self._admission = admission
+        self._surge = surge  # load_spike multiplies the offered rate by surge.factor
+        self.agent = agent
         self._clock = clock
         self._ids = ids
         self._t0 = t0
@@ -83,14 +88,21 @@ class Producer:
         sleep = clock.sleep
         shape = self._shape
         t0 = self._t0
-        rate = shape.rate_at(0.0) * self._share
-        next_t = t0 + (self._phase / rate if self._arrival == "constant" and rate > 0 else 0.0)
+        agent = self.agent
+        gate = agent.gate
+        surge = self._surge
+        start = now()  # a resurrected producer starts afresh, it does not replay what it missed
+        rate = shape.rate_at(start - t0) * self._share
+        next_t = start + (self._phase / rate if self._arrival == "constant" and rate > 0 else 0.0)
         if rate > 0 and self._arrival != "constant":
             next_t += self._gap(rate)
         streak = 0
         share = self._share
         flat_rate, flat_until = 0.0, float("-inf")
         while True:
+            if not gate.is_set() and not agent.partitioned:
+                await gate.wait()  # paused: no arrivals until resumed, and no catch-up after
+                next_t = max(next_t, now())
             offset = next_t - t0
             if offset < flat_until:
                 rate = flat_rate
@@ -98,6 +110,7 @@ class Producer:
                 rate, until = shape.steady_until(offset)
                 rate *= share
                 flat_rate, flat_until = rate, until
+            rate = rate * surge.factor / agent.slow
             if rate <= 0.0:
                 nxt = shape.next_change(next_t - t0)
                 if nxt is None:
@@ -116,6 +129,7 @@ class Producer:
                 await sleep(0)
                 streak = 0
             for _ in range(self._burst()):
+                agent.served += 1
                 blocked = self._emit(now())
                 if blocked is not None:
                     await self._queue.put(blocked)
@@ -127,6 +141,9 @@ class Producer:
         task = Task(next(self._ids), t, t >= self._measure_from)
         ledger = self._ledger
         ledger.offer(task)
+        if self.agent.partitioned:
+            ledger.refuse(task, "partitioned")
+            return None
         factor = self._admission.factor
         if factor < 1.0:
             self._credit += factor

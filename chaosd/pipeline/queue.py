@@ -27,6 +27,8 @@ class IngressQueue:
         self._getters: deque[asyncio.Future[Task]] = deque()
         self._putters: deque[asyncio.Future[None]] = deque()
         self.blocked: list[Task] = []
+        # No leader, no dispatch: tasks wait and workers are not handed any.
+        self.dispatching = True
         # Tasks handed to a waiting worker that has not resumed yet: still ours to account for.
         self._handed: dict[int, Task] = {}
         self.max_depth = 0
@@ -51,13 +53,8 @@ class IngressQueue:
 
     def offer(self, task: Task) -> bool:
         """Enqueue without waiting; False when the queue is full."""
-        getters = self._getters
-        while getters:
-            getter = getters.popleft()
-            if not getter.done():
-                getter.set_result(task)
-                self._handed[task.id] = task
-                return True
+        if self.dispatching and self._hand(task):
+            return True
         items = self._items
         n = len(items)
         if n >= self.capacity:
@@ -69,6 +66,38 @@ class IngressQueue:
         self.max_depth = max(self.max_depth, n + 1)
         return True
 
+    def _hand(self, task: Task) -> bool:
+        getters = self._getters
+        while getters:
+            getter = getters.popleft()
+            if not getter.done():
+                getter.set_result(task)
+                self._handed[task.id] = task
+                return True
+        return False
+
+    def requeue(self, task: Task) -> None:
+        """Put a task back at the head, over capacity if need be: re-dispatch never refuses."""
+        if self.dispatching and self._hand(task):
+            return
+        now = self._clock.now()
+        self.area += len(self._items) * (now - self._t)
+        self._t = now
+        self._items.appendleft(task)
+        self.max_depth = max(self.max_depth, len(self._items))
+
+    def pause_dispatch(self) -> None:
+        self.dispatching = False
+
+    def resume_dispatch(self) -> None:
+        self.dispatching = True
+        while self._items and self._getters:
+            task = self.get_nowait()
+            if task is None or not self._hand(task):
+                if task is not None:
+                    self.requeue(task)
+                break
+
     async def put(self, task: Task) -> None:
         """Enqueue, waiting for room while the queue is full (the ``block`` policy)."""
         while not self.offer(task):
@@ -77,12 +106,16 @@ class IngressQueue:
             self.blocked.append(task)
             try:
                 await waiter
-            finally:
+            except asyncio.CancelledError:
+                # The producer died holding an accepted task: admit it over capacity rather than lose it.
                 self.blocked.remove(task)
+                self._items.append(task)
+                raise
+            self.blocked.remove(task)
 
     def get_nowait(self) -> Task | None:
         items = self._items
-        if not items:
+        if not items or not self.dispatching:
             return None
         now = self._clock.now()
         self.area += len(items) * (now - self._t)

@@ -1,4 +1,9 @@
-"""Stages a task walks through: service-time draws, timeouts, retries with backoff, failures."""
+"""Stages a task walks through: service-time draws, timeouts, retries, and each kind's own recovery.
+
+tool → a hung call is cut at the timeout, retried, and finally degraded; llm → retried on the
+fallback model; memory → checksums catch corruption, the entry is restored from the checkpoint;
+mcp → while disconnected calls fail fast and a reconnect loop retries with backoff.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,16 @@ import random
 from collections.abc import Callable
 
 from chaosd.clock import Clock
-from chaosd.config import BackoffConfig, ServiceConfig, StageConfig
+from chaosd.config import ServiceConfig, StageConfig
+from chaosd.pipeline.backoff import backoff_delay
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
+from chaosd.pipeline.resources import McpConnection, MemoryStore
 
-__all__ = ["StageRunner", "backoff_delay", "make_sampler"]
+__all__ = ["StageRunner", "make_sampler"]
+
+# A tool call hanging under a tool_timeout fault, when the stage sets no timeout of its own.
+DEFAULT_HANG_TIMEOUT = 0.1
 
 
 def make_sampler(service: ServiceConfig, rng: random.Random) -> Callable[[], float]:
@@ -33,20 +43,13 @@ def make_sampler(service: ServiceConfig, rng: random.Random) -> Callable[[], flo
     return lambda: uniform(low, high)
 
 
-def backoff_delay(cfg: BackoffConfig, attempt: int, rng: random.Random) -> float:
-    """Exponential backoff before retry number ``attempt`` (1-based), capped, with optional jitter."""
-    delay = min(cfg.max, cfg.base * cfg.factor ** (attempt - 1))
-    if cfg.jitter:
-        delay = delay * (1 - cfg.jitter) + rng.uniform(0.0, delay * cfg.jitter)
-    return delay
-
-
 class StageRunner:
     """Runs one stage of a task on the worker that holds it; returns a failure reason or None.
 
     A failed attempt hangs until the stage timeout when one is set (reason ``timeout``, the way an
     overloaded dependency fails) and otherwise errors after its service time (reason ``error``).
-    An attempt whose service time exceeds the timeout is cut at the timeout.
+    Faults set the flags below; ``simple`` is true while nothing can go wrong, so the worker may
+    serve the stage inline.
     """
 
     def __init__(
@@ -56,22 +59,47 @@ class StageRunner:
         queue: IngressQueue,
         ledger: Ledger,
         clock: Clock,
+        *,
+        memory: MemoryStore | None = None,
+        mcp: McpConnection | None = None,
     ) -> None:
         self.name = cfg.name
+        self.kind = cfg.kind
         self.cfg = cfg
         self._rng = rng
-        self._sample = make_sampler(cfg.service, rng)
+        self.sample = make_sampler(cfg.service, rng)
+        self._fallback = make_sampler(cfg.fallback, rng) if cfg.fallback is not None else None
         self._queue = queue
         self._ledger = ledger
         self._sleep = clock.sleep
-        self._pressure = cfg.pressure.enabled
-        # No way to fail: the worker may draw the service time and wait for it inline.
-        self.simple = cfg.timeout == 0 and cfg.failure_probability == 0 and not self._pressure
-        self.sample = self._sample
+        self.memory = memory
+        self.mcp = mcp
+        # Fault flags
+        self.removed = False
+        self.hang = False  # tool_timeout
+        self.hang_timeout = cfg.timeout or DEFAULT_HANG_TIMEOUT
+        self.llm_down = False  # llm_failure: the primary model errors
+        self.jitter = 0.0  # latency_jitter: extra delay drawn from [0, jitter]
+        # Outcomes a recovery check can watch
+        self.degraded = 0
+        self.fallback_served = 0
+        self.successes = 0
+        self.simple = True
+        self.refresh()
+
+    def refresh(self) -> None:
+        cfg = self.cfg
+        self.simple = (
+            cfg.timeout == 0
+            and cfg.failure_probability == 0
+            and not cfg.pressure.enabled
+            and self.kind in ("compute", "tool", "llm")
+            and not (self.removed or self.hang or self.llm_down or self.jitter)
+        )
 
     def failure_probability(self) -> float:
         p = self.cfg.failure_probability
-        if self._pressure:
+        if self.cfg.pressure.enabled:
             pressure = self.cfg.pressure
             saturation = self._queue.depth / self._queue.capacity
             if saturation > pressure.threshold:
@@ -80,27 +108,60 @@ class StageRunner:
                 p = p + extra - p * extra
         return p
 
-    async def run(self) -> str | None:
+    async def run(self, slow: float = 1.0) -> str | None:
         cfg = self.cfg
         timeout = cfg.timeout
         sleep = self._sleep
+        rng = self._rng
         attempt = 0
+        use_fallback = False
         while True:
-            service = self._sample()
-            p = self.failure_probability() if self._pressure or cfg.failure_probability else 0.0
-            failed = p > 0.0 and self._rng.random() < p
-            if timeout > 0.0 and (failed or service > timeout):
-                await sleep(timeout)
-                reason = "timeout"
-            elif failed:
-                await sleep(service)
-                reason = "error"
-            else:
-                if service > 0.0:
-                    await sleep(service)
+            reason = await self._attempt(slow, timeout, use_fallback)
+            if reason is None:
+                self.successes += 1
                 return None
             attempt += 1
+            if self.kind == "llm" and self._fallback is not None:
+                use_fallback = True
             if attempt > cfg.retries:
+                if reason == "tool_timeout" and cfg.degrade:
+                    self.degraded += 1
+                    return None
                 return reason
             self._ledger.retries += 1
-            await sleep(backoff_delay(cfg.backoff, attempt, self._rng))
+            await sleep(backoff_delay(cfg.backoff, attempt, rng))
+
+    async def _attempt(self, slow: float, timeout: float, use_fallback: bool) -> str | None:
+        sleep = self._sleep
+        if self.removed:
+            return "node_removed"
+        if self.mcp is not None and not self.mcp.connected:
+            return "mcp_disconnected"
+        if self.hang:
+            await sleep(self.hang_timeout)
+            return "tool_timeout"
+        service = (self._fallback() if use_fallback and self._fallback is not None else self.sample()) * slow
+        if self.jitter:
+            service += self._rng.uniform(0.0, self.jitter)
+        if self.memory is not None:
+            store = self.memory
+            i = self._rng.randrange(len(store.values))
+            if store.check(i) == "detected":
+                store.restore(i)
+                service += self.cfg.restore_time
+        if self.llm_down and not use_fallback:
+            await sleep(service)
+            return "llm_error"
+        p = self.failure_probability() if self.cfg.pressure.enabled or self.cfg.failure_probability else 0.0
+        failed = p > 0.0 and self._rng.random() < p
+        if timeout > 0.0 and (failed or service > timeout):
+            await sleep(timeout)
+            return "timeout"
+        if failed:
+            await sleep(service)
+            return "error"
+        if service > 0.0:
+            await sleep(service)
+        if use_fallback:
+            self.fallback_served += 1
+        return None

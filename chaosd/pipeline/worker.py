@@ -1,11 +1,14 @@
-"""Worker agents: take a task, walk it through the stages, hand the outcome to the ledger."""
+"""Worker agents: take a dispatched task, walk it along the current route, hand the outcome to the sink."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections.abc import Callable
 
 from chaosd.clock import Clock
 from chaosd.histogram import LogHistogram
+from chaosd.pipeline.agents import Agent
+from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.stages import StageRunner
@@ -42,29 +45,48 @@ class BusyMeter:
 
 
 class Worker:
-    """One worker agent: serves one task at a time, start to finish."""
+    """One worker agent: serves one task at a time, start to finish, along the orchestrator's route."""
 
     def __init__(
         self,
         *,
-        stages: Sequence[StageRunner],
+        agent: Agent,
+        route: Callable[[], tuple[StageRunner, ...] | None],
         queue: IngressQueue,
         ledger: Ledger,
+        dispatcher: Dispatcher,
         clock: Clock,
         busy: BusyMeter,
         wait: LogHistogram,
         sojourn: LogHistogram,
+        rng: random.Random,
     ) -> None:
-        self._stages = tuple(stages)
+        self.agent = agent
+        self._route = route
         self._queue = queue
         self._ledger = ledger
+        self._dispatcher = dispatcher
         self._clock = clock
         self._busy = busy
         self._wait = wait
         self._sojourn = sojourn
+        self._rng = rng
+        self.drop_probability = 0.0  # drop_messages: a dispatch lost on its way to this worker
+        self.dropped = 0
         self.current: Task | None = None
 
     async def run(self) -> None:
+        try:
+            await self._loop()
+        finally:
+            # Killed (or stopped) mid-task: the task stays with the dispatch state until its lease ends.
+            if self.current is not None:
+                self._busy.stop(self._clock.now())
+                self.current = None
+
+    async def _loop(self) -> None:
+        agent = self.agent
+        gate = agent.gate
         queue = self._queue
         now = self._clock.now
         sleep = self._clock.sleep
@@ -72,38 +94,62 @@ class Worker:
         wait_add = self._wait.add
         sojourn_add = self._sojourn.add
         ledger = self._ledger
-        stages = self._stages
+        in_flight = ledger.in_flight
+        dispatcher = self._dispatcher
+        me = agent.id
         served = 0
         while True:
+            if not gate.is_set():
+                await gate.wait()
             task = queue.get_nowait()
             if task is None:
                 task = await queue.get()
                 served = 0
             elif served >= _YIELD_EVERY:
-                self.current = task
+                queue.requeue(task)  # let others run; the task keeps its place at the head
                 await sleep(0)
                 served = 0
-            self.current = task
+                continue
             t = now()
-            task.started_at = t
+            if task.id not in in_flight:
+                # A re-dispatched copy of a task that already ended: the sink would ignore it anyway.
+                ledger.deduplicated += 1
+                continue
+            dispatcher.assign(task, me, t)
+            if self.drop_probability and self._rng.random() < self.drop_probability:
+                self.dropped += 1  # the dispatch never arrives; the task lease will bring it back
+                continue
+            self.current = task
+            if not task.attempts:
+                wait_add(t - task.accepted_at)
+            task.attempts += 1
             busy.start(t)
-            wait_add(t - task.accepted_at)
+            route = self._route()
             reason = None
-            for stage in stages:
-                if stage.simple:
-                    service = stage.sample()
-                    if service > 0.0:
-                        await sleep(service)
-                    continue
-                reason = await stage.run()
-                if reason is not None:
-                    break
+            if route is None:
+                reason = "no_route"
+            else:
+                slow = agent.slow
+                for stage in route:
+                    if stage.simple:
+                        service = stage.sample() * slow
+                        if service > 0.0:
+                            await sleep(service)
+                        continue
+                    reason = await stage.run(slow)
+                    if reason is not None:
+                        break
             t = now()
             busy.stop(t)
+            self.current = None
+            served += 1
+            agent.served += 1
+            if agent.partitioned:
+                continue  # the outcome cannot reach the sink; the task lease will expire
             if reason is None:
-                sojourn_add(t - task.accepted_at)
+                if task.id in in_flight:
+                    sojourn_add(t - task.accepted_at)
                 ledger.complete(task, t)
             else:
                 ledger.fail(task, reason)
-            self.current = None
-            served += 1
+            dispatcher.ack(task.id, me)

@@ -1,0 +1,48 @@
+"""Agents: the parts of the pipeline that can die, pause, slow down or be cut off — and be resurrected."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+__all__ = ["Agent"]
+
+
+@dataclass(eq=False)
+class Agent:
+    """One agent's health. ``gate`` is set while the agent may work (not paused, exhausted or partitioned)."""
+
+    id: str
+    kind: str  # "worker" | "producer" | "orchestrator"
+    alive: bool = True
+    paused: bool = False
+    exhausted: bool = False  # held by a pool-exhaustion fault
+    partitioned: bool = False
+    slow: float = 1.0  # service-time multiplier (workers) or rate divisor (producers)
+    served: int = 0  # tasks finished (workers) or offered (producers): progress after a restart
+    restarts: list[float] = field(default_factory=list)
+    gave_up: bool = False  # the supervisor stopped restarting it
+    task: asyncio.Task[None] | None = None
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.gate.set()
+
+    def refresh(self) -> None:
+        """Open or close the gate after a flag changed."""
+        if self.alive and not (self.paused or self.exhausted or self.partitioned):
+            self.gate.set()
+        else:
+            self.gate.clear()
+
+    @property
+    def state(self) -> str:
+        if not self.alive:
+            return "dead"
+        if self.partitioned:
+            return "partitioned"
+        if self.paused or self.exhausted:
+            return "paused"
+        if self.slow != 1.0:
+            return "slow"
+        return "running"

@@ -1,0 +1,182 @@
+"""Leadership and dispatch: K orchestrator replicas, one holding the dispatch lease.
+
+The leader records every assignment (task → worker, lease deadline) in its memory and in a durable
+log (a checkpoint plus the operations since). When it dies, dispatch stops; once its lease has
+expired the first live standby takes it, rebuilds the state from checkpoint + log, and re-dispatches
+everything assigned but never acknowledged. Task leases that expire (a dead or cut-off worker) are
+re-dispatched too: delivery is at-least-once, and the sink's idempotence makes the effect exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from chaosd.clock import Clock
+from chaosd.config import OrchestratorConfig
+from chaosd.events import EventLog
+from chaosd.pipeline.agents import Agent
+from chaosd.pipeline.queue import IngressQueue
+from chaosd.pipeline.task import Task
+
+__all__ = ["Assignment", "Dispatcher"]
+
+
+@dataclass(slots=True)
+class Assignment:
+    task: Task
+    worker: str
+    deadline: float
+
+
+State = dict[int, Assignment]
+
+
+class Dispatcher:
+    """The dispatch lease, the leader's state and its durable log; ``tick`` is the leader's heartbeat."""
+
+    def __init__(
+        self,
+        cfg: OrchestratorConfig,
+        replicas: list[Agent],
+        queue: IngressQueue,
+        clock: Clock,
+        events: EventLog,
+        t0: float,
+    ) -> None:
+        self.cfg = cfg
+        self.replicas = replicas
+        self._queue = queue
+        self._clock = clock
+        self._events = events
+        self._t0 = t0
+        self.leader: Agent | None = replicas[0]
+        self.lease_expires = clock.now() + cfg.lease_ttl
+        self.state: State | None = {}
+        self._checkpoint: State = {}
+        self._checkpoint_at = clock.now()
+        self._log: list[tuple[str, Assignment | int]] = []
+        self.elections = 0
+        self.redispatched = 0
+        self.lease_expired = 0
+        self.restore_mismatches = 0
+        self.leader_since = 0.0
+        self.on_tick: list[Callable[[float], None]] = []
+
+    # --- the hot path: workers -------------------------------------------------------------------
+
+    def assign(self, task: Task, worker: str, now: float) -> None:
+        state = self.state
+        if state is None:
+            return  # no leader: nobody dispatched it (a worker already held it)
+        entry = Assignment(task, worker, now + self.cfg.task_lease)
+        state[task.id] = entry
+        self._log.append(("a", entry))
+
+    def ack(self, task_id: int, worker: str) -> None:
+        state = self.state
+        if state is None:
+            return  # the leader is gone: the acknowledgement is lost, the task will be re-dispatched
+        entry = state.get(task_id)
+        if entry is not None and entry.worker == worker:
+            del state[task_id]
+            self._log.append(("k", task_id))
+
+    # --- leadership ------------------------------------------------------------------------------
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.leader.id if self.leader is not None and self.leader.alive else None
+
+    def replica_died(self, replica: Agent) -> None:
+        if replica is self.leader:
+            # Its memory is gone; what it wrote to the log is not. Nobody dispatches until a new leader.
+            self.state = None
+            self._queue.pause_dispatch()
+            self._events.record(self._now(), "leader", state="lost", replica=replica.id)
+
+    def tick(self, now: float) -> None:
+        leader = self.leader
+        if leader is not None and leader.alive:
+            self.lease_expires = now + self.cfg.lease_ttl
+            self._expire_task_leases(now)
+            if now - self._checkpoint_at >= self.cfg.checkpoint_interval:
+                self._take_checkpoint(now)
+        elif now >= self.lease_expires:
+            self._elect(now)
+        for callback in self.on_tick:
+            callback(now)
+
+    def _elect(self, now: float) -> None:
+        candidate = next((r for r in self.replicas if r.alive and r.gate.is_set()), None)
+        if candidate is None:
+            if self.leader is not None:
+                self.leader = None
+            return
+        old = self.leader
+        restored = self.restore()
+        if old is not None and self.state is not None and restored.keys() != self.state.keys():
+            self.restore_mismatches += 1
+        self.leader = candidate
+        self.state = restored
+        self.lease_expires = now + self.cfg.lease_ttl
+        self.elections += 1
+        self.leader_since = now - self._t0
+        unacked = sorted(restored.values(), key=lambda a: a.task.id)
+        for entry in reversed(unacked):
+            self._queue.requeue(entry.task)
+        self.redispatched += len(unacked)
+        self._take_checkpoint(now)
+        self._queue.resume_dispatch()
+        self._events.record(
+            self.leader_since, "leader", state="elected", replica=candidate.id, redispatched=len(unacked)
+        )
+
+    def restore(self) -> State:
+        """The dispatch state rebuilt from the latest checkpoint plus the log since."""
+        state = dict(self._checkpoint)
+        for op, value in self._log:
+            if op == "a":
+                assert isinstance(value, Assignment)
+                state[value.task.id] = value
+            else:
+                assert isinstance(value, int)
+                state.pop(value, None)
+        return state
+
+    def _take_checkpoint(self, now: float) -> None:
+        if self.state is not None:
+            self._checkpoint = dict(self.state)
+            self._log = []
+            self._checkpoint_at = now
+
+    def _expire_task_leases(self, now: float) -> None:
+        state = self.state
+        if not state:
+            return
+        expired = [a for a in state.values() if a.deadline <= now]
+        for entry in sorted(expired, key=lambda a: a.task.id, reverse=True):
+            del state[entry.task.id]
+            self._log.append(("k", entry.task.id))
+            self._queue.requeue(entry.task)
+        if expired:
+            self.lease_expired += len(expired)
+            self.redispatched += len(expired)
+
+    def held(self) -> Iterator[Task]:
+        """Tasks the dispatch state answers for (from the log while there is no leader)."""
+        state = self.state if self.state is not None else self.restore()
+        for entry in state.values():
+            yield entry.task
+
+    def _now(self) -> float:
+        return self._clock.now() - self._t0
+
+    async def run(self) -> None:
+        """The replicas' heartbeat: renew the lease, sweep task leases, checkpoint, elect."""
+        interval = self.cfg.renew_interval
+        k = 0
+        while True:
+            k += 1
+            await self._clock.sleep_until(self._t0 + k * interval)
+            self.tick(self._clock.now())

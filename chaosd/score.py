@@ -1,0 +1,223 @@
+"""The resilience score (DESIGN §5) and the failure breakdown by cause: pure functions over measured counts.
+
+No I/O, no clock, no rounding: the report rounds what it prints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "FORMULA_VERSION",
+    "Cause",
+    "Score",
+    "ScoreInputs",
+    "ScoreWeights",
+    "compute_score",
+    "diagnose",
+    "grade",
+]
+
+FORMULA_VERSION = "1"  # bump when the formula changes; reported with every score
+
+_WEIGHT_TOLERANCE = 1e-9
+# Lower edges, inclusive, highest first; anything below the last edge is "F".
+_GRADES: tuple[tuple[float, str], ...] = ((95.0, "A+"), (90.0, "A"), (80.0, "B"), (70.0, "C"), (60.0, "D"))
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreWeights:
+    """How the dimensions combine. Validated on construction: a bad weight raises ``ValueError`` naming it.
+
+    ``availability + recovery + consistency`` must be 1 (within 1e-9), each in [0, 1]; ``recovery_rate_share``
+    in [0, 1] splits recovery between rate and speed; ``0 <= speed_best_s < speed_worst_s``, both finite.
+    """
+
+    availability: float = 0.4
+    recovery: float = 0.3
+    consistency: float = 0.3
+    recovery_rate_share: float = 0.7  # within recovery; speed gets 1 - this
+    speed_best_s: float = 1.0  # mean service-recovery time scoring 100
+    speed_worst_s: float = 10.0  # … scoring 0
+
+    def __post_init__(self) -> None:
+        for name in ("availability", "recovery", "consistency", "recovery_rate_share"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+                raise ValueError(f"{name}: must be in [0, 1], got {value!r}")
+        total = self.availability + self.recovery + self.consistency
+        if abs(total - 1.0) > _WEIGHT_TOLERANCE:
+            raise ValueError(f"availability + recovery + consistency: must sum to 1, got {total!r}")
+        for name in ("speed_best_s", "speed_worst_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"{name}: must be a finite number of seconds >= 0, got {value!r}")
+        if self.speed_best_s >= self.speed_worst_s:
+            raise ValueError(
+                f"speed_best_s: must be below speed_worst_s ({self.speed_worst_s!r}), got {self.speed_best_s!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreInputs:
+    """What the run measured. Validated on construction: an impossible count raises ``ValueError`` naming it.
+
+    Counts are >= 0; ``good + lost <= accepted`` (a lost task never completed); ``faults_recovered <=
+    faults_injected``; one finite, non-negative recovery time per recovered fault.
+    """
+
+    accepted: int  # accepted tasks that reached an outcome or were lost (exclude still in flight)
+    good: int  # completed within deadline
+    lost: int
+    duplicated: int
+    undetected_corruptions: int
+    faults_injected: int
+    faults_recovered: int  # service recovered within its limit
+    recovery_times_s: tuple[float, ...]  # service-recovery time of each recovered fault
+
+    def __post_init__(self) -> None:
+        for name in (
+            "accepted",
+            "good",
+            "lost",
+            "duplicated",
+            "undetected_corruptions",
+            "faults_injected",
+            "faults_recovered",
+        ):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f"{name}: must be >= 0, got {value!r}")
+        if self.good > self.accepted:
+            raise ValueError(f"good: {self.good} exceeds accepted ({self.accepted})")
+        if self.good + self.lost > self.accepted:
+            raise ValueError(f"lost: good ({self.good}) + lost ({self.lost}) exceeds accepted ({self.accepted})")
+        if self.faults_recovered > self.faults_injected:
+            raise ValueError(
+                f"faults_recovered: {self.faults_recovered} exceeds faults_injected ({self.faults_injected})"
+            )
+        if len(self.recovery_times_s) != self.faults_recovered:
+            raise ValueError(
+                f"recovery_times_s: {len(self.recovery_times_s)} times for "
+                f"faults_recovered={self.faults_recovered}; need one per recovered fault"
+            )
+        for t in self.recovery_times_s:
+            if not (math.isfinite(t) and t >= 0.0):
+                raise ValueError(f"recovery_times_s: each time must be finite and >= 0, got {t!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """Each dimension and the total, 0–100 and unrounded, with the formula version that produced them."""
+
+    total: float
+    grade: str
+    availability: float
+    recovery: float
+    recovery_rate: float
+    recovery_speed: float
+    consistency: float
+    version: str
+
+    def as_dict(self) -> dict[str, float | str]:
+        return {
+            "total": self.total,
+            "grade": self.grade,
+            "availability": self.availability,
+            "recovery": self.recovery,
+            "recovery_rate": self.recovery_rate,
+            "recovery_speed": self.recovery_speed,
+            "consistency": self.consistency,
+            "version": self.version,
+        }
+
+
+def grade(total: float) -> str:
+    """Letter for a 0–100 total; each band includes its lower edge (95.0 → "A+", 94.999 → "A")."""
+    if math.isnan(total):
+        raise ValueError("total: not a number")
+    for edge, letter in _GRADES:
+        if total >= edge:
+            return letter
+    return "F"
+
+
+def _speed(mean_s: float, weights: ScoreWeights) -> float:
+    """Linear ramp: 100 at or below ``speed_best_s``, 0 at or above ``speed_worst_s``."""
+    if mean_s <= weights.speed_best_s:
+        return 100.0
+    if mean_s >= weights.speed_worst_s:
+        return 0.0
+    return 100.0 * (weights.speed_worst_s - mean_s) / (weights.speed_worst_s - weights.speed_best_s)
+
+
+def compute_score(inputs: ScoreInputs, weights: ScoreWeights = ScoreWeights()) -> Score:
+    """Score a run from its measured counts (DESIGN §5). Nothing is rounded here.
+
+    - availability = 100·good/accepted.
+    - consistency = 100·(accepted − lost − duplicated − undetected_corruptions)/accepted, clamped at 0:
+      every loss, duplicate effect and undetected corruption counts against it.
+    - With ``accepted == 0`` nothing was served, so availability and consistency are 0 — an idle run is
+      not "available".
+    - recovery_rate = 100·faults_recovered/faults_injected; recovery_speed is the linear ramp on the mean of
+      ``recovery_times_s``; with faults injected but none recovered, speed is 0.
+    - With ``faults_injected == 0`` there was nothing to recover from: recovery, rate and speed are all 100.
+      This is the one defined (not measured) value; the caller reports ``faults_injected`` beside it.
+    - recovery = share·rate + (1 − share)·speed; total = weighted sum of the three dimensions.
+    """
+    if inputs.accepted == 0:
+        availability = 0.0
+        consistency = 0.0
+    else:
+        availability = 100.0 * inputs.good / inputs.accepted
+        kept = inputs.accepted - inputs.lost - inputs.duplicated - inputs.undetected_corruptions
+        consistency = 100.0 * max(kept, 0) / inputs.accepted
+
+    if inputs.faults_injected == 0:
+        recovery_rate = 100.0
+        recovery_speed = 100.0
+    else:
+        recovery_rate = 100.0 * inputs.faults_recovered / inputs.faults_injected
+        if inputs.faults_recovered == 0:
+            recovery_speed = 0.0
+        else:
+            mean_s = math.fsum(inputs.recovery_times_s) / len(inputs.recovery_times_s)
+            recovery_speed = _speed(mean_s, weights)
+    share = weights.recovery_rate_share
+    recovery = share * recovery_rate + (1.0 - share) * recovery_speed
+
+    total = weights.availability * availability + weights.recovery * recovery + weights.consistency * consistency
+    return Score(
+        total=total,
+        grade=grade(total),
+        availability=availability,
+        recovery=recovery,
+        recovery_rate=recovery_rate,
+        recovery_speed=recovery_speed,
+        consistency=consistency,
+        version=FORMULA_VERSION,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One cause of failure: how many problems it produced and its share (0–1) of all counted problems."""
+
+    cause: str
+    count: int
+    share: float
+
+
+def diagnose(causes: Mapping[str, int]) -> tuple[Cause, ...]:
+    """Problems by cause, biggest first (ties by name, so the order is deterministic); zero counts dropped.
+
+    Empty or all-zero input → ``()``. A negative count raises ``ValueError`` naming the cause.
+    """
+    for name, count in causes.items():
+        if count < 0:
+            raise ValueError(f"{name}: count must be >= 0, got {count!r}")
+    counted = sorted(((name, count) for name, count in causes.items() if count > 0), key=lambda nc: (-nc[1], nc[0]))
+    total = sum(count for _, count in counted)
+    return tuple(Cause(cause=name, count=count, share=count / total) for name, count in counted)
