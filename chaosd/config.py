@@ -68,7 +68,7 @@ class Phase(_Model):
 
 class LoadConfig(_Model):
     arrival: Literal["poisson", "constant", "bursty"] = "poisson"
-    rate: float = Field(default=80.0, ge=0)
+    rate: float = Field(default=200.0, ge=0)
     producers: int = Field(default=4, ge=1, le=10_000)
     burst_size: float = Field(default=10.0, ge=1)
     deadline: Seconds = Field(default=0.0, ge=0)
@@ -88,7 +88,7 @@ class QueueConfig(_Model):
 
 
 class WorkersConfig(_Model):
-    count: int = Field(default=1, ge=1, le=100_000)
+    count: int = Field(default=4, ge=1, le=100_000)
 
 
 class ServiceConfig(_Model):
@@ -276,8 +276,27 @@ class ApiConfig(_Model):
     port: int = Field(default=8686, ge=0, le=65535)
 
 
+def _exp(mean: float) -> ServiceConfig:
+    return ServiceConfig(distribution="exponential", mean=mean)
+
+
 def _default_stages() -> tuple[StageConfig, ...]:
-    return (StageConfig(name="work"),)
+    """A small agent workflow with an alternate path around its tool (config/chaosd.toml documents it)."""
+    return (
+        StageConfig(
+            name="plan",
+            kind="llm",
+            service=_exp(0.003),
+            retries=2,
+            next=("search", "search_backup"),
+            fallback=_exp(0.005),
+        ),
+        StageConfig(name="search", kind="tool", service=_exp(0.003), timeout=0.05, retries=2, next=("recall",)),
+        StageConfig(name="search_backup", kind="tool", service=_exp(0.004), timeout=0.05, retries=2, next=("recall",)),
+        StageConfig(name="recall", kind="memory", service=_exp(0.001), next=("context",)),
+        StageConfig(name="context", kind="mcp", service=_exp(0.001), retries=3, next=("answer",)),
+        StageConfig(name="answer", kind="compute", service=_exp(0.002), next=()),
+    )
 
 
 class Settings(BaseSettings):

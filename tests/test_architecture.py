@@ -19,6 +19,7 @@ LAYERS = [
     "scenario",
     "pipeline",
     "telemetry",
+    "score",
     "report",
     "runner",
     "daemon",

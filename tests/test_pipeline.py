@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 from conftest import mmc, run, settings
 
 from chaosd.clock import LoopClock, VirtualEventLoop
-from chaosd.config import BackoffConfig, Phase, ServiceConfig
+from chaosd.config import BackoffConfig, Phase, ServiceConfig, load_settings
+from chaosd.pipeline.backoff import backoff_delay
+from chaosd.pipeline.dag import Dag
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.queue import IngressQueue
-from chaosd.pipeline.backoff import backoff_delay
 from chaosd.pipeline.stages import make_sampler
 from chaosd.pipeline.task import Task
-from chaosd.runner import Experiment
+from chaosd.runner import Experiment, run_offline
 
 
 def _accounted(report: dict) -> None:
@@ -197,13 +199,26 @@ def test_same_seed_same_report_other_seed_different() -> None:
     assert a != c
 
 
-def test_config_example_expresses_mm1() -> None:
-    s = settings({})
-    assert (s.workers.count, s.load.arrival, s.stages[0].service.distribution) == (
-        1,
-        "poisson",
-        "exponential",
+def test_the_documented_mmc_example_is_a_single_stage_chain(tmp_path: Path) -> None:
+    example = tmp_path / "mm1.toml"
+    example.write_text(
+        'seed = 1\n[load]\narrival = "poisson"\nrate = 80.0\nproducers = 4\n[queue]\ncapacity = 10000\n'
+        'when_full = "reject"\n[workers]\ncount = 1\n[[stages]]\nname = "work"\nkind = "compute"\n'
+        'service = { distribution = "exponential", mean = 0.01 }\n[detector]\nenabled = true\n'
+        "[throttle]\nenabled = false\n"
     )
+    report = run_offline(load_settings(example), duration=200.0, warmup=20.0)
+    assert report["load"]["offered_rho"] == pytest.approx(0.8)
+    assert report["utilisation"] == pytest.approx(0.8, abs=0.03)
+
+
+def test_the_default_dag_routes_around_its_tool() -> None:
+    dag = Dag(settings({}).stages)
+    assert dag.route() == ("plan", "search", "recall", "context", "answer")
+    dag.removed_nodes.add("search")
+    assert dag.route() == ("plan", "search_backup", "recall", "context", "answer")
+    dag.removed_edges.add(("plan", "search_backup"))
+    assert dag.route() is None
 
 
 def test_a_task_handed_to_a_worker_that_has_not_resumed_is_not_counted_lost() -> None:
