@@ -14,7 +14,15 @@ from chaosd import __version__
 from chaosd.clock import wall_time
 from chaosd.config import Settings, deep_merge, load_settings
 from chaosd.durations import parse_duration
-from chaosd.errors import ConfigError
+from chaosd.errors import ConfigError, FaultError
+from chaosd.plans import (
+    EXPECT_KEYS,
+    SURVIVAL_DEFAULT,
+    check_actions,
+    evaluate_expectations,
+    scenario_plan,
+    survival_plan,
+)
 from chaosd.report import render_summary, write_report
 from chaosd.runner import run_offline
 from chaosd.scenario import Scenario, find_scenario, load_scenario, settings_for
@@ -22,6 +30,7 @@ from chaosd.scenario import Scenario, find_scenario, load_scenario, settings_for
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+EXIT_EXPECTATION = 3
 
 
 def _duration(text: str) -> float:
@@ -64,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--report", type=Path, help="where to write the JSON report")
     run.add_argument("--realtime", action="store_true", help="run on the real clock instead of virtual time")
     run.add_argument("--quiet", action="store_true", help="print no summary")
+    run.add_argument("--survival", action="store_true", help="inject random faults every --interval")
+    run.add_argument("--interval", type=_duration, default=10.0, help="survival: seconds between faults (10)")
+    run.add_argument("--actions", help="survival: comma-separated subset of the catalogue (default: every action)")
     return parser
 
 
@@ -85,14 +97,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.scenario is not None:
         path = find_scenario(args.scenario)
         scenario = load_scenario(path)
-        if scenario.actions:
-            return _fail(
-                [
-                    f"{path}: actions: this scenario injects {len(scenario.actions)} fault(s), "
-                    "and this chaosd has no fault injector yet; remove `actions` to run its load alone"
-                ]
-            )
         settings: Settings = settings_for(scenario, path, args.config)
+        check_actions(scenario.actions, str(path), settings.faults.max_ttl)
+        unknown = [k for k in scenario.expect if k not in EXPECT_KEYS]
+        if unknown:
+            return _fail([f"{path}: expect.{unknown[0]}: unknown expectation (valid: {', '.join(EXPECT_KEYS)})"])
         if overlay:
             settings = load_settings(args.config, deep_merge(scenario.overlay(), overlay), str(path))
     else:
@@ -108,6 +117,16 @@ def _run(args: argparse.Namespace) -> int:
     if warmup >= duration:
         return _fail([f"--warmup: {warmup:g} s must be shorter than the duration ({duration:g} s)"])
     report_path = args.report or Path(settings.run.report)
+    plan = None
+    if args.survival:
+        subset = tuple(a.strip() for a in args.actions.split(",") if a.strip()) if args.actions else SURVIVAL_DEFAULT
+        if args.interval <= 0:
+            return _fail([f"--interval: must be > 0 (got {args.interval:g})"])
+        plan = survival_plan(args.interval, subset, settings.seed)
+    elif args.actions:
+        return _fail(["--actions: only with --survival"])
+    elif scenario is not None and scenario.actions:
+        plan = scenario_plan(scenario.actions)
     started = wall_time()
     report = run_offline(
         settings,
@@ -115,13 +134,18 @@ def _run(args: argparse.Namespace) -> int:
         warmup=warmup,
         virtual=not args.realtime,
         scenario=scenario.name if scenario else None,
+        plan=plan,
     )
     wall = wall_time() - started
+    if scenario is not None and scenario.expect:
+        report["expectations"] = evaluate_expectations(scenario.expect, report)
     write_report(report, report_path)
     if not args.quiet:
         _out(render_summary(report))
         speed = f" ({duration / wall:.0f}× real time)" if not args.realtime and wall > 0 else ""
         _out(f"  report     {report_path} · {wall:.2f} s wall{speed}")
+    if any(not e["passed"] for e in report.get("expectations", [])):
+        return EXIT_EXPECTATION
     return 0
 
 
@@ -138,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(load_settings(args.config), _out)
     except ConfigError as exc:
         return _fail(exc.lines())
+    except FaultError as exc:
+        return _fail([f"--{exc.field}: {exc.message}"])
 
 
 def entrypoint() -> None:

@@ -71,7 +71,7 @@ class LoadConfig(_Model):
     rate: float = Field(default=200.0, ge=0)
     producers: int = Field(default=4, ge=1, le=10_000)
     burst_size: float = Field(default=10.0, ge=1)
-    deadline: Seconds = Field(default=0.0, ge=0)
+    deadline: Seconds = Field(default=1.0, ge=0)
     phases: tuple[Phase, ...] = ()
 
     @model_validator(mode="after")
@@ -156,7 +156,7 @@ class OrchestratorConfig(_Model):
     lease_ttl: Seconds = Field(default=1.0, gt=0, description="dispatch lease; a standby takes over after it")
     renew_interval: Seconds = Field(default=0.25, gt=0)
     checkpoint_interval: Seconds = Field(default=2.0, gt=0)
-    task_lease: Seconds = Field(default=10.0, gt=0, description="a worker's lease on a task; then redelivered")
+    task_lease: Seconds = Field(default=2.0, gt=0, description="a worker's lease on a task; then redelivered")
 
     @model_validator(mode="after")
     def _renew_within_ttl(self) -> OrchestratorConfig:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ChaosdError", "ConfigError", "ScenarioError"]
+__all__ = ["ChaosdError", "ConfigError", "FaultError", "ScenarioError"]
 
 
 class ChaosdError(Exception):
@@ -22,3 +22,13 @@ class ConfigError(ChaosdError):
 
 class ScenarioError(ConfigError):
     """A scenario file that cannot be read or does not validate."""
+
+
+class FaultError(ChaosdError):
+    """A fault that cannot be injected (or reverted); nothing was changed."""
+
+    def __init__(self, field: str, message: str, *, status: int = 422) -> None:
+        self.field = field
+        self.message = message
+        self.status = status  # 409 for conflicts and refusals, 422 for bad input, 404 for unknown ids
+        super().__init__(f"{field}: {message}")

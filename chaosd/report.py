@@ -70,6 +70,25 @@ def render_summary(r: Mapping[str, Any]) -> str:
     for e in c["episodes"]:
         cleared = "not cleared" if e["cleared_at"] is None else f"cleared at {e['cleared_at']:.1f} s"
         lines.append(f"             detected at {e['detected_at']:.1f} s ({e['reason']}), {cleared}")
+    if "score" in r:
+        sc = r["score"]
+        fs = r["faults_summary"]
+        lines.append(
+            f"  faults     {fs['injected']} injected · {fs['recovered']} recovered · {fs['failed']} failed · "
+            f"{fs['pending']} pending" + (f" · lever pulled: {fs['lever']}" if fs["lever"] else "")
+        )
+        for action, mean in fs["mean_recovery_s_by_action"].items():
+            lines.append(f"             {action}: mean recovery {mean:.2f} s")
+        lines.append(
+            f"  score      {sc['total']:.1f} ({sc['grade']}) · availability {sc['availability']:.1f} · "
+            f"recovery {sc['recovery']:.1f} · consistency {sc['consistency']:.1f} · formula v{sc['version']}"
+        )
+        top = ", ".join(f"{d['cause']} {d['count']} ({d['share']:.0%})" for d in r["diagnostics"][:4])
+        if top:
+            lines.append(f"  causes     {top}")
+        for e in r.get("expectations", []):
+            mark = "pass" if e["passed"] else "FAIL"
+            lines.append(f"  expect     {mark}: {e['expect']} {e['wanted']} (measured {e['actual']})")
     if th["enabled"]:
         lines.append(
             f"  throttle   {th['decreases']} decrease(s), {th['increases']} increase(s) · lowest factor "

@@ -6,7 +6,7 @@ The same coroutines run on the virtual loop (``chaosd run``) and the real one (t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +17,11 @@ from chaosd import __version__
 from chaosd.clock import Clock, LoopClock, new_event_loop
 from chaosd.config import Settings
 from chaosd.events import EventLog
+from chaosd.faults import Injector
 from chaosd.pipeline import Pipeline
 from chaosd.report import latency_block, rounded
+from chaosd.rng import Streams
+from chaosd.score import ScoreInputs, ScoreWeights, compute_score, diagnose
 from chaosd.telemetry.detector import CollapseDetector, DetectorState
 from chaosd.telemetry.engine import Telemetry
 from chaosd.telemetry.snapshot import Snapshot
@@ -69,6 +72,17 @@ class Experiment:
         self._timeline: list[dict[str, Any]] = []
         self._next_sample = settings.run.timeline
         self._warm: _Mark | None = None
+        self.injector = Injector(
+            settings.faults,
+            settings.recovery,
+            self.pipeline,
+            Streams(settings.seed).stream("faults"),
+            self.events,
+            tick,
+        )
+        self.stop = asyncio.Event()
+        self.plan_log: list[dict[str, Any]] = []  # scenario actions and survival picks, as they happened
+        self.expectations: list[dict[str, Any]] = []
 
     def _mark(self) -> _Mark:
         p = self.pipeline
@@ -101,6 +115,7 @@ class Experiment:
         action = self.throttle.update(self.detector.state, snap.t)
         if action is not None:
             self.events.record(snap.t, "throttle", action=action.action, factor=action.factor)
+        self.injector.on_tick(snap)
         if snap.t + 1e-9 >= self._next_sample:
             self._next_sample += self.settings.run.timeline
             self._timeline.append(
@@ -131,23 +146,34 @@ class Experiment:
         duration: float | None,
         stop: asyncio.Event | None = None,
         on_start: Callable[[], None] | None = None,
+        plan: Callable[[Experiment], Coroutine[Any, Any, None]] | None = None,
     ) -> dict[str, Any]:
-        """Run until ``duration`` seconds of clock time have passed or ``stop`` is set; return the report."""
+        """Run until ``duration`` seconds of clock time have passed or ``stop`` is set; return the report.
+
+        ``plan`` (scenario actions, survival mode) runs beside the pipeline and may end the run early
+        by setting ``experiment.stop``.
+        """
         p = self.pipeline
+        if stop is not None:
+            self.stop = stop
         self.events.record(0.0, "run", state="started")
         async with p.running(), asyncio.TaskGroup() as group:
             ticker = group.create_task(self._ticker(), name="telemetry")
+            planner = group.create_task(plan(self), name="plan") if plan is not None else None
             try:
                 if on_start is not None:
                     on_start()
-                await self._until(self.warmup, stop)
+                await self._until(self.warmup, self.stop)
                 self._warm = self._mark()
                 p.queue.max_depth = p.queue.depth
                 self.events.record(self._warm.t, "run", state="measuring")
-                await self._until(duration, stop)
+                await self._until(duration, self.stop)
+                self.injector.revert_all("shutdown")
                 report = self.report()
             finally:
                 ticker.cancel()
+                if planner is not None:
+                    planner.cancel()
         self.events.record(report["duration_s"], "run", state="stopped")
         return report
 
@@ -256,8 +282,78 @@ class Experiment:
             },
             "timeline": self._timeline[-2000:],
         }
+        report.update(self._resilience(report))
         result: dict[str, Any] = rounded(report)
         return result
+
+    def _resilience(self, report: dict[str, Any]) -> dict[str, Any]:
+        """Faults with their recoveries, the score, diagnostics — all from measurements of this run."""
+        p = self.pipeline
+        t = report["tasks"]
+        faults = [f.as_dict() for f in self.injector.faults]
+        undetected = sum(store.undetected_reads for store in p.memory.values())
+        recovered = [f for f in faults if f["recovered"]]
+        cfg = self.settings.score
+        score = compute_score(
+            ScoreInputs(
+                accepted=t["accepted"] - t["in_flight"],
+                good=t["completed"] - t["late"],
+                lost=t["lost"],
+                duplicated=t["duplicated"],
+                undetected_corruptions=undetected,
+                faults_injected=len(faults),
+                faults_recovered=len(recovered),
+                recovery_times_s=tuple(f["recovery_s"] for f in recovered),
+            ),
+            ScoreWeights(
+                availability=cfg.availability,
+                recovery=cfg.recovery,
+                consistency=cfg.consistency,
+                recovery_rate_share=cfg.recovery_rate_share,
+                speed_best_s=cfg.speed_best,
+                speed_worst_s=cfg.speed_worst,
+            ),
+        )
+        causes: dict[str, int] = {}
+        for reason, n in t["failed_by"].items():
+            causes[f"failed:{reason}"] = n
+        for reason, n in t["rejected_by"].items():
+            causes[f"refused:{reason}"] = n
+        causes["late"] = t["late"]
+        causes["lost"] = t["lost"]
+        causes["duplicated"] = t["duplicated"]
+        causes["lease_expired"] = p.dispatcher.lease_expired
+        causes["corruption_undetected"] = undetected
+        causes["degraded"] = sum(s.degraded for s in p.stages.values())
+        causes["faults_not_recovered"] = len(faults) - len(recovered)
+        by_action: dict[str, list[float]] = {}
+        for f in recovered:
+            by_action.setdefault(f["action"], []).append(f["recovery_s"])
+        return {
+            "faults": faults,
+            "faults_summary": {
+                "injected": len(faults),
+                "recovered": len(recovered),
+                "failed": sum(1 for f in faults if f["outcome"] == "failed"),
+                "pending": sum(1 for f in faults if f["outcome"] in ("active", "recovering")),
+                "mean_recovery_s_by_action": {a: sum(v) / len(v) for a, v in sorted(by_action.items())},
+                "lever": self.injector.lever,
+            },
+            "runtime": {
+                "elections": p.dispatcher.elections,
+                "redispatched": p.dispatcher.redispatched,
+                "lease_expired": p.dispatcher.lease_expired,
+                "deduplicated": p.ledger.deduplicated,
+                "restarts": p.supervisor.restarts,
+                "gave_up": sorted(p.supervisor.gave_up),
+                "leader": p.dispatcher.leader_id,
+                "route": list(p.route_names or ()),
+            },
+            "score": score.as_dict(),
+            "diagnostics": [{"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)],
+            "actions": self.plan_log,
+            "expectations": self.expectations,
+        }
 
 
 def run_offline(
@@ -267,6 +363,7 @@ def run_offline(
     warmup: float,
     virtual: bool = True,
     scenario: str | None = None,
+    plan: Callable[[Experiment], Coroutine[Any, Any, None]] | None = None,
 ) -> dict[str, Any]:
     """Run one experiment on a fresh loop (virtual time unless ``virtual`` is False)."""
     loop = new_event_loop(virtual=virtual)
@@ -275,7 +372,7 @@ def run_offline(
 
         async def main() -> dict[str, Any]:
             experiment = Experiment(settings, clock, warmup=warmup, scenario=scenario, virtual=virtual)
-            return await experiment.run(duration)
+            return await experiment.run(duration, plan=plan)
 
         return loop.run_until_complete(main())
     finally:

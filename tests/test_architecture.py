@@ -18,10 +18,12 @@ LAYERS = [
     "config",
     "scenario",
     "pipeline",
+    "faults",
     "telemetry",
     "score",
     "report",
     "runner",
+    "plans",
     "daemon",
     "cli",
 ]

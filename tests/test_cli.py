@@ -127,15 +127,46 @@ def test_missing_scenario_and_config_files(tmp_path: Path, capsys: pytest.Captur
     assert code == 2 and "nope.toml" in err and "file not found" in err
 
 
-def test_scenario_with_actions_is_refused_until_faults_exist(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+BAD_ACTIONS = [
+    ("{type: kill_everything}", "actions.0.action.type", "unknown action 'kill_everything'"),
+    ("{type: slow_agent, metadata: {factor: 0.5}}", "actions.0.action.metadata.factor", "between 1 and 1000"),
+    ("{type: slow_agent, metadata: {speed: 2}}", "actions.0.action.metadata.speed", "unknown parameter"),
+    ("{type: pause_agent, metadata: {duration: 2h}}", "actions.0.action.metadata.duration", "must be in (0, 600]"),
+]
+
+
+@pytest.mark.parametrize(("action", "field", "problem"), BAD_ACTIONS)
+def test_scenario_with_a_bad_action_is_refused_before_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: str, field: str, problem: str
 ) -> None:
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(
-        "name: x\nduration: 10s\nactions:\n  - delay: 8s\n    action: {type: kill_leader, target_id: leader}\n"
-    )
+    scenario.write_text(f"name: x\nduration: 10s\nactions:\n  - delay: 1s\n    action: {action}\n")
+    report = tmp_path / "r.json"
+    code, out, err = _run(["run", str(scenario), "--report", str(report)], capsys)
+    assert code == 2
+    assert field in err and problem in err, err
+    assert not report.exists() and out == ""
+
+
+def test_unknown_expectation_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: x\nduration: 10s\nexpect: {happiness: 11}\n")
     code, _, err = _run(["run", str(scenario), "--report", str(tmp_path / "r.json")], capsys)
-    assert code == 2 and "actions" in err and "fault injector" in err
+    assert code == 2 and "expect.happiness" in err and "min_grade" in err
+
+
+def test_failed_expectation_exits_3_with_the_report_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: x\nduration: 30s\nactions:\n  - delay: 5s\n    action: {type: pool_exhaustion, target_id: 100%,"
+        " metadata: {duration: 20s}}\nexpect: {min_grade: A+}\n"
+    )
+    report = tmp_path / "r.json"
+    code, out, _ = _run(["run", str(scenario), "--report", str(report)], capsys)
+    assert code == 3
+    data = json.loads(report.read_text())
+    assert data["expectations"][0]["expect"] == "min_grade" and not data["expectations"][0]["passed"]
+    assert "FAIL" in out
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,6 @@ class Dispatcher:
         self.elections = 0
         self.redispatched = 0
         self.lease_expired = 0
-        self.restore_mismatches = 0
         self.leader_since = 0.0
         self.on_tick: list[Callable[[float], None]] = []
 
@@ -90,7 +89,9 @@ class Dispatcher:
 
     def replica_died(self, replica: Agent) -> None:
         if replica is self.leader:
-            # Its memory is gone; what it wrote to the log is not. Nobody dispatches until a new leader.
+            # Its memory is gone; what it wrote to the log is not. Its lease runs out unrenewed, and a
+            # resurrected replica comes back as a standby. Nobody dispatches until a new leader.
+            self.leader = None
             self.state = None
             self._queue.pause_dispatch()
             self._events.record(self._now(), "leader", state="lost", replica=replica.id)
@@ -110,13 +111,8 @@ class Dispatcher:
     def _elect(self, now: float) -> None:
         candidate = next((r for r in self.replicas if r.alive and r.gate.is_set()), None)
         if candidate is None:
-            if self.leader is not None:
-                self.leader = None
-            return
-        old = self.leader
+            return  # every replica is down: no dispatch until the supervisor brings one back
         restored = self.restore()
-        if old is not None and self.state is not None and restored.keys() != self.state.keys():
-            self.restore_mismatches += 1
         self.leader = candidate
         self.state = restored
         self.lease_expires = now + self.cfg.lease_ttl

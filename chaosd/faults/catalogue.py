@@ -1,0 +1,563 @@
+"""The fault catalogue: seventeen reversible actions, each with its targets, parameters and recovery check.
+
+An action resolves its target (an id, a kind, ``random`` or a percentage of its default kind),
+applies itself, and can say when the runtime's own mechanism has healed the damage. Actions whose
+damage nothing heals but their end (a pause, a partition, jitter) report the mechanism as
+recovered when they are reverted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chaosd.errors import FaultError
+from chaosd.pipeline import Pipeline
+from chaosd.pipeline.agents import Agent
+
+__all__ = ["CATALOGUE", "Action", "Param"]
+
+Memo = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    default: float
+    low: float
+    high: float
+    description: str
+    integer: bool = False
+
+    def check(self, name: str, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FaultError(f"params.{name}", f"must be a number (got {value!r})")
+        if self.integer and int(value) != value:
+            raise FaultError(f"params.{name}", f"must be a whole number (got {value!r})")
+        if not self.low <= value <= self.high:
+            raise FaultError(f"params.{name}", f"must be between {self.low:g} and {self.high:g} (got {value!r})")
+        return float(value)
+
+
+class Action:
+    """Base: agent-targeted. Subclasses override what they change."""
+
+    name = ""
+    description = ""
+    kinds: tuple[str, ...] = ("worker", "producer")
+    default_target = "worker"
+    params: Mapping[str, Param] = {}
+    heals_itself = False  # a mechanism of the runtime repairs the damage before the fault ends
+
+    def check_params(self, given: Mapping[str, object]) -> dict[str, float]:
+        unknown = sorted(set(given) - set(self.params))
+        if unknown:
+            valid = ", ".join(sorted(self.params)) or "none"
+            raise FaultError(f"params.{unknown[0]}", f"unknown parameter for {self.name} (valid: {valid})")
+        return {name: p.check(name, given.get(name, p.default)) for name, p in self.params.items()}
+
+    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+        return _resolve_agents(rt, target, self.kinds, self.kinds[0], rng)
+
+    def conflict(self, rt: Pipeline, targets: tuple[str, ...], busy: set[tuple[str, str]]) -> str | None:
+        """Why these targets cannot take this fault now (None if they can)."""
+        for t in targets:
+            if (self.group, t) in busy:
+                return f"{t} already has an active {self.group} fault"
+        return None
+
+    @property
+    def group(self) -> str:
+        return self.name
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        raise NotImplementedError
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        """Undo what apply changed (idempotent)."""
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        """The runtime's own mechanism has repaired the damage (for actions that heal themselves)."""
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "action": self.name,
+            "description": self.description,
+            "targets": list(self.kinds),
+            "default_target": self.default_target,
+            "params": {
+                n: {"default": p.default, "min": p.low, "max": p.high, "description": p.description}
+                for n, p in self.params.items()
+            },
+        }
+
+
+def _resolve_agents(
+    rt: Pipeline, target: str, kinds: tuple[str, ...], default_kind: str, rng: random.Random
+) -> tuple[str, ...]:
+    agents = [a for a in rt.agents.values() if a.kind in kinds]
+    live = [a for a in agents if a.alive]
+    if target in rt.agents:
+        agent = rt.agents[target]
+        if agent.kind not in kinds:
+            raise FaultError("target", f"{target} is a {agent.kind}; this action takes a {' or '.join(kinds)}")
+        return (target,)
+    if target.endswith("%"):
+        try:
+            share = float(target[:-1]) / 100
+        except ValueError:
+            raise FaultError("target", f"not a percentage: {target!r}") from None
+        if not 0 < share <= 1:
+            raise FaultError("target", f"a percentage must be in (0, 100] (got {target!r})")
+        pool = sorted((a for a in live if a.kind == default_kind), key=lambda a: a.id)
+        if not pool:
+            raise FaultError("target", f"no live {default_kind} to target", status=409)
+        count = max(1, math.ceil(share * len(pool)))
+        return tuple(sorted(a.id for a in rng.sample(pool, count)))
+    if target in kinds or target in ("random", "agent"):
+        pool = sorted((a for a in live if target in ("random", "agent") or a.kind == target), key=lambda a: a.id)
+        if not pool:
+            raise FaultError("target", f"no live {target} agent to target", status=409)
+        return (rng.choice(pool).id,)
+    known = ", ".join(sorted(a.id for a in agents)[:12])
+    raise FaultError(
+        "target",
+        f"unknown target {target!r} (an id such as {known}; a kind: {', '.join(kinds)}; random; or a percentage)",
+    )
+
+
+def _agents(rt: Pipeline, targets: tuple[str, ...]) -> list[Agent]:
+    return [rt.agents[t] for t in targets]
+
+
+# --- leadership and agents ---------------------------------------------------------------------
+
+
+class KillLeader(Action):
+    name = "kill_leader"
+    description = "Kill the orchestrator replica holding the dispatch lease; a standby is elected."
+    kinds = ("orchestrator",)
+    default_target = "leader"
+    heals_itself = True
+
+    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+        if target not in ("leader", "orchestrator"):
+            raise FaultError("target", f"kill_leader targets the leader (got {target!r})")
+        leader = rt.dispatcher.leader_id
+        if leader is None:
+            raise FaultError("target", "no leader holds the lease right now", status=409)
+        return (leader,)
+
+    @property
+    def group(self) -> str:
+        return "kill"
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        elections = rt.dispatcher.elections
+        for agent in _agents(rt, targets):
+            rt.kill(agent)
+        return {"elections": elections}
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        leader = rt.dispatcher.leader_id
+        return leader is not None and leader not in targets and rt.dispatcher.elections > memo["elections"]
+
+
+class KillOrchestrator(KillLeader):
+    name = "kill_orchestrator"
+    description = "Kill orchestrator replicas (the leader among them triggers an election)."
+    default_target = "orchestrator"
+
+    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+        return _resolve_agents(rt, target, self.kinds, "orchestrator", rng)
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return rt.dispatcher.leader_id is not None and all(a.alive for a in _agents(rt, targets))
+
+
+class KillAgent(Action):
+    name = "kill_agent"
+    description = "Kill workers or producers; the supervisor resurrects them."
+    heals_itself = True
+
+    @property
+    def group(self) -> str:
+        return "kill"
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        for agent in _agents(rt, targets):
+            if agent.alive:
+                rt.kill(agent)
+        return {"served": {t: rt.agents[t].served for t in targets}}
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        # Resurrected and working: alive again, and has done something since.
+        return all(a.alive and a.served > memo["served"][a.id] for a in _agents(rt, targets))
+
+
+class PauseAgent(Action):
+    name = "pause_agent"
+    description = "Pause workers or producers until resumed or the TTL ends."
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        for agent in _agents(rt, targets):
+            agent.paused = True
+            agent.refresh()
+        return {}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for agent in _agents(rt, targets):
+            agent.paused = False
+            agent.refresh()
+
+
+class ResumeAgent(Action):
+    name = "resume_agent"
+    description = "Resume paused agents now (ends their pause_agent faults)."
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        # The injector ends the matching pause_agent faults; this clears any pause left behind.
+        for agent in _agents(rt, targets):
+            agent.paused = False
+            agent.refresh()
+        return {}
+
+    def conflict(self, rt: Pipeline, targets: tuple[str, ...], busy: set[tuple[str, str]]) -> str | None:
+        for t in targets:
+            if not rt.agents[t].paused:
+                return f"{t} is not paused"
+        return None
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return all(not a.paused for a in _agents(rt, targets))
+
+    heals_itself = True
+
+
+class SlowAgent(Action):
+    name = "slow_agent"
+    description = "Slow workers (service × factor) or producers (rate ÷ factor)."
+    params = {"factor": Param(5.0, 1.0, 1000.0, "slowdown factor")}
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        for agent in _agents(rt, targets):
+            agent.slow = params["factor"]
+        return {}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for agent in _agents(rt, targets):
+            agent.slow = 1.0
+
+
+class NetworkPartition(Action):
+    name = "network_partition"
+    description = "Cut workers or producers off: no dispatch, outcomes and offers lost; task leases expire."
+    heals_itself = False
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        for agent in _agents(rt, targets):
+            agent.partitioned = True
+            agent.refresh()
+        return {}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for agent in _agents(rt, targets):
+            agent.partitioned = False
+            agent.refresh()
+
+
+class PoolExhaustion(Action):
+    name = "pool_exhaustion"
+    description = "Take a share of the worker pool out of service (held by something else)."
+    kinds = ("worker",)
+    default_target = "75%"
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        for agent in _agents(rt, targets):
+            agent.exhausted = True
+            agent.refresh()
+        return {}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for agent in _agents(rt, targets):
+            agent.exhausted = False
+            agent.refresh()
+
+
+class DropMessages(Action):
+    name = "drop_messages"
+    description = "Lose a share of dispatch messages to workers; task leases bring the tasks back."
+    kinds = ("worker",)
+    default_target = "100%"
+    params = {"probability": Param(0.3, 0.0, 1.0, "share of dispatches lost")}
+    heals_itself = True
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        workers = {w.agent.id: w for w in rt.workers}
+        for t in targets:
+            workers[t].drop_probability = params["probability"]
+        return {"expired": rt.dispatcher.lease_expired, "dropped": sum(workers[t].dropped for t in targets)}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for w in rt.workers:
+            if w.agent.id in targets:
+                w.drop_probability = 0.0
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        # Redelivery works: as many leases expired since injection as dispatches were lost.
+        dropped = sum(w.dropped for w in rt.workers if w.agent.id in targets) - memo["dropped"]
+        return bool(rt.dispatcher.lease_expired - memo["expired"] >= dropped)
+
+
+# --- the workflow DAG and its stages -----------------------------------------------------------
+
+
+class StageAction(Action):
+    """Targets stages: a name, a kind (all stages of it), or ``random``."""
+
+    kinds: tuple[str, ...] = ("compute", "tool", "llm", "memory", "mcp")
+    default_target = "random"
+
+    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+        stages = rt.stages
+        if target in stages:
+            if stages[target].kind not in self.kinds:
+                raise FaultError("target", f"{target} is a {stages[target].kind} stage; needs {'/'.join(self.kinds)}")
+            return (target,)
+        eligible = sorted(n for n, s in stages.items() if s.kind in self.kinds)
+        if target == "random":
+            if not eligible:
+                raise FaultError("target", f"no {'/'.join(self.kinds)} stage to target", status=409)
+            return (rng.choice(eligible),)
+        if target in self.kinds or target == "all":
+            picked = tuple(n for n in eligible if target == "all" or stages[n].kind == target)
+            if not picked:
+                raise FaultError("target", f"no {target} stage in the DAG", status=409)
+            return picked
+        raise FaultError(
+            "target", f"unknown stage {target!r} (stages: {', '.join(sorted(stages))}; or a kind; or random)"
+        )
+
+
+class RemoveNode(StageAction):
+    name = "remove_node"
+    description = "Remove a stage from the DAG; the leader reroutes around it where an alternate path exists."
+    heals_itself = True
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        for name in targets:
+            rt.dag.removed_nodes.add(name)
+            rt.stages[name].removed = True
+            rt.stages[name].refresh()
+        rt.mark_dag_changed()
+        return {}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for name in targets:
+            rt.dag.removed_nodes.discard(name)
+            rt.stages[name].removed = False
+            rt.stages[name].refresh()
+        rt.mark_dag_changed()
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        route = rt.route_names
+        return not rt.dag_dirty and route is not None and not set(route) & set(targets)
+
+
+class RemoveEdge(Action):
+    name = "remove_edge"
+    description = "Remove an edge a->b from the DAG; the leader reroutes where an alternate path exists."
+    kinds = ("edge",)
+    default_target = "random"
+    heals_itself = True
+
+    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+        edges = sorted(f"{a}->{b}" for a, succ in rt.dag.edges.items() for b in succ)
+        if target == "random":
+            if not edges:
+                raise FaultError("target", "the DAG has no edges", status=409)
+            return (rng.choice(edges),)
+        a, sep, b = target.partition("->")
+        if not sep or not rt.dag.has_edge(a.strip(), b.strip()):
+            raise FaultError("target", f"unknown edge {target!r} (edges: {', '.join(edges)}; or random)")
+        return (f"{a.strip()}->{b.strip()}",)
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        for edge in targets:
+            a, _, b = edge.partition("->")
+            rt.dag.removed_edges.add((a, b))
+        rt.mark_dag_changed()
+        return {}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for edge in targets:
+            a, _, b = edge.partition("->")
+            rt.dag.removed_edges.discard((a, b))
+        rt.mark_dag_changed()
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        route = rt.route_names
+        if rt.dag_dirty or route is None:
+            return False
+        used = set(itertools.pairwise(route))
+        return not any(tuple(e.split("->")) in used for e in targets)
+
+
+class ToolTimeout(StageAction):
+    name = "tool_timeout"
+    description = "Tool calls hang until their timeout; retried, then degraded."
+    kinds = ("tool",)
+    default_target = "tool"
+    params = {"timeout": Param(0.0, 0.0, 60.0, "seconds a hung call waits (0 = the stage's timeout)")}
+    heals_itself = True
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        memo: Memo = {}
+        for name in targets:
+            stage = rt.stages[name]
+            memo[name] = (stage.hang_timeout, stage.degraded + stage.successes)
+            if params["timeout"]:
+                stage.hang_timeout = params["timeout"]
+            stage.hang = True
+            stage.refresh()
+        return memo
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for name in targets:
+            stage = rt.stages[name]
+            stage.hang = False
+            stage.hang_timeout = memo[name][0]
+            stage.refresh()
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        # Degrading (or succeeding) keeps tasks moving through the hung tool.
+        return all(rt.stages[n].degraded + rt.stages[n].successes > memo[n][1] for n in targets)
+
+
+class LlmFailure(StageAction):
+    name = "llm_failure"
+    description = "The primary model errors; retries go to the fallback model."
+    kinds = ("llm",)
+    default_target = "llm"
+    heals_itself = True
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        memo: Memo = {}
+        for name in targets:
+            stage = rt.stages[name]
+            memo[name] = stage.fallback_served
+            stage.llm_down = True
+            stage.refresh()
+        return memo
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for name in targets:
+            rt.stages[name].llm_down = False
+            rt.stages[name].refresh()
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return all(rt.stages[n].fallback_served > memo[n] for n in targets)
+
+
+class MemoryCorrupt(StageAction):
+    name = "memory_corrupt"
+    description = "Silently corrupt memory entries; checksums catch them and the checkpoint restores them."
+    kinds = ("memory",)
+    default_target = "memory"
+    params = {"entries": Param(10, 1, 1_000_000, "entries to corrupt", integer=True)}
+    heals_itself = True
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        return {name: rt.memory[name].corrupt(int(params["entries"])) for name in targets}
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return all(not set(memo[n]) & rt.memory[n].corrupted for n in targets)
+
+
+class McpDisconnect(StageAction):
+    name = "mcp_disconnect"
+    description = "Drop the MCP connection and keep the server down for the TTL; the client reconnects with backoff."
+    kinds = ("mcp",)
+    default_target = "mcp"
+    heals_itself = True
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        for name in targets:
+            rt.mcp[name].drop()
+        return {}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for name in targets:
+            rt.mcp[name].server_up = True
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return all(rt.mcp[n].connected for n in targets)
+
+
+class LatencyJitter(StageAction):
+    name = "latency_jitter"
+    description = "Add a random delay in [0, jitter] to every attempt of the target stages."
+    default_target = "all"
+    params = {"jitter": Param(0.02, 0.0, 60.0, "largest extra delay, seconds")}
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        for name in targets:
+            rt.stages[name].jitter = params["jitter"]
+            rt.stages[name].refresh()
+        return {}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for name in targets:
+            rt.stages[name].jitter = 0.0
+            rt.stages[name].refresh()
+
+
+# --- load ---------------------------------------------------------------------------------------
+
+
+class LoadSpike(Action):
+    name = "load_spike"
+    description = "Multiply the offered load for the TTL."
+    kinds = ("pipeline",)
+    default_target = "pipeline"
+    params = {"factor": Param(3.0, 1.0, 1000.0, "load multiplier")}
+
+    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+        if target != "pipeline":
+            raise FaultError("target", f"load_spike targets the pipeline (got {target!r})")
+        return ("pipeline",)
+
+    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        rt.surge.factor *= params["factor"]
+        return {}
+
+    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        rt.surge.factor /= params["factor"]
+
+
+CATALOGUE: dict[str, Action] = {
+    a.name: a
+    for a in (
+        KillLeader(),
+        KillOrchestrator(),
+        KillAgent(),
+        RemoveNode(),
+        RemoveEdge(),
+        PauseAgent(),
+        ResumeAgent(),
+        SlowAgent(),
+        NetworkPartition(),
+        ToolTimeout(),
+        MemoryCorrupt(),
+        McpDisconnect(),
+        LlmFailure(),
+        LoadSpike(),
+        LatencyJitter(),
+        DropMessages(),
+        PoolExhaustion(),
+    )
+}
