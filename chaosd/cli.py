@@ -24,7 +24,7 @@ from chaosd.plans import (
     survival_plan,
 )
 from chaosd.report import render_summary, write_report
-from chaosd.runner import run_offline
+from chaosd.runner import Experiment, run_offline
 from chaosd.scenario import Scenario, find_scenario, load_scenario, settings_for
 
 __all__ = ["main"]
@@ -122,7 +122,20 @@ def _run(args: argparse.Namespace) -> int:
         subset = tuple(a.strip() for a in args.actions.split(",") if a.strip()) if args.actions else SURVIVAL_DEFAULT
         if args.interval <= 0:
             return _fail([f"--interval: must be > 0 (got {args.interval:g})"])
-        plan = survival_plan(args.interval, subset, settings.seed)
+        every = max(1, round(60 / args.interval))  # a progress line about once a simulated minute
+
+        def progress(exp: Experiment) -> None:
+            if args.quiet or len(exp.plan_log) % every:
+                return
+            live = exp.live_score()
+            _out(
+                f"  survival   t={exp.pipeline.elapsed():7.1f}s actions={len(exp.plan_log)} "
+                f"active={len(exp.injector.active())} score={live.total:.1f} ({live.grade})"
+            )
+
+        plan = survival_plan(
+            args.interval, subset, settings.seed, last_at=duration - settings.faults.default_ttl, progress=progress
+        )
     elif args.actions:
         return _fail(["--actions: only with --survival"])
     elif scenario is not None and scenario.actions:

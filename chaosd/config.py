@@ -149,6 +149,8 @@ class StageConfig(_Model):
     entries: int = Field(default=256, ge=1, le=1_000_000, description="memory: entries in the store")
     checksums: bool = Field(default=True, description="memory: detect corruption on read and by scrubbing")
     restore_time: Seconds = Field(default=0.005, ge=0, description="memory: time to restore one entry")
+    breaker_threshold: int = Field(default=5, ge=0, description="consecutive failed attempts that open the breaker")
+    breaker_reset: Seconds = Field(default=2.0, gt=0, description="seconds open before a trial (half-open)")
 
 
 class OrchestratorConfig(_Model):

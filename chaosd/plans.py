@@ -89,9 +89,14 @@ def survival_plan(
     interval: float,
     actions: Sequence[str],
     seed: int,
+    *,
+    last_at: float | None = None,
     progress: Callable[[Experiment], None] | None = None,
 ) -> Plan:
-    """Every ``interval``: one random action from ``actions`` on a random valid target; ends on the lever."""
+    """Every ``interval``: one random action from ``actions`` on a random valid target; ends on the lever.
+
+    No fault starts after ``last_at`` (the run's end less the fault TTL), so every fault ends by its TTL.
+    """
     unknown = [a for a in actions if a not in CATALOGUE]
     if unknown:
         raise FaultError("actions", f"unknown action {unknown[0]!r} (valid: {', '.join(sorted(CATALOGUE))})")
@@ -103,6 +108,8 @@ def survival_plan(
         k = 0
         while True:
             k += 1
+            if last_at is not None and k * interval > last_at:
+                return
             await clock.sleep_until(t0 + k * interval)
             if exp.injector.lever is not None:
                 exp.plan_log.append({"at": exp.pipeline.elapsed(), "action": "stop", "reason": exp.injector.lever})

@@ -21,7 +21,7 @@ from chaosd.faults import Injector
 from chaosd.pipeline import Pipeline
 from chaosd.report import latency_block, rounded
 from chaosd.rng import Streams
-from chaosd.score import ScoreInputs, ScoreWeights, compute_score, diagnose
+from chaosd.score import Score, ScoreInputs, ScoreWeights, compute_score, diagnose
 from chaosd.telemetry.detector import CollapseDetector, DetectorState
 from chaosd.telemetry.engine import Telemetry
 from chaosd.telemetry.snapshot import Snapshot
@@ -286,6 +286,39 @@ class Experiment:
         result: dict[str, Any] = rounded(report)
         return result
 
+    def live_score(self) -> Score:
+        """The score so far, from the same measurements as the report (for progress lines and status)."""
+        p = self.pipeline
+        m = p.ledger.measured
+        lost, _, in_flight = p.ledger.unaccounted(p.holders())
+        recovered = [f for f in self.injector.faults if f.outcome == "recovered"]
+        return compute_score(
+            ScoreInputs(
+                accepted=max(0, m.accepted - in_flight - lost) + lost,
+                good=m.completed - m.late,
+                lost=lost,
+                duplicated=m.duplicated,
+                undetected_corruptions=sum(s.undetected_reads for s in p.memory.values()),
+                faults_injected=len(self.injector.faults),
+                faults_recovered=len(recovered),
+                recovery_times_s=tuple(
+                    f.service_recovered_at - f.injected_at for f in recovered if f.service_recovered_at is not None
+                ),
+            ),
+            self._weights(),
+        )
+
+    def _weights(self) -> ScoreWeights:
+        cfg = self.settings.score
+        return ScoreWeights(
+            availability=cfg.availability,
+            recovery=cfg.recovery,
+            consistency=cfg.consistency,
+            recovery_rate_share=cfg.recovery_rate_share,
+            speed_best_s=cfg.speed_best,
+            speed_worst_s=cfg.speed_worst,
+        )
+
     def _resilience(self, report: dict[str, Any]) -> dict[str, Any]:
         """Faults with their recoveries, the score, diagnostics — all from measurements of this run."""
         p = self.pipeline
@@ -293,7 +326,6 @@ class Experiment:
         faults = [f.as_dict() for f in self.injector.faults]
         undetected = sum(store.undetected_reads for store in p.memory.values())
         recovered = [f for f in faults if f["recovered"]]
-        cfg = self.settings.score
         score = compute_score(
             ScoreInputs(
                 accepted=t["accepted"] - t["in_flight"],
@@ -305,14 +337,7 @@ class Experiment:
                 faults_recovered=len(recovered),
                 recovery_times_s=tuple(f["recovery_s"] for f in recovered),
             ),
-            ScoreWeights(
-                availability=cfg.availability,
-                recovery=cfg.recovery,
-                consistency=cfg.consistency,
-                recovery_rate_share=cfg.recovery_rate_share,
-                speed_best_s=cfg.speed_best,
-                speed_worst_s=cfg.speed_worst,
-            ),
+            self._weights(),
         )
         causes: dict[str, int] = {}
         for reason, n in t["failed_by"].items():

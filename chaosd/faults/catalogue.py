@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline.agents import Agent
@@ -31,8 +32,14 @@ class Param:
     high: float
     description: str
     integer: bool = False
+    seconds: bool = False  # accepts durations such as "5ms"
 
     def check(self, name: str, value: object) -> float:
+        if self.seconds and isinstance(value, str):
+            try:
+                value = parse_duration(value)
+            except ValueError as exc:
+                raise FaultError(f"params.{name}", str(exc)) from None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise FaultError(f"params.{name}", f"must be a number (got {value!r})")
         if self.integer and int(value) != value:
@@ -163,8 +170,7 @@ class KillLeader(Action):
         return {"elections": elections}
 
     def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        leader = rt.dispatcher.leader_id
-        return leader is not None and leader not in targets and rt.dispatcher.elections > memo["elections"]
+        return rt.dispatcher.leader_id is not None and rt.dispatcher.elections > memo["elections"]
 
 
 class KillOrchestrator(KillLeader):
@@ -202,6 +208,10 @@ class KillAgent(Action):
 class PauseAgent(Action):
     name = "pause_agent"
     description = "Pause workers or producers until resumed or the TTL ends."
+    heals_itself = True  # resume_agent (an operator's remedy) ends the pause early
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return all(not a.paused for a in _agents(rt, targets))
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for agent in _agents(rt, targets):
@@ -217,10 +227,9 @@ class PauseAgent(Action):
 
 class ResumeAgent(Action):
     name = "resume_agent"
-    description = "Resume paused agents now (ends their pause_agent faults)."
+    description = "Resume paused agents now; their pause_agent faults still end (as no-ops) at their TTL."
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        # The injector ends the matching pause_agent faults; this clears any pause left behind.
         for agent in _agents(rt, targets):
             agent.paused = False
             agent.refresh()
@@ -412,7 +421,7 @@ class ToolTimeout(StageAction):
     description = "Tool calls hang until their timeout; retried, then degraded."
     kinds = ("tool",)
     default_target = "tool"
-    params = {"timeout": Param(0.0, 0.0, 60.0, "seconds a hung call waits (0 = the stage's timeout)")}
+    params = {"timeout": Param(0.0, 0.0, 60.0, "seconds a hung call waits (0 = the stage's timeout)", seconds=True)}
     heals_itself = True
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
@@ -502,7 +511,7 @@ class LatencyJitter(StageAction):
     name = "latency_jitter"
     description = "Add a random delay in [0, jitter] to every attempt of the target stages."
     default_target = "all"
-    params = {"jitter": Param(0.02, 0.0, 60.0, "largest extra delay, seconds")}
+    params = {"jitter": Param(0.02, 0.0, 60.0, "largest extra delay, seconds", seconds=True)}
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for name in targets:

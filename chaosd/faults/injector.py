@@ -65,7 +65,7 @@ class FaultRecord:
     baseline: Baseline | None
     memo: dict[str, Any] = field(default_factory=dict)
     reverted_at: float | None = None
-    reverted_by: str | None = None  # "ttl" | "revert" | "lever" | "resume" | "shutdown"
+    reverted_by: str | None = None  # "ttl" | "revert" | "lever" | "shutdown"
     mechanism_recovered_at: float | None = None
     service_recovered_at: float | None = None
     outcome: str = "active"  # active → recovering → recovered | failed
@@ -169,15 +169,9 @@ class Injector:
             injected_at=now,
             baseline=self._baseline(),
         )
-        if action == "resume_agent":
-            for f in active:
-                if f.action == "pause_agent" and set(f.targets) & set(targets):
-                    self._revert(f, "resume")
         record.memo = spec.apply(self.rt, targets, checked)
         self.faults.append(record)
         self._events.record(now, "fault", id=record.id, action=action, state="injected", targets=list(targets))
-        if action == "resume_agent":
-            self._revert(record, "resume")
         return record
 
     def revert(self, fault_id: int) -> FaultRecord:

@@ -33,12 +33,19 @@ class Dag:
     def has_edge(self, a: str, b: str) -> bool:
         return b in self.edges.get(a, ())
 
-    def route(self) -> tuple[str, ...] | None:
-        """The preferred path through what is left of the graph, or None when no path remains."""
-        return self._walk(self.entry)
+    def route(self, avoid: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
+        """The preferred path through what is left of the graph, or None when no path remains.
 
-    def _walk(self, node: str) -> tuple[str, ...] | None:
-        if node in self.removed_nodes:
+        ``avoid`` (stages whose breaker is open) is steered around when another path exists.
+        """
+        if avoid:
+            around = self._walk(self.entry, avoid)
+            if around is not None:
+                return around
+        return self._walk(self.entry, frozenset())
+
+    def _walk(self, node: str, avoid: frozenset[str]) -> tuple[str, ...] | None:
+        if node in self.removed_nodes or node in avoid:
             return None
         successors = self.edges[node]
         if not successors:
@@ -46,7 +53,7 @@ class Dag:
         for nxt in successors:
             if (node, nxt) in self.removed_edges:
                 continue
-            rest = self._walk(nxt)
+            rest = self._walk(nxt, avoid)
             if rest is not None:
                 return (node, *rest)
         return None

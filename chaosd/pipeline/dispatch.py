@@ -60,6 +60,7 @@ class Dispatcher:
         self.redispatched = 0
         self.lease_expired = 0
         self.leader_since = 0.0
+        self._deposed: Agent | None = None  # the replica that lost the lease: last in line for it
         self.on_tick: list[Callable[[float], None]] = []
 
     # --- the hot path: workers -------------------------------------------------------------------
@@ -92,6 +93,7 @@ class Dispatcher:
             # Its memory is gone; what it wrote to the log is not. Its lease runs out unrenewed, and a
             # resurrected replica comes back as a standby. Nobody dispatches until a new leader.
             self.leader = None
+            self._deposed = replica
             self.state = None
             self._queue.pause_dispatch()
             self._events.record(self._now(), "leader", state="lost", replica=replica.id)
@@ -109,9 +111,11 @@ class Dispatcher:
             callback(now)
 
     def _elect(self, now: float) -> None:
-        candidate = next((r for r in self.replicas if r.alive and r.gate.is_set()), None)
-        if candidate is None:
+        ready = [r for r in self.replicas if r.alive and r.gate.is_set()]
+        standbys = [r for r in ready if r is not self._deposed]
+        if not ready:
             return  # every replica is down: no dispatch until the supervisor brings one back
+        candidate = (standbys or ready)[0]
         restored = self.restore()
         self.leader = candidate
         self.state = restored

@@ -81,6 +81,7 @@ class Pipeline:
         self.route_names: tuple[str, ...] | None = None
         self.dag_dirty = False
         self.rerouted_at: float | None = None
+        self.avoided: frozenset[str] = frozenset()  # stages whose breaker is open
         self._reroute()
 
         replicas = [Agent(f"orchestrator-{i}", "orchestrator") for i in range(settings.orchestrator.replicas)]
@@ -140,7 +141,7 @@ class Pipeline:
         return self.route
 
     def _reroute(self) -> None:
-        names = self.dag.route()
+        names = self.dag.route(self.avoided)
         self.route_names = names
         self.route = None if names is None else tuple(self.stages[n] for n in names)
         self.dag_dirty = False
@@ -152,6 +153,11 @@ class Pipeline:
     def _heartbeat(self, now: float) -> None:
         if self.dispatcher.leader_id is None:
             return
+        avoided = frozenset(n for n, s in self.stages.items() if s.kind != "llm" and s.is_open(now))
+        if avoided != self.avoided:
+            self.avoided = avoided
+            self.dag_dirty = True
+            self.events.record(now - self.t0, "breaker", open=sorted(avoided))
         if self.dag_dirty:
             self._reroute()
             self.rerouted_at = now - self.t0

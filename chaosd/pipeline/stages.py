@@ -72,6 +72,7 @@ class StageRunner:
         self._queue = queue
         self._ledger = ledger
         self._sleep = clock.sleep
+        self._now = clock.now
         self.memory = memory
         self.mcp = mcp
         # Fault flags
@@ -84,6 +85,12 @@ class StageRunner:
         self.degraded = 0
         self.fallback_served = 0
         self.successes = 0
+        # Circuit breaker: after breaker_threshold failed attempts in a row it opens for breaker_reset
+        # seconds — the orchestrator routes around an open tool, an open llm goes straight to its
+        # fallback — then lets a trial through (half-open).
+        self._fail_streak = 0
+        self.open_until = float("-inf")
+        self.trips = 0
         self.simple = True
         self.refresh()
 
@@ -108,18 +115,33 @@ class StageRunner:
                 p = p + extra - p * extra
         return p
 
+    def is_open(self, now: float) -> bool:
+        return now < self.open_until
+
+    def _failed_attempt(self) -> None:
+        self._fail_streak += 1
+        threshold = self.cfg.breaker_threshold
+        if threshold and self._fail_streak >= threshold and not self.is_open(self._now()):
+            self.open_until = self._now() + self.cfg.breaker_reset
+            self._fail_streak = 0
+            self.trips += 1
+
     async def run(self, slow: float = 1.0) -> str | None:
         cfg = self.cfg
         timeout = cfg.timeout
         sleep = self._sleep
         rng = self._rng
         attempt = 0
-        use_fallback = False
+        use_fallback = self._fallback is not None and self.is_open(self._now())
         while True:
             reason = await self._attempt(slow, timeout, use_fallback)
             if reason is None:
                 self.successes += 1
+                if not use_fallback:
+                    self._fail_streak = 0
                 return None
+            if not use_fallback:
+                self._failed_attempt()
             attempt += 1
             if self.kind == "llm" and self._fallback is not None:
                 use_fallback = True
