@@ -133,9 +133,8 @@ def _run(args: argparse.Namespace) -> int:
                 f"active={len(exp.injector.active())} score={live.total:.1f} ({live.grade})"
             )
 
-        plan = survival_plan(
-            args.interval, subset, settings.seed, last_at=duration - settings.faults.default_ttl, progress=progress
-        )
+        ttl = min(settings.faults.max_ttl, max(settings.faults.default_ttl, 2 * args.interval))
+        plan = survival_plan(args.interval, subset, settings.seed, ttl=ttl, last_at=duration - ttl, progress=progress)
     elif args.actions:
         return _fail(["--actions: only with --survival"])
     elif scenario is not None and scenario.actions:

@@ -90,12 +90,18 @@ def survival_plan(
     actions: Sequence[str],
     seed: int,
     *,
+    ttl: float | None = None,
     last_at: float | None = None,
     progress: Callable[[Experiment], None] | None = None,
 ) -> Plan:
-    """Every ``interval``: one random action from ``actions`` on a random valid target; ends on the lever.
+    """Every ``interval``: the next action of a shuffled round of ``actions``, on a random valid target.
 
-    No fault starts after ``last_at`` (the run's end less the fault TTL), so every fault ends by its TTL.
+    Rounds use every action once, so a long run exercises the whole subset; the run ends early
+    when the safety lever is pulled.
+
+    Faults last ``ttl`` (the configured default when None), so consecutive faults overlap when it
+    exceeds the interval — that is what gives ``resume_agent`` a paused agent to resume. No fault
+    starts after ``last_at`` (the run's end less the TTL), so every fault ends by its TTL.
     """
     unknown = [a for a in actions if a not in CATALOGUE]
     if unknown:
@@ -105,6 +111,7 @@ def survival_plan(
         rng = random.Random(f"chaosd:{seed}:survival")
         clock = exp.clock
         t0 = exp.pipeline.t0
+        queue: list[str] = []
         k = 0
         while True:
             k += 1
@@ -115,13 +122,15 @@ def survival_plan(
                 exp.plan_log.append({"at": exp.pipeline.elapsed(), "action": "stop", "reason": exp.injector.lever})
                 exp.stop.set()
                 return
-            for _ in range(len(actions)):  # an action that cannot apply now (no paused agent…) yields to another
-                action = rng.choice(list(actions))
+            for _ in range(len(actions)):  # an action that cannot apply now yields to the next one
+                if not queue:
+                    queue = _round(actions, rng)
+                action = queue.pop(0)
                 target = _survival_target(exp, action, rng)
                 if target is None:
                     continue
                 try:
-                    record = exp.injector.inject(action, target)
+                    record = exp.injector.inject(action, target, ttl=ttl)
                 except FaultError:
                     continue
                 exp.plan_log.append(
@@ -132,6 +141,16 @@ def survival_plan(
                 progress(exp)
 
     return plan
+
+
+def _round(actions: Sequence[str], rng: random.Random) -> list[str]:
+    """Every action once, shuffled; a resume follows the pause it can resume."""
+    order = list(dict.fromkeys(actions))
+    rng.shuffle(order)
+    if "pause_agent" in order and "resume_agent" in order:
+        order.remove("resume_agent")
+        order.insert(order.index("pause_agent") + 1, "resume_agent")
+    return order
 
 
 def _survival_target(exp: Experiment, action: str, rng: random.Random) -> str | None:

@@ -66,11 +66,12 @@ class Dispatcher:
     # --- the hot path: workers -------------------------------------------------------------------
 
     def assign(self, task: Task, worker: str, now: float) -> None:
-        state = self.state
-        if state is None:
-            return  # no leader: nobody dispatched it (a worker already held it)
         entry = Assignment(task, worker, now + self.cfg.task_lease)
-        state[task.id] = entry
+        state = self.state
+        if state is not None:
+            state[task.id] = entry
+        # Logged even with no leader: the old leader handed this task over just before it died, and
+        # the next leader must find it in the log or nobody would answer for it.
         self._log.append(("a", entry))
 
     def ack(self, task_id: int, worker: str) -> None:
