@@ -360,6 +360,8 @@ def test_drop_messages_loses_dispatches_that_task_leases_bring_back() -> None:
         obs["expired_a"], obs["redispatched_a"] = d.lease_expired, d.redispatched
         exp.injector.inject("drop_messages", params={"probability": 0.3}, ttl=6.0)
         obs["probabilities"] = [w.drop_probability for w in p.workers]
+        await _at(exp, FAULT_AT + 2.5)
+        obs["dropped_early"] = sum(w.dropped for w in p.workers)
         await _at(exp, FAULT_AT + 5.0)
         obs["dropped"] = sum(w.dropped for w in p.workers)
         obs["expired_b"], obs["redispatched_b"] = d.lease_expired, d.redispatched
@@ -372,8 +374,9 @@ def test_drop_messages_loses_dispatches_that_task_leases_bring_back() -> None:
     assert obs["probabilities"] == [0.3] * 4
     # About 30 % of ~1000 dispatches in 5 s were lost …
     assert 150 < obs["dropped"] < 500
-    # … and leases expired and re-dispatched them (those lost in the last task_lease are still pending).
-    assert obs["expired_b"] - obs["expired_a"] >= 0.5 * obs["dropped"]
+    # … and their leases expired and re-dispatched them: every dispatch lost by +2.5 s had its lease
+    # (2 s) run out, and a heartbeat sweep it, by +5 s.
+    assert obs["expired_b"] - obs["expired_a"] >= obs["dropped_early"] > 0
     assert obs["redispatched_b"] - obs["redispatched_a"] >= obs["expired_b"] - obs["expired_a"]
     assert obs["expired_c"] - obs["expired_a"] >= obs["dropped_total"]
     assert obs["probabilities_later"] == [0.0] * 4
@@ -549,7 +552,7 @@ def test_mcp_disconnect_fails_calls_until_the_client_reconnects_after_the_ttl() 
 
     _, report = _run(plan)
     assert obs["connected"] is False and obs["connected_during"] is False
-    assert obs["failed_during"] > 100  # tasks fail fast with the reason, they do not hang
+    assert obs["failed_during"] > 100  # tasks fail, with the reason, after the stage's retries
     assert obs["connected_after"] is True
     assert FAULT_AT + ttl <= obs["reconnected_at"] <= FAULT_AT + ttl + 2.5
     assert obs["failed_after"] == 0
@@ -573,7 +576,7 @@ def test_latency_jitter_raises_p95_sojourn() -> None:
 
     _, report = _run(plan)
     assert obs["jitter"] == 0.02 and obs["jitter_later"] == 0.0
-    assert obs["p95_during"] > 1.3 * obs["p95_before"]
+    assert obs["p95_during"] > 2 * obs["p95_before"]
     _recovered(report)
 
 
@@ -602,12 +605,13 @@ def test_load_spike_multiplies_the_offered_rate() -> None:
         obs["after_rate"] = (p.ledger.total.offered - offered) / 5.0
         obs["surge_later"] = p.surge.factor
 
-    _, report = _run(plan)
-    assert obs["base_rate"] == pytest.approx(200.0, rel=0.1)
+    exp, report = _run(plan)
+    base = exp.settings.load.rate
+    assert obs["base_rate"] == pytest.approx(base, rel=0.1)
     assert obs["surge"] == factor
-    assert obs["spike_rate"] == pytest.approx(factor * obs["base_rate"], rel=0.1)
+    assert obs["spike_rate"] == pytest.approx(factor * base, rel=0.1)
     assert obs["surge_later"] == 1.0
-    assert obs["after_rate"] == pytest.approx(obs["base_rate"], rel=0.1)
+    assert obs["after_rate"] == pytest.approx(base, rel=0.1)
     _recovered(report)
 
 
@@ -631,8 +635,8 @@ def _refused(setup: Callable[[Experiment], None], attempt: Callable[[Experiment]
         obs["new_events"] = len(exp.events.events("fault")) - events
 
     _run(plan, duration=3.0)
-    assert obs["unchanged"] is True and obs["new_records"] == 0 and obs["new_events"] == 0
     assert isinstance(obs.get("error"), FaultError), "the injection was not refused"
+    assert obs["unchanged"] is True and obs["new_records"] == 0 and obs["new_events"] == 0
     return obs
 
 
@@ -673,8 +677,7 @@ def test_a_percentage_out_of_range_is_refused(target: str) -> None:
 
 
 def test_an_unknown_param_is_refused() -> None:
-    attempt = lambda exp: exp.injector.inject("slow_agent", "worker-0", {"speed": 2.0})  # noqa: E731
-    error = _refused(_nothing, attempt)["error"]
+    error = _refused(_nothing, lambda exp: exp.injector.inject("slow_agent", "worker-0", {"speed": 2.0}))["error"]
     assert error.field == "params.speed" and error.status == 422
     assert "factor" in error.message  # names the valid ones
 
@@ -820,3 +823,48 @@ def test_a_stop_condition_pulls_the_lever_by_itself() -> None:
     assert obs["refused"] == 409
     assert report["faults"][0]["reverted_by"] == "lever"
     _accounted(report)
+
+
+# --- known defects (strict xfail: they start passing when the package is fixed) --------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="remove_node/remove_edge healed() asks for a route avoiding the target; with no alternate path that "
+    "never holds, not even after the TTL restores the DAG, so the recovery is reported failed",
+)
+@pytest.mark.parametrize(("action", "target"), [("remove_node", "answer"), ("remove_edge", "context->answer")])
+def test_removing_a_stage_with_no_alternate_path_recovers_once_the_ttl_restores_it(action: str, target: str) -> None:
+    obs: Obs = {}
+
+    async def plan(exp: Experiment) -> None:
+        p = exp.pipeline
+        await _at(exp, FAULT_AT)
+        exp.injector.inject(action, target, ttl=5.0)
+        await _at(exp, FAULT_AT + 2.0)
+        obs["route_during"] = p.route_names
+        obs["no_route"] = p.ledger.total.failed_by.get("no_route", 0)
+        await _at(exp, FAULT_AT + 6.0)
+        obs["route_after"] = p.route_names
+
+    _, report = _run(plan, duration=90.0)
+    assert obs["route_during"] is None and obs["no_route"] > 200  # no path: tasks fail, with the reason
+    assert obs["route_after"] == DEFAULT_ROUTE
+    fault = _recovered(report)
+    assert fault["mechanism_recovered_at"] >= fault["reverted_at"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="drop_messages healed() is vacuously true (0 expired >= 0 dropped) when a tick runs in the same "
+    "instant as the injection: the mechanism is reported recovered before any lease could expire",
+)
+def test_drop_messages_mechanism_recovers_only_after_leases_bring_the_dispatches_back() -> None:
+    async def plan(exp: Experiment) -> None:
+        await _at(exp, 15.0)  # on the telemetry tick grid, as a scenario action with `delay: 15` is
+        exp.injector.inject("drop_messages", params={"probability": 0.3}, ttl=6.0)
+
+    exp, report = _run(plan)
+    fault = report["faults"][0]
+    assert fault["mechanism_recovered_at"] >= fault["injected_at"] + exp.settings.orchestrator.task_lease
+    _recovered(report)
