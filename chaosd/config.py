@@ -33,6 +33,7 @@ __all__ = [
     "ScoreConfig",
     "ServiceConfig",
     "Settings",
+    "SinkConfig",
     "StageConfig",
     "StopCondition",
     "SupervisorConfig",
@@ -226,6 +227,10 @@ class ScoreConfig(_Model):
         return self
 
 
+class SinkConfig(_Model):
+    idempotent: bool = Field(default=True, description="suppress a second outcome for a task")
+
+
 class TelemetryConfig(_Model):
     tick: Seconds = Field(default=0.1, gt=0, le=10)
     window: Seconds = Field(default=1.0, gt=0, le=600)
@@ -315,6 +320,7 @@ class Settings(BaseSettings):
     detector: DetectorConfig = DetectorConfig()
     throttle: ThrottleConfig = ThrottleConfig()
     orchestrator: OrchestratorConfig = OrchestratorConfig()
+    sink: SinkConfig = SinkConfig()
     supervisor: SupervisorConfig = SupervisorConfig()
     faults: FaultsConfig = FaultsConfig()
     recovery: RecoveryConfig = RecoveryConfig()

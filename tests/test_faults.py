@@ -825,14 +825,9 @@ def test_a_stop_condition_pulls_the_lever_by_itself() -> None:
     _accounted(report)
 
 
-# --- known defects (strict xfail: they start passing when the package is fixed) --------------------
+# --- regressions: defects found while writing these tests ------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="remove_node/remove_edge healed() asks for a route avoiding the target; with no alternate path that "
-    "never holds, not even after the TTL restores the DAG, so the recovery is reported failed",
-)
 @pytest.mark.parametrize(("action", "target"), [("remove_node", "answer"), ("remove_edge", "context->answer")])
 def test_removing_a_stage_with_no_alternate_path_recovers_once_the_ttl_restores_it(action: str, target: str) -> None:
     obs: Obs = {}
@@ -854,11 +849,6 @@ def test_removing_a_stage_with_no_alternate_path_recovers_once_the_ttl_restores_
     assert fault["mechanism_recovered_at"] >= fault["reverted_at"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="drop_messages healed() is vacuously true (0 expired >= 0 dropped) when a tick runs in the same "
-    "instant as the injection: the mechanism is reported recovered before any lease could expire",
-)
 def test_drop_messages_mechanism_recovers_only_after_leases_bring_the_dispatches_back() -> None:
     async def plan(exp: Experiment) -> None:
         await _at(exp, 15.0)  # on the telemetry tick grid, as a scenario action with `delay: 15` is

@@ -118,3 +118,23 @@ def test_leader_assassination_elects_a_standby_that_rebuilds_and_redispatches() 
     assert elected and elected[0].data["replica"] != kill["targets"][0]
     assert report["runtime"]["redispatched"] > 0 and report["runtime"]["deduplicated"] > 0
     assert report["actions"][1] == pytest.approx(report["actions"][1]) and report["actions"][1]["ok"]
+
+
+def _kill_the_leader_once(idempotent: bool) -> dict[str, Any]:
+    s = settings({"load": {"rate": 150.0}, "sink": {"idempotent": idempotent}})
+
+    async def plan(exp: Experiment) -> None:
+        await exp.clock.sleep_until(exp.pipeline.t0 + 15.0)
+        exp.injector.inject("kill_leader", ttl=5.0)  # acks lost with the leader: the new one re-dispatches
+
+    return run_offline(s, duration=60.0, warmup=5.0, plan=plan)
+
+
+def test_without_an_idempotent_sink_redelivery_duplicates_effects_and_consistency_drops() -> None:
+    safe = _kill_the_leader_once(idempotent=True)
+    unsafe = _kill_the_leader_once(idempotent=False)
+    assert safe["tasks"]["duplicated"] == 0 and safe["runtime"]["deduplicated"] > 0
+    assert safe["score"]["consistency"] == 100.0
+    assert unsafe["tasks"]["duplicated"] > 0 and unsafe["runtime"]["deduplicated"] == 0
+    assert unsafe["score"]["consistency"] < 100.0
+    assert any(d["cause"] == "duplicated" for d in unsafe["diagnostics"])

@@ -90,6 +90,10 @@ class Action:
         """The runtime's own mechanism has repaired the damage (for actions that heal themselves)."""
         return False
 
+    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        """After the fault ended: is the damage gone? (A kill is not undone by its end; a pause is.)"""
+        return True
+
     def describe(self) -> dict[str, Any]:
         return {
             "action": self.name,
@@ -172,6 +176,9 @@ class KillLeader(Action):
     def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
         return rt.dispatcher.leader_id is not None and rt.dispatcher.elections > memo["elections"]
 
+    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return self.healed(rt, targets, memo)
+
 
 class KillOrchestrator(KillLeader):
     name = "kill_orchestrator"
@@ -203,6 +210,9 @@ class KillAgent(Action):
     def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
         # Resurrected and working: alive again, and has done something since.
         return all(a.alive and a.served > memo["served"][a.id] for a in _agents(rt, targets))
+
+    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return self.healed(rt, targets, memo)
 
 
 class PauseAgent(Action):
@@ -317,7 +327,11 @@ class DropMessages(Action):
                 w.drop_probability = 0.0
 
     def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        # Redelivery works: as many leases expired since injection as dispatches were lost.
+        # Redelivery works: something was lost, and as many leases expired since as dispatches were lost.
+        dropped = sum(w.dropped for w in rt.workers if w.agent.id in targets) - memo["dropped"]
+        return bool(dropped > 0 and rt.dispatcher.lease_expired - memo["expired"] >= dropped)
+
+    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
         dropped = sum(w.dropped for w in rt.workers if w.agent.id in targets) - memo["dropped"]
         return bool(rt.dispatcher.lease_expired - memo["expired"] >= dropped)
 
@@ -376,6 +390,10 @@ class RemoveNode(StageAction):
         route = rt.route_names
         return not rt.dag_dirty and route is not None and not set(route) & set(targets)
 
+    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        # No alternate path: the damage ends when the node is back and the leader has rerouted.
+        return not rt.dag_dirty and rt.route_names is not None
+
 
 class RemoveEdge(Action):
     name = "remove_edge"
@@ -414,6 +432,9 @@ class RemoveEdge(Action):
             return False
         used = set(itertools.pairwise(route))
         return not any(tuple(e.split("->")) in used for e in targets)
+
+    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return not rt.dag_dirty and rt.route_names is not None
 
 
 class ToolTimeout(StageAction):
@@ -486,6 +507,9 @@ class MemoryCorrupt(StageAction):
     def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
         return all(not set(memo[n]) & rt.memory[n].corrupted for n in targets)
 
+    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return self.healed(rt, targets, memo)  # corruption outlives the fault until repaired
+
 
 class McpDisconnect(StageAction):
     name = "mcp_disconnect"
@@ -505,6 +529,9 @@ class McpDisconnect(StageAction):
 
     def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
         return all(rt.mcp[n].connected for n in targets)
+
+    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        return self.healed(rt, targets, memo)
 
 
 class LatencyJitter(StageAction):

@@ -4,8 +4,9 @@ Safety: a cap on concurrent faults; a lever that reverts every fault and refuses
 released; stop conditions that pull it. Recovery is observed: a fault's *mechanism* recovered when
 the runtime's own healing did its job (its action says when), and its *service* recovered when
 throughput, p95 sojourn and queue depth stayed within tolerance of the pre-fault baseline for the
-confirmation window — after the mechanism recovered. Not recovered within ``limit`` of its end:
-a failed recovery.
+confirmation window, a stretch that reaches past the mechanism's recovery (a service that never
+left tolerance recovered at injection: it did not notice). Not recovered within ``limit`` of the
+fault's end: a failed recovery.
 """
 
 from __future__ import annotations
@@ -148,9 +149,10 @@ class Injector:
             raise FaultError("ttl", f"{ttl:g} s exceeds the maximum of {self.cfg.max_ttl:g} s")
         checked = spec.check_params(params or {})
         active = self.active()
-        if action != "resume_agent" and len(active) >= self.cfg.max_concurrent:
+        blocking = [f for f in active if f.action != "resume_agent"]  # a resume is instantaneous
+        if action != "resume_agent" and len(blocking) >= self.cfg.max_concurrent:
             raise FaultError(
-                "action", f"{len(active)} faults are active, the cap is {self.cfg.max_concurrent}", status=409
+                "action", f"{len(blocking)} faults are active, the cap is {self.cfg.max_concurrent}", status=409
             )
         target = target or spec.default_target
         targets = spec.resolve(self.rt, target, self._rng)
@@ -236,7 +238,7 @@ class Injector:
         for record in self.faults:
             if record.outcome in ("active", "recovering"):
                 self._observe(record, s)
-        if not self.active():
+        if all(f.action == "resume_agent" for f in self.active()):
             self._window.append(s)
         self._check_stop_conditions(s)
 
@@ -244,7 +246,7 @@ class Injector:
         spec = CATALOGUE[record.action]
         if record.mechanism_recovered_at is None:
             healed = spec.heals_itself and spec.healed(self.rt, record.targets, record.memo)
-            if healed or (not record.active and not spec.heals_itself):
+            if healed or (not record.active and spec.restored(self.rt, record.targets, record.memo)):
                 record.mechanism_recovered_at = s.t
                 self._events.record(s.t, "fault", id=record.id, action=record.action, state="mechanism_recovered")
         baseline = record.baseline
@@ -260,7 +262,7 @@ class Injector:
             and s.t >= record.mechanism_recovered_at
         ):
             record.service_recovered_at = max(record._streak_from, record.injected_at)
-            if not record.active or spec.heals_itself:
+            if True:
                 record.outcome = "recovered"
                 self._events.record(
                     s.t,

@@ -28,8 +28,10 @@ class Counts:
 class Ledger:
     """Counts offers, refusals and outcomes; tracks in-flight tasks by id to find loss and duplicates."""
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, idempotent: bool = True) -> None:
         self.deadline = deadline
+        self.idempotent = idempotent
+        self._ended: set[int] = set()  # only without idempotence: ids whose effect already happened
         self.total = Counts()
         self.measured = Counts()
         self.in_flight: dict[int, Task] = {}
@@ -60,6 +62,8 @@ class Ledger:
         if self.in_flight.pop(task.id, None) is None:
             self._duplicate(task)
             return
+        if not self.idempotent:
+            self._ended.add(task.id)
         late = self.deadline > 0 and now - task.accepted_at > self.deadline
         if not late:
             self.good += 1
@@ -82,7 +86,13 @@ class Ledger:
             counts.failed_by[reason] = counts.failed_by.get(reason, 0) + 1
 
     def _duplicate(self, task: Task) -> None:
-        self.deduplicated += 1
+        if self.idempotent:
+            self.deduplicated += 1
+            return
+        # A sink without idempotence applies the effect again: a duplicate the ledger must own up to.
+        self.total.duplicated += 1
+        if task.measured:
+            self.measured.duplicated += 1
 
     def unaccounted(self, holders: Iterable[Task]) -> tuple[int, int, int]:
         """(lost among all tasks, lost among measured ones, measured still held).

@@ -54,7 +54,7 @@ class Pipeline:
         streams = Streams(settings.seed)
         load = settings.load
         self.shape = LoadShape(load.rate, load.phases)
-        self.ledger = Ledger(load.deadline)
+        self.ledger = Ledger(load.deadline, settings.sink.idempotent)
         self.queue = IngressQueue(settings.queue.capacity, settings.queue.when_full, clock)
         self.busy = BusyMeter(self.t0)
         self.wait = LogHistogram()

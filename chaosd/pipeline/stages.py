@@ -90,6 +90,7 @@ class StageRunner:
         # fallback — then lets a trial through (half-open).
         self._fail_streak = 0
         self.open_until = float("-inf")
+        self._open_for = cfg.breaker_reset  # doubles while trials keep failing, up to 16 ×
         self.trips = 0
         self.simple = True
         self.refresh()
@@ -122,7 +123,8 @@ class StageRunner:
         self._fail_streak += 1
         threshold = self.cfg.breaker_threshold
         if threshold and self._fail_streak >= threshold and not self.is_open(self._now()):
-            self.open_until = self._now() + self.cfg.breaker_reset
+            self.open_until = self._now() + self._open_for
+            self._open_for = min(self._open_for * 2, 16 * self.cfg.breaker_reset)
             self._fail_streak = 0
             self.trips += 1
 
@@ -139,6 +141,7 @@ class StageRunner:
                 self.successes += 1
                 if not use_fallback:
                     self._fail_streak = 0
+                    self._open_for = cfg.breaker_reset
                 return None
             if not use_fallback:
                 self._failed_attempt()

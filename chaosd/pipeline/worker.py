@@ -111,7 +111,7 @@ class Worker:
                 served = 0
                 continue
             t = now()
-            if task.id not in in_flight:
+            if task.id not in in_flight and ledger.idempotent:
                 # A re-dispatched copy of a task that already ended: the sink would ignore it anyway.
                 ledger.deduplicated += 1
                 continue
