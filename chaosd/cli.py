@@ -1,4 +1,4 @@
-"""Command line: ``chaosd [serve] --config FILE`` and ``chaosd run [SCENARIO] …``.
+"""Command line: ``chaosd [serve] --config FILE``, ``chaosd run [SCENARIO] …`` and the client commands.
 
 The only module that exits the process: bad input → a message naming the field, exit code 2.
 """
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chaosd import __version__
+from chaosd.client import COMMANDS, add_client_commands, run_client_command
 from chaosd.clock import wall_time
 from chaosd.config import Settings, deep_merge, load_settings
 from chaosd.durations import parse_duration
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--survival", action="store_true", help="inject random faults every --interval")
     run.add_argument("--interval", type=_duration, default=10.0, help="survival: seconds between faults (10)")
     run.add_argument("--actions", help="survival: comma-separated subset of the catalogue (default: every action)")
+    add_client_commands(sub)
     return parser
 
 
@@ -169,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command in COMMANDS:
+            return run_client_command(args, _out, lambda line: print(line, file=sys.stderr))
         from chaosd.daemon import serve  # noqa: PLC0415 - aiohttp only for the daemon
 
         return serve(load_settings(args.config), _out)

@@ -17,6 +17,7 @@ __all__ = [
     "LoopClock",
     "VirtualEventLoop",
     "new_event_loop",
+    "unix_time",
     "wall_time",
 ]
 
@@ -108,3 +109,8 @@ def new_event_loop(*, virtual: bool) -> asyncio.AbstractEventLoop:
 def wall_time() -> float:
     """Wall-clock seconds, for progress lines and benchmarks only (never for simulated time)."""
     return time.perf_counter()
+
+
+def unix_time() -> float:
+    """Calendar time (Unix seconds), for history records that outlive the process."""
+    return time.time()

@@ -36,6 +36,7 @@ __all__ = [
     "SinkConfig",
     "StageConfig",
     "StopCondition",
+    "StorageConfig",
     "SupervisorConfig",
     "TelemetryConfig",
     "ThrottleConfig",
@@ -276,11 +277,18 @@ class RunConfig(_Model):
 class DaemonConfig(_Model):
     status_interval: Seconds = Field(default=10.0, gt=0)
     report: str = "chaosd-report.json"
+    shutdown_grace: Seconds = Field(default=5.0, gt=0, description="time the pipeline gets to stop")
 
 
 class ApiConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=8686, ge=0, le=65535)
+    token: str | None = Field(default=None, min_length=8, description="bearer token for mutating routes")
+    heartbeat: Seconds = Field(default=15.0, gt=0, description="SSE heartbeat interval")
+
+
+class StorageConfig(_Model):
+    path: str = Field(default="chaosd-data/chaosd.db", min_length=1)
 
 
 def _exp(mean: float) -> ServiceConfig:
@@ -328,6 +336,7 @@ class Settings(BaseSettings):
     run: RunConfig = RunConfig()
     daemon: DaemonConfig = DaemonConfig()
     api: ApiConfig = ApiConfig()
+    storage: StorageConfig = StorageConfig()
 
     @field_validator("stages")
     @classmethod

@@ -1,31 +1,34 @@
-"""The daemon: the pipeline in real time until SIGINT/SIGTERM, a status line, health over HTTP.
+"""The daemon: the pipeline in real time with its HTTP control plane, until SIGINT/SIGTERM.
 
-Lifecycle as uvicorn's: capture signals → start → run → graceful stop (report written) →
-a second signal forces the exit.
+Lifecycle as uvicorn's: capture signals → start (storage, streams, pipeline) → serve → on the first
+signal refuse new faults, revert the active ones, end the event streams, stop the pipeline within
+the grace period, write the final report, flush storage, exit 0. A second signal forces the exit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import signal
+import uuid
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
+from chaosd.api import build_app
+from chaosd.api.keys import REPORT
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import Settings
-from chaosd.report import render_summary, write_report
+from chaosd.control import Controller
+from chaosd.errors import ConfigError
+from chaosd.report import render_summary
 from chaosd.runner import Experiment
 from chaosd.telemetry.snapshot import Snapshot
 
-__all__ = ["serve"]
+__all__ = ["check_bind", "serve"]
 
 log = logging.getLogger("chaosd")
-
-EXPERIMENT: web.AppKey[Experiment] = web.AppKey("experiment", Experiment)
 
 
 def status_line(snap: Snapshot, state: str, factor: float) -> str:
@@ -36,34 +39,21 @@ def status_line(snap: Snapshot, state: str, factor: float) -> str:
     )
 
 
-async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
-async def _readyz(request: web.Request) -> web.Response:
-    experiment = request.app[EXPERIMENT]
-    ready = experiment.telemetry.latest is not None
-    return web.json_response({"ready": ready}, status=200 if ready else 503)
-
-
-async def _status(request: web.Request) -> web.Response:
-    experiment = request.app[EXPERIMENT]
-    snap = experiment.telemetry.latest
-    body: dict[str, Any] = {
-        "detector": experiment.detector.state.value,
-        "throttle_factor": experiment.throttle.factor,
-        "telemetry": snap.as_dict() if snap is not None else None,
-    }
-    return web.json_response(body)
-
-
-def _app(experiment: Experiment) -> web.Application:
-    app = web.Application()
-    app[EXPERIMENT] = experiment
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/api/v1/status", _status)
-    return app
+def check_bind(settings: Settings) -> None:
+    """Refuse to listen beyond loopback without a token: anyone could break the pipeline."""
+    if not _loopback(settings.api.host) and not settings.api.token:
+        raise ConfigError(
+            [("configuration", "api.token", f"required to bind {settings.api.host!r} (not a loopback address)")]
+        )
 
 
 async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
@@ -71,6 +61,10 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     clock = LoopClock(loop)
     stop = asyncio.Event()
     main = asyncio.current_task()
+    experiment = Experiment(settings, clock, warmup=0.0, scenario=None, virtual=False)
+    controller = Controller(experiment)
+    run_id = uuid.uuid4().hex[:12]
+    app = build_app(settings, controller, stop, run_id)
     signals = 0
 
     def on_signal(signum: int) -> None:
@@ -78,6 +72,7 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
         signals += 1
         if signals == 1:
             out(f"chaosd: {signal.Signals(signum).name} received, stopping (again to force)")
+            controller.stopping = True
             stop.set()
         elif main is not None:
             main.cancel()
@@ -85,43 +80,45 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
 
-    experiment = Experiment(settings, clock, warmup=0.0, scenario=None, virtual=False)
     interval = settings.daemon.status_interval
-    next_status = interval
+    next_status = [interval]
 
     def on_snapshot(snap: Snapshot) -> None:
-        nonlocal next_status
-        if snap.t >= next_status:
-            next_status += interval
+        if snap.t >= next_status[0]:
+            next_status[0] += interval
             out(status_line(snap, experiment.detector.state.value, experiment.throttle.factor))
 
     experiment.telemetry.listen(on_snapshot)
-    runner = web.AppRunner(_app(experiment), handle_signals=False, access_log=None)
-    await runner.setup()
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
     try:
+        await runner.setup()
         site = web.TCPSite(runner, settings.api.host, settings.api.port)
         await site.start()
         for address in runner.addresses:
-            out(f"chaosd: listening on http://{address[0]}:{address[1]}")
+            out(f"chaosd: listening on http://{address[0]}:{address[1]} (run {run_id})")
         out(f"chaosd: pipeline running in real time (offered {settings.load.rate:g} tasks/s); Ctrl-C stops")
-        try:
-            report = await experiment.run(None, stop)
-        except asyncio.CancelledError:
-            out("chaosd: forced exit, no report written")
-            return 1
-    finally:
+        await stop.wait()
+        reverted = len(experiment.injector.active())
         await runner.cleanup()
+    except asyncio.CancelledError:
+        out("chaosd: forced exit; active faults may not have been reverted, no report written")
+        return 1
+    finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-    path = Path(settings.daemon.report)
-    write_report(report, path)
+    report = app.get(REPORT)
+    if report is None:
+        out("chaosd: the pipeline did not stop cleanly; no report written")
+        return 1
     out(render_summary(report))
-    out(f"chaosd: report written to {path}")
+    out(f"chaosd: reverted {reverted} active fault(s); report written to {settings.daemon.report}")
     return 0
 
 
 def serve(settings: Settings, out: Callable[[str], None]) -> int:
     """Run the daemon on a real-time loop; returns the process exit code."""
+    check_bind(settings)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loop = new_event_loop(virtual=False)
     asyncio.set_event_loop(loop)
     try:

@@ -57,30 +57,39 @@ def check_actions(actions: Sequence[ScenarioAction], source: str, max_ttl: float
         raise ScenarioError(problems)
 
 
-def scenario_plan(actions: Sequence[ScenarioAction]) -> Plan:
-    """Inject each action after its delay (relative to the previous action)."""
+def scenario_plan(
+    actions: Sequence[ScenarioAction], *, speed: float = 1.0, log: list[dict[str, Any]] | None = None
+) -> Plan:
+    """Inject each action after its delay (relative to the previous action).
+
+    ``speed`` > 1 compresses delays and fault durations (a real-time daemon running a long scenario
+    quickly); ``log`` collects what happened (default: the experiment's plan log).
+    """
 
     async def plan(exp: Experiment) -> None:
         clock = exp.clock
-        t0 = exp.pipeline.t0
+        t0 = clock.now()
+        entries = exp.plan_log if log is None else log
         at = 0.0
         for item in actions:
-            at += item.delay
+            at += item.delay / speed
             await clock.sleep_until(t0 + at)
             spec = item.action
             entry: dict[str, Any] = {"at": exp.pipeline.elapsed(), "action": spec.type, "target": spec.target_id}
             if spec.type == "verify_leader":
                 leader = exp.pipeline.dispatcher.leader_id
                 entry.update(ok=leader is not None, leader=leader)
-                exp.plan_log.append(entry)
+                entries.append(entry)
                 continue
             ttl, params = _split_metadata(spec.metadata)
+            if ttl is not None:
+                ttl /= speed
             try:
                 record = exp.injector.inject(spec.type, spec.target_id, params, ttl)
                 entry.update(ok=True, fault=record.id, targets=list(record.targets))
             except FaultError as exc:
                 entry.update(ok=False, error=str(exc))
-            exp.plan_log.append(entry)
+            entries.append(entry)
 
     return plan
 
@@ -93,6 +102,7 @@ def survival_plan(
     ttl: float | None = None,
     last_at: float | None = None,
     progress: Callable[[Experiment], None] | None = None,
+    log: list[dict[str, Any]] | None = None,
 ) -> Plan:
     """Every ``interval``: the next action of a shuffled round of ``actions``, on a random valid target.
 
@@ -110,7 +120,8 @@ def survival_plan(
     async def plan(exp: Experiment) -> None:
         rng = random.Random(f"chaosd:{seed}:survival")
         clock = exp.clock
-        t0 = exp.pipeline.t0
+        t0 = clock.now()
+        entries = exp.plan_log if log is None else log
         queue: list[str] = []
         k = 0
         while True:
@@ -119,7 +130,7 @@ def survival_plan(
                 return
             await clock.sleep_until(t0 + k * interval)
             if exp.injector.lever is not None:
-                exp.plan_log.append({"at": exp.pipeline.elapsed(), "action": "stop", "reason": exp.injector.lever})
+                entries.append({"at": exp.pipeline.elapsed(), "action": "stop", "reason": exp.injector.lever})
                 exp.stop.set()
                 return
             for _ in range(len(actions)):  # an action that cannot apply now yields to the next one
@@ -133,7 +144,7 @@ def survival_plan(
                     record = exp.injector.inject(action, target, ttl=ttl)
                 except FaultError:
                     continue
-                exp.plan_log.append(
+                entries.append(
                     {"at": record.injected_at, "action": action, "target": target, "ok": True, "fault": record.id}
                 )
                 break

@@ -24,7 +24,11 @@ LAYERS = [
     "report",
     "runner",
     "plans",
+    "control",
+    "storage",
+    "api",
     "daemon",
+    "client",
     "cli",
 ]
 

@@ -89,7 +89,7 @@ def test_daemon_runs_the_default_config_and_exits_0_on_sigterm_with_a_report(
     daemon = Daemon(["--config", str(ROOT / "config" / "chaosd.toml")], tmp_path, daemon_env)
     try:
         line = daemon.wait_line("listening on http://127.0.0.1:")
-        base = line.split("listening on ")[1].strip()
+        base = line.split("listening on ")[1].split()[0]
         _wait_for(lambda: _get(base + "/readyz")[0] == 200, 10, "/readyz to answer 200")
         status_line = daemon.wait_line("state=")  # the periodic status line
         assert "λ=" in status_line and "Q=" in status_line

@@ -1,0 +1,21 @@
+"""Typed application state keys (aiohttp ``AppKey``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from chaosd.api.sse import Broker
+from chaosd.control import Controller
+from chaosd.storage import Storage
+
+__all__ = ["BROKER", "CONTROLLER", "REPORT", "RUN_ID", "STARTED", "STOP", "STORAGE"]
+
+CONTROLLER = web.AppKey("controller", Controller)
+STORAGE = web.AppKey("storage", Storage)
+BROKER = web.AppKey("broker", Broker)
+RUN_ID = web.AppKey("run_id", str)
+STARTED = web.AppKey("started", float)
+STOP = web.AppKey("stop", asyncio.Event)
+REPORT = web.AppKey("report", dict)

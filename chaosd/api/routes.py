@@ -1,0 +1,282 @@
+"""Route handlers: thin — parse and validate at the edge, act through the controller, answer JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+import yaml
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from chaosd.api.keys import BROKER, CONTROLLER, RUN_ID, STARTED, STORAGE
+from chaosd.api.schemas import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, openapi_document
+from chaosd.errors import FaultError, ScenarioError
+from chaosd.faults import CATALOGUE
+from chaosd.report import rounded
+from chaosd.scenario import Scenario, find_scenario, load_scenario
+
+__all__ = ["routes"]
+
+M = TypeVar("M", bound=BaseModel)
+routes = web.RouteTableDef()
+
+
+def _ok(body: Any, status: int = 200) -> web.Response:
+    return web.json_response(rounded(body), status=status, dumps=lambda o: json.dumps(o, sort_keys=True))
+
+
+async def _body(request: web.Request, model: type[M], *, optional: bool = False) -> M:
+    raw = await request.read()
+    if not raw.strip() and optional:
+        return model()
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise FaultError("body", "malformed JSON", status=400) from None
+    if not isinstance(data, dict):
+        raise FaultError("body", "must be a JSON object", status=422)
+    return model.model_validate(data)
+
+
+# --- health, docs, status ---------------------------------------------------------------------------
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    return _ok({"status": "ok"})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    ctl = request.app[CONTROLLER]
+    problems = list(ctl.problems)
+    storage = request.app[STORAGE]
+    if storage.write_errors:
+        problems.append(f"storage: {storage.write_errors} write error(s)")
+    if ctl.exp.telemetry.latest is None:
+        problems.append("pipeline: no telemetry yet")
+    if ctl.stopping:
+        problems.append("shutting down")
+    return _ok({"ready": not problems, "problems": problems}, 200 if not problems else 503)
+
+
+@routes.get("/api/v1/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    return _ok(openapi_document())
+
+
+@routes.get("/api/v1/status")
+async def status(request: web.Request) -> web.Response:
+    ctl = request.app[CONTROLLER]
+    exp = ctl.exp
+    p = exp.pipeline
+    snap = exp.telemetry.latest
+    body = {
+        "run_id": request.app[RUN_ID],
+        "started_at": request.app[STARTED],
+        "uptime_s": p.elapsed(),
+        "agents": [
+            {"id": a.id, "kind": a.kind, "state": a.state, "restarts": len(a.restarts), "gave_up": a.gave_up}
+            for a in p.agents.values()
+        ],
+        "leader": p.dispatcher.leader_id,
+        "route": list(p.route_names or ()),
+        "dag": {
+            "nodes": sorted(p.dag.edges),
+            "edges": sorted(f"{a}->{b}" for a, succ in p.dag.edges.items() for b in succ),
+            "removed_nodes": sorted(p.dag.removed_nodes),
+            "removed_edges": sorted(f"{a}->{b}" for a, b in p.dag.removed_edges),
+            "breakers_open": sorted(p.avoided),
+        },
+        "queue": {"depth": p.queue.depth, "capacity": p.queue.capacity},
+        "detector": exp.detector.state.value,
+        "throttle_factor": exp.throttle.factor,
+        "telemetry": snap.as_dict() if snap is not None else None,
+        "score": exp.live_score().as_dict(),
+        "faults_active": len(exp.injector.active()),
+        "lever": exp.injector.lever,
+        "survival": ctl.plan_status(ctl.survival)["state"],
+        "scenario": ctl.plan_status(ctl.scenario)["state"],
+        "stopping": ctl.stopping,
+    }
+    return _ok(body)
+
+
+@routes.get("/api/v1/actions")
+async def actions(request: web.Request) -> web.Response:
+    return _ok({"actions": [a.describe() for a in CATALOGUE.values()]})
+
+
+# --- faults and the lever ----------------------------------------------------------------------------
+
+
+@routes.post("/api/v1/faults")
+async def inject(request: web.Request) -> web.Response:
+    body = await _body(request, InjectRequest)
+    record = request.app[CONTROLLER].inject(body.action, body.target, dict(body.params), body.ttl)
+    return _ok(record.as_dict(), 201)
+
+
+@routes.get("/api/v1/faults")
+async def faults(request: web.Request) -> web.Response:
+    active = request.query.get("active", "").lower()
+    if active not in ("", "true", "false", "1", "0"):
+        raise FaultError("active", "must be true or false", status=400)
+    records = request.app[CONTROLLER].exp.injector.faults
+    if active in ("true", "1"):
+        records = [f for f in records if f.active]
+    return _ok({"faults": [f.as_dict() for f in records], "lever": request.app[CONTROLLER].exp.injector.lever})
+
+
+def _fault_id(request: web.Request) -> int:
+    try:
+        return int(request.match_info["id"])
+    except ValueError:
+        raise FaultError("id", "must be an integer", status=400) from None
+
+
+@routes.get("/api/v1/faults/{id}")
+async def fault(request: web.Request) -> web.Response:
+    return _ok(request.app[CONTROLLER].exp.injector.get(_fault_id(request)).as_dict())
+
+
+@routes.delete("/api/v1/faults/{id}")
+async def revert(request: web.Request) -> web.Response:
+    return _ok(request.app[CONTROLLER].revert(_fault_id(request)).as_dict())
+
+
+@routes.post("/api/v1/lever")
+async def pull_lever(request: web.Request) -> web.Response:
+    body = await _body(request, LeverRequest, optional=True)
+    reverted = request.app[CONTROLLER].pull_lever(body.reason)
+    return _ok({"lever": body.reason, "reverted": reverted})
+
+
+@routes.delete("/api/v1/lever")
+async def release_lever(request: web.Request) -> web.Response:
+    request.app[CONTROLLER].release_lever()
+    return _ok({"lever": None})
+
+
+# --- survival and scenarios --------------------------------------------------------------------------
+
+
+@routes.post("/api/v1/survival")
+async def start_survival(request: web.Request) -> web.Response:
+    body = await _body(request, SurvivalRequest, optional=True)
+    ctl = request.app[CONTROLLER]
+    run = ctl.start_survival(body.interval, body.duration, tuple(body.actions) if body.actions else None)
+    return _ok(ctl.plan_status(run), 201)
+
+
+@routes.get("/api/v1/survival")
+async def survival_status(request: web.Request) -> web.Response:
+    ctl = request.app[CONTROLLER]
+    return _ok(ctl.plan_status(ctl.survival))
+
+
+@routes.delete("/api/v1/survival")
+async def stop_survival(request: web.Request) -> web.Response:
+    ctl = request.app[CONTROLLER]
+    return _ok(ctl.plan_status(await ctl.stop_plan(ctl.survival, "survival")))
+
+
+def _speed(raw: str | None) -> float:
+    if raw is None:
+        return 1.0
+    try:
+        speed = float(raw)
+    except ValueError:
+        raise FaultError("speed", f"must be a number (got {raw!r})", status=422) from None
+    if not 1.0 <= speed <= 1000.0:
+        raise FaultError("speed", f"must be between 1 and 1000 (got {raw})", status=422)
+    return speed
+
+
+@routes.post("/api/v1/scenarios/run")
+async def run_scenario(request: web.Request) -> web.Response:
+    ctl = request.app[CONTROLLER]
+    kind = request.content_type
+    if kind in ("application/yaml", "application/x-yaml", "text/yaml"):
+        scenario, source = _uploaded(await request.text()), "uploaded scenario"
+        speed = _speed(request.query.get("speed"))
+    else:
+        body = await _body(request, ScenarioRunRequest)
+        path = find_scenario(body.name)
+        if not path.exists():
+            raise FaultError("name", f"no shipped scenario {body.name!r}", status=404)
+        scenario, source, speed = load_scenario(path), str(path.name), body.speed
+    run = ctl.start_scenario(scenario, speed, source)
+    return _ok(ctl.plan_status(run), 201)
+
+
+def _uploaded(text: str) -> Scenario:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError([("uploaded scenario", "", f"not valid YAML: {exc}".replace("\n", " "))]) from None
+    if not isinstance(raw, dict):
+        raise ScenarioError([("uploaded scenario", "", "a scenario is a mapping with at least name and duration")])
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        msg = "unknown key" if error["type"] == "extra_forbidden" else str(error["msg"])
+        raise ScenarioError([("uploaded scenario", field, msg)]) from None
+
+
+@routes.get("/api/v1/scenarios/current")
+async def scenario_status(request: web.Request) -> web.Response:
+    ctl = request.app[CONTROLLER]
+    return _ok(ctl.plan_status(ctl.scenario))
+
+
+@routes.delete("/api/v1/scenarios/current")
+async def stop_scenario(request: web.Request) -> web.Response:
+    ctl = request.app[CONTROLLER]
+    run = await ctl.stop_plan(ctl.scenario, "scenario")
+    for fault_id in run.fault_ids():
+        record = ctl.exp.injector.get(fault_id)
+        if record.active:
+            ctl.revert(fault_id)
+    return _ok(ctl.plan_status(run))
+
+
+# --- score, report, history, events ------------------------------------------------------------------
+
+
+@routes.get("/api/v1/score")
+async def score(request: web.Request) -> web.Response:
+    exp = request.app[CONTROLLER].exp
+    faults = exp.injector.faults
+    body = {
+        **exp.live_score().as_dict(),
+        "faults_injected": len(faults),
+        "faults_recovered": sum(1 for f in faults if f.outcome == "recovered"),
+    }
+    return _ok(body)
+
+
+@routes.get("/api/v1/report")
+async def report(request: web.Request) -> web.Response:
+    return _ok(request.app[CONTROLLER].exp.report())
+
+
+@routes.get("/api/v1/runs")
+async def runs(request: web.Request) -> web.Response:
+    return _ok({"runs": await request.app[STORAGE].runs()})
+
+
+@routes.get("/api/v1/runs/{id}")
+async def run(request: web.Request) -> web.Response:
+    found = await request.app[STORAGE].run(request.match_info["id"])
+    if found is None:
+        raise FaultError("id", f"no run {request.match_info['id']!r}", status=404)
+    return _ok(found)
+
+
+@routes.get("/api/v1/events")
+async def events(request: web.Request) -> web.StreamResponse:
+    return await request.app[BROKER].handle(request)

@@ -1,0 +1,546 @@
+"""The client commands (inject, faults, revert, abort, release, survival, inspect, scenario run) for a running daemon.
+
+Synchronous stdlib HTTP against docs/api.md; every failure is a ``ClientError`` carrying the exit code scripts use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import ipaddress
+import json
+import math
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from chaosd import __version__
+from chaosd.durations import parse_duration
+from chaosd.errors import ChaosdError
+
+__all__ = [
+    "COMMANDS",
+    "EXIT_EXPECTATION",
+    "EXIT_OK",
+    "EXIT_REJECTED",
+    "EXIT_SERVER",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "Client",
+    "ClientError",
+    "add_client_commands",
+    "run_client_command",
+]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_EXPECTATION = 3
+EXIT_UNREACHABLE = 4
+EXIT_REJECTED = 5
+EXIT_SERVER = 6
+_EXIT_INTERRUPTED = 130  # Ctrl-C while only waiting: the shell's convention for SIGINT
+
+COMMANDS = ("inject", "faults", "revert", "abort", "release", "survival", "inspect", "scenario")
+DEFAULT_ADDR = "http://127.0.0.1:8686"
+_POLL_S = 1.0  # between status polls
+_LINE_EVERY_S = 10.0  # without a terminal: one progress line per this much run time (the server's elapsed_s)
+_ENDED = ("finished", "stopped")
+
+Out = Callable[[str], None]
+
+
+class ClientError(ChaosdError):
+    """A client command failed; ``code`` is the process exit code, ``message`` says what and where."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(message)
+
+
+class Client:
+    """One daemon address and its token; ``request`` returns the decoded answer or raises ``ClientError``."""
+
+    def __init__(self, addr: str, token: str | None, timeout: float = 10.0) -> None:
+        self.base, host = _base_url(addr)
+        self.token = token or None
+        self.timeout = timeout
+        # A proxy from the environment must not intercept a daemon on this machine.
+        handlers = [urllib.request.ProxyHandler({})] if _loopback(host) else []
+        self._opener = urllib.request.build_opener(*handlers)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        raw: bytes | None = None,
+    ) -> Any:
+        """Send ``body`` as JSON (or ``raw`` bytes as ``content_type``); JSON answers are decoded, others are text."""
+        data = raw if raw is not None else None if body is None else json.dumps(body, allow_nan=False).encode()
+        headers = {"Accept": "application/json", "User-Agent": f"chaosd/{__version__}"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                payload: bytes = resp.read()
+                kind = resp.headers.get_content_type()
+        except urllib.error.HTTPError as exc:
+            raise self._refusal(method, path, exc) from None
+        except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
+            raise ClientError(EXIT_UNREACHABLE, self._unreachable(exc)) from None
+        if not payload:
+            return None
+        if kind != "application/json":
+            return payload.decode("utf-8", "replace")
+        try:
+            return json.loads(payload)
+        except ValueError:
+            raise ClientError(EXIT_SERVER, f"chaosd at {self.base}: {method} {path} answered invalid JSON") from None
+
+    def _refusal(self, method: str, path: str, exc: urllib.error.HTTPError) -> ClientError:
+        try:
+            detail = _error_detail(exc.read()) or str(exc.reason)
+        except OSError:
+            detail = str(exc.reason)
+        if 400 <= exc.code < 500:
+            hint = " (pass --token or set CHAOSD_API__TOKEN)" if exc.code == 401 and not self.token else ""
+            return ClientError(EXIT_REJECTED, f"rejected ({exc.code}): {detail}{hint}")
+        return ClientError(EXIT_SERVER, f"chaosd at {self.base} failed on {method} {path} ({exc.code}): {detail}")
+
+    def _unreachable(self, exc: BaseException) -> str:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(reason, TimeoutError):
+            return f"no answer from chaosd at {self.base} within {self.timeout:g} s"
+        if isinstance(reason, ConnectionRefusedError):
+            return f"cannot reach chaosd at {self.base}: connection refused (is the daemon running?)"
+        if isinstance(reason, http.client.HTTPException):
+            return f"cannot talk to chaosd at {self.base}: not an HTTP answer ({type(reason).__name__})"
+        text = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
+        return f"cannot reach chaosd at {self.base}: {text}"
+
+
+def _base_url(addr: str) -> tuple[str, str]:
+    text = addr.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urllib.parse.urlsplit(text)
+    host = parts.hostname
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        host = None
+    if parts.scheme not in ("http", "https") or not host or parts.query or parts.fragment:
+        raise ClientError(EXIT_USAGE, f"--addr: not a daemon address: {addr!r} (use host:port or http://host:port)")
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", "")), host
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _error_detail(body: bytes) -> str:
+    """``field: message`` from the API's error body; else the start of whatever text came back."""
+    try:
+        error = json.loads(body)["error"]
+        field, message = error.get("field"), error["message"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return body.decode("utf-8", "replace").strip()[:200]
+    return f"{field}: {message}" if field else str(message)
+
+
+# --- argument parsing ---------------------------------------------------------------------------------------------
+
+
+def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the client subcommands on chaosd's parser; values are checked by ``run_client_command``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--addr", help=f"daemon address (default: $CHAOSD_ADDR or {DEFAULT_ADDR})")
+    common.add_argument("--token", help="API bearer token (default: $CHAOSD_API__TOKEN or $CHAOSD_TOKEN)")
+
+    p = sub.add_parser("inject", parents=[common], help="inject a fault into the running daemon")
+    p.add_argument("action", help="an action of the catalogue (GET /api/v1/actions lists them)")
+    p.add_argument("--target", help="agent id, kind, random or N%% (default: the action's)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="an action parameter")
+    p.add_argument("--ttl", help="revert after this long, e.g. 30s or 2m (default: the daemon's)")
+    p.add_argument("--json", action="store_true", help="print the fault as JSON")
+
+    p = sub.add_parser("faults", parents=[common], help="list the faults of the running daemon")
+    p.add_argument("--active", action="store_true", help="only faults not yet reverted")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+    p = sub.add_parser("revert", parents=[common], help="revert a fault now")
+    p.add_argument("id", metavar="ID", help="the fault id")
+
+    p = sub.add_parser("abort", parents=[common], help="pull the safety lever: revert every fault, refuse new ones")
+    p.add_argument("--reason", help="recorded with the lever")
+    sub.add_parser("release", parents=[common], help="release the safety lever")
+
+    p = sub.add_parser("survival", parents=[common], help="inject random faults until the duration ends")
+    p.add_argument("--duration", default="30m", help="how long to run (30m)")
+    p.add_argument("--interval", default="10s", help="time between faults (10s)")
+    p.add_argument("--actions", help="comma-separated subset of the catalogue (default: the daemon's)")
+
+    p = sub.add_parser("inspect", parents=[common], help="score, recoveries per action and causes so far")
+    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+
+    scenario = sub.add_parser("scenario", help="run a scenario on the daemon")
+    actions = scenario.add_subparsers(dest="scenario_command", metavar="SUBCOMMAND", required=True)
+    p = actions.add_parser("run", parents=[common], help="run a scenario file or a shipped scenario by name")
+    p.add_argument("file_or_name", metavar="FILE_OR_NAME", help="a scenario YAML file, or a shipped scenario's name")
+    p.add_argument("--speed", default="1", help="compress delays and durations by this factor (1)")
+    p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True, help="wait for the result")
+
+
+def _duration(flag: str, text: str) -> float:
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise ClientError(EXIT_USAGE, f"{flag}: {exc}") from None
+    if not isinstance(value, float):  # pragma: no cover - a str always parses to a float
+        raise ClientError(EXIT_USAGE, f"{flag}: not a duration: {text!r}")
+    return value
+
+
+def _number_or_text(text: str) -> float | str:
+    """A number when it is one; otherwise the text itself, so the server can name what is wrong with it."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
+
+
+def _params(items: Sequence[str]) -> dict[str, float | str]:
+    params: dict[str, float | str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ClientError(EXIT_USAGE, f"--param: expected NAME=VALUE, got {item!r}")
+        if name in params:
+            raise ClientError(EXIT_USAGE, f"--param: {name} given twice")
+        params[name] = _number_or_text(value.strip())
+    return params
+
+
+# --- commands -----------------------------------------------------------------------------------------------------
+
+
+def run_client_command(args: argparse.Namespace, out: Out, err: Out) -> int:
+    """Run one client subcommand; returns the exit code (messages go to ``out`` and ``err``, nothing exits)."""
+    handler = _HANDLERS.get(args.command)
+    if handler is None:
+        err(f"chaosd: error: {args.command!r} is not a client command")
+        return EXIT_USAGE
+    addr = getattr(args, "addr", None) or os.environ.get("CHAOSD_ADDR") or DEFAULT_ADDR
+    token = (
+        getattr(args, "token", None) or os.environ.get("CHAOSD_API__TOKEN") or os.environ.get("CHAOSD_TOKEN") or None
+    )
+    try:
+        return handler(Client(addr, token), args, out, err)
+    except ClientError as exc:
+        err(f"chaosd: error: {exc.message}")
+        return exc.code
+    except (KeyError, TypeError, AttributeError) as exc:  # the daemon answered, but not in docs/api.md's shape
+        err(f"chaosd: error: unexpected answer from chaosd at {addr}: {type(exc).__name__}: {exc}")
+        return EXIT_SERVER
+
+
+def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    body: dict[str, Any] = {"action": args.action}
+    if args.target is not None:
+        body["target"] = args.target
+    params = _params(args.param)
+    if params:
+        body["params"] = params
+    if args.ttl is not None:
+        body["ttl"] = _duration("--ttl", args.ttl)
+    fault = client.request("POST", "/api/v1/faults", body)
+    if args.json:
+        out(_json(fault))
+        return EXIT_OK
+    ttl = f" · ttl {fault['ttl']:g} s" if isinstance(fault.get("ttl"), int | float) else ""
+    out(f"fault {fault['id']} injected: {fault['action']} on {_targets(fault)}{ttl}")
+    return EXIT_OK
+
+
+def _faults(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    answer = client.request("GET", "/api/v1/faults" + ("?active=true" if args.active else ""))
+    if args.json:
+        out(_json(answer))
+        return EXIT_OK
+    faults = answer["faults"]
+    if not faults:
+        out("no active faults" if args.active else "no faults")
+        return EXIT_OK
+    rows = [
+        (str(f["id"]), f["action"], _targets(f), f["outcome"], _secs(f.get("injected_at")), _secs(f.get("recovery_s")))
+        for f in faults
+    ]
+    for line in _table(("id", "action", "targets", "outcome", "injected_at", "recovery_s"), rows, "<<<<>>"):
+        out(line)
+    return EXIT_OK
+
+
+def _revert(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    try:
+        fault_id = int(args.id)
+    except ValueError:
+        raise ClientError(EXIT_USAGE, f"ID: not a fault id: {args.id!r}") from None
+    fault = client.request("DELETE", f"/api/v1/faults/{fault_id}")
+    out(f"fault {fault['id']} reverted: {fault['action']} on {_targets(fault)} ({fault.get('outcome', '?')})")
+    return EXIT_OK
+
+
+def _abort(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    answer = client.request("POST", "/api/v1/lever", {"reason": args.reason} if args.reason else {})
+    out(f"lever pulled ({answer['lever']}): {answer['reverted']} fault(s) reverted; new faults are refused")
+    return EXIT_OK
+
+
+def _release(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    client.request("DELETE", "/api/v1/lever")
+    out("lever released: faults may be injected again")
+    return EXIT_OK
+
+
+def _survival(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    body: dict[str, Any] = {}
+    for flag, text in (("--interval", args.interval), ("--duration", args.duration)):
+        if _duration(flag, text) <= 0:
+            raise ClientError(EXIT_USAGE, f"{flag}: must be > 0, got {text!r}")
+        body[flag[2:]] = text.strip()  # as typed: the API takes "10s" and parses it with the same rules
+    if args.actions is not None:
+        body["actions"] = [a.strip() for a in args.actions.split(",") if a.strip()]
+        if not body["actions"]:
+            raise ClientError(EXIT_USAGE, f"--actions: no action named in {args.actions!r}")
+    status = client.request("POST", "/api/v1/survival", body)
+    live = _LiveLine(out, sys.stdout if sys.stdout.isatty() else None)
+    try:
+        live.show(status)
+        status = _follow(client, "/api/v1/survival", status, live.show)
+    except KeyboardInterrupt:
+        live.end()
+        out("interrupted: stopping survival")
+        status = client.request("DELETE", "/api/v1/survival")
+    finally:
+        live.end()
+    out(f"survival {status['state']}: {_progress(status)}" + (f" · {status['reason']}" if status.get("reason") else ""))
+    return EXIT_OK
+
+
+def _inspect(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    report = client.request("GET", "/api/v1/report")
+    if args.json:
+        out(_json(report))
+        return EXIT_OK
+    for line in _inspect_lines(report):
+        out(line)
+    return EXIT_OK
+
+
+def _scenario(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    try:
+        speed = float(args.speed)
+    except ValueError:
+        speed = math.nan
+    if not (math.isfinite(speed) and speed > 0):
+        raise ClientError(EXIT_USAGE, f"--speed: must be a number > 0, got {args.speed!r}")
+    given = args.file_or_name
+    path = Path(given)
+    if path.is_file():
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise ClientError(EXIT_USAGE, f"FILE_OR_NAME: cannot read {given}: {exc.strerror}") from None
+        query = urllib.parse.urlencode({"speed": f"{speed:g}"})
+        status = client.request("POST", f"/api/v1/scenarios/run?{query}", raw=text, content_type="application/yaml")
+    elif path.suffix in (".yaml", ".yml") or os.sep in given:
+        raise ClientError(EXIT_USAGE, f"FILE_OR_NAME: no such file: {given}")
+    else:
+        body = {"name": given, "speed": int(speed) if speed.is_integer() else speed}
+        status = client.request("POST", "/api/v1/scenarios/run", body)
+    name = status.get("name") or given
+    out(f"scenario {name} started (speed {speed:g}×)")
+    if not args.wait:
+        return EXIT_OK
+    try:
+        status = _follow(client, "/api/v1/scenarios/current", status, lambda _: None)
+    except KeyboardInterrupt:
+        err(f"chaosd: stopped waiting; scenario {name} still runs (DELETE /api/v1/scenarios/current stops it)")
+        return _EXIT_INTERRUPTED
+    for e in status.get("expectations") or []:
+        out(_expectation(e))
+    passed = status.get("passed")
+    verdict = "passed" if passed else "FAILED" if passed is False else "no verdict"
+    out(f"scenario {name} {status['state']}: {verdict} · {_progress(status)}")
+    return EXIT_EXPECTATION if passed is False else EXIT_OK
+
+
+_Handler = Callable[[Client, argparse.Namespace, Out, Out], int]
+_HANDLERS: dict[str, _Handler] = {
+    "inject": _inject,
+    "faults": _faults,
+    "revert": _revert,
+    "abort": _abort,
+    "release": _release,
+    "survival": _survival,
+    "inspect": _inspect,
+    "scenario": _scenario,
+}
+
+
+def _pause() -> None:
+    time.sleep(_POLL_S)
+
+
+def _follow(client: Client, path: str, status: Any, show: Callable[[Any], None]) -> Any:
+    """Poll ``path`` until the plan has ended; ``idle`` means the daemon no longer knows the run we started."""
+    while status.get("state") not in _ENDED:
+        if status.get("state") == "idle":
+            raise ClientError(EXIT_SERVER, f"chaosd at {client.base} reports nothing running ({path} is idle)")
+        _pause()
+        status = client.request("GET", path)
+        show(status)
+    return status
+
+
+class _LiveLine:
+    """One progress line: redrawn in place on a terminal, else a new line every 10 s of the run's elapsed time."""
+
+    def __init__(self, out: Out, tty: TextIO | None) -> None:
+        self._out = out
+        self._tty = tty
+        self._width = 0
+        self._last: float | None = None
+
+    def show(self, status: Any) -> None:
+        line = f"survival {status.get('state', '?')}: {_progress(status)}"
+        if self._tty is not None:
+            self._tty.write("\r" + line.ljust(self._width))
+            self._tty.flush()
+            self._width = len(line)
+            return
+        elapsed = float(status.get("elapsed_s") or 0.0)
+        if self._last is None or elapsed - self._last >= _LINE_EVERY_S:
+            self._out(line)
+            self._last = elapsed
+
+    def end(self) -> None:
+        if self._tty is not None and self._width:
+            self._tty.write("\n")
+            self._tty.flush()
+            self._width = 0
+
+
+# --- rendering ----------------------------------------------------------------------------------------------------
+
+
+def _inspect_lines(report: Any) -> list[str]:
+    """The inspect summary: score, recovery rate, fault counts, mean and p95 recovery per action, causes."""
+    faults = report.get("faults") or []
+    summary = report.get("faults_summary") or {}
+    score = report.get("score")
+    injected = summary.get("injected", len(faults))
+    recovered = summary.get("recovered", sum(1 for f in faults if f.get("recovered")))
+    failed = summary.get("failed", sum(1 for f in faults if f.get("outcome") == "failed"))
+    rate = f"{recovered / injected:.0%} ({recovered} of {injected})" if injected else "n/a (no faults injected)"
+    lines = [
+        f"score      {score['total']:.1f} ({score['grade']})" if score else "score      - (not scored yet)",
+        f"recovery   {rate}",
+        f"faults     {injected} total · {recovered} recovered · {failed} failed",
+    ]
+    times: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    for f in faults:
+        counts[f["action"]] = counts.get(f["action"], 0) + 1
+        bucket = times.setdefault(f["action"], [])
+        if f.get("recovery_s") is not None:
+            bucket.append(float(f["recovery_s"]))
+    if counts:
+        rows = [
+            (
+                action,
+                str(counts[action]),
+                str(len(times[action])),
+                f"{sum(times[action]) / len(times[action]):.2f} s" if times[action] else "-",
+                f"{_p95(times[action]):.2f} s" if times[action] else "-",
+            )
+            for action in sorted(counts)
+        ]
+        lines.append("recovery time by action")
+        lines.extend("  " + r for r in _table(("action", "faults", "recovered", "mean", "p95"), rows, "<>>>>"))
+    diagnostics = report.get("diagnostics") or []
+    if diagnostics:
+        lines.append("diagnostics by cause")
+        causes = [(d["cause"], str(d["count"]), f"{d['share']:.1%}") for d in diagnostics]
+        lines.extend("  " + r for r in _table(("cause", "count", "share"), causes, "<>>"))
+    return lines
+
+
+def _p95(values: Sequence[float]) -> float:
+    """Nearest rank: the smallest time at least 95 % of the values are within — always an observed value."""
+    if not values:
+        raise ValueError("p95 of no values")
+    ordered = sorted(values)
+    return ordered[(95 * len(ordered) + 99) // 100 - 1]  # ceil(0.95·n) in integers: no float rounding at the edge
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str) -> list[str]:
+    table = [tuple(header), *(tuple(r) for r in rows)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return [
+        "  ".join(c.ljust(w) if a == "<" else c.rjust(w) for c, w, a in zip(r, widths, align, strict=True)).rstrip()
+        for r in table
+    ]
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True)
+
+
+def _targets(fault: Any) -> str:
+    return ", ".join(str(t) for t in fault.get("targets") or [fault.get("target", "?")])
+
+
+def _secs(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.2f}"
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+def _progress(status: Any) -> str:
+    """elapsed · actions · score (grade) from a survival or scenario status."""
+    actions = status.get("actions")
+    count = len(actions) if isinstance(actions, list) else actions if actions is not None else 0
+    score = status.get("score") or {}
+    shown = f"{score['total']:.1f} ({score['grade']})" if "total" in score else "-"
+    return f"elapsed {_clock(float(status.get('elapsed_s') or 0.0))} · actions {count} · score {shown}"
+
+
+def _expectation(e: Any) -> str:
+    if not isinstance(e, dict):
+        return f"  expect     {e}"
+    mark = "pass" if e.get("passed") else "FAIL"
+    return f"  expect     {mark}: {e.get('expect', '?')} {e.get('wanted', '')} (measured {e.get('actual')})"

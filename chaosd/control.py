@@ -1,0 +1,196 @@
+"""The daemon's controller: one live experiment, and the survival and scenario runs driven against it.
+
+Everything the HTTP API does goes through here; it owns the background tasks it starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaosd.errors import FaultError, ScenarioError
+from chaosd.faults import CATALOGUE, FaultRecord
+from chaosd.plans import EXPECT_KEYS, check_actions, evaluate_expectations, scenario_plan, survival_plan
+from chaosd.report import rounded
+from chaosd.runner import Experiment
+from chaosd.scenario import Scenario
+
+__all__ = ["Controller", "PlanRun"]
+
+log = logging.getLogger("chaosd")
+
+
+@dataclass
+class PlanRun:
+    """A survival or scenario run against the live pipeline."""
+
+    kind: str  # "survival" | "scenario"
+    name: str
+    started_at: float
+    duration: float
+    state: str = "running"  # running → finished | stopped | failed
+    ended_at: float | None = None
+    reason: str | None = None
+    log: list[dict[str, Any]] = field(default_factory=list)
+    expectations: list[dict[str, Any]] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+    def fault_ids(self) -> set[int]:
+        return {int(e["fault"]) for e in self.log if e.get("fault") is not None}
+
+
+class Controller:
+    """Faults, the lever, survival and scenarios on the daemon's experiment; refuses all once stopping."""
+
+    def __init__(self, experiment: Experiment) -> None:
+        self.exp = experiment
+        self.stopping = False
+        self.survival: PlanRun | None = None
+        self.scenario: PlanRun | None = None
+        self.problems: list[str] = []  # crashed background parts, for /readyz
+
+    def _refuse_if_stopping(self) -> None:
+        if self.stopping:
+            raise FaultError("action", "the daemon is shutting down and accepts no new faults", status=503)
+
+    # --- faults and the lever -------------------------------------------------------------------
+
+    def inject(self, action: str, target: str | None, params: dict[str, object], ttl: float | None) -> FaultRecord:
+        self._refuse_if_stopping()
+        return self.exp.injector.inject(action, target, params, ttl)
+
+    def revert(self, fault_id: int) -> FaultRecord:
+        return self.exp.injector.revert(fault_id)
+
+    def pull_lever(self, reason: str) -> int:
+        return self.exp.injector.pull_lever(reason)
+
+    def release_lever(self) -> None:
+        self._refuse_if_stopping()
+        self.exp.injector.release_lever()
+
+    # --- survival and scenarios ------------------------------------------------------------------
+
+    def start_survival(self, interval: float, duration: float, actions: tuple[str, ...] | None) -> PlanRun:
+        self._refuse_if_stopping()
+        if self.survival is not None and self.survival.state == "running":
+            raise FaultError("survival", "survival mode is already running; stop it first", status=409)
+        chosen = actions or tuple(sorted(CATALOGUE))
+        unknown = [a for a in chosen if a not in CATALOGUE]
+        if unknown:
+            raise FaultError("actions", f"unknown action {unknown[0]!r} (valid: {', '.join(sorted(CATALOGUE))})")
+        if self.exp.injector.lever is not None:
+            raise FaultError("survival", f"the safety lever is pulled ({self.exp.injector.lever})", status=409)
+        cfg = self.exp.settings.faults
+        ttl = min(cfg.max_ttl, max(cfg.default_ttl, 2 * interval))
+        run = PlanRun("survival", "survival", self.exp.pipeline.elapsed(), duration)
+        plan = survival_plan(
+            interval, chosen, self.exp.settings.seed, ttl=ttl, last_at=max(0.0, duration - ttl), log=run.log
+        )
+        run.task = asyncio.create_task(self._drive(run, plan(self.exp)), name="survival")
+        self.survival = run
+        self.exp.events.record(run.started_at, "survival", state="started", interval=interval, duration=duration)
+        return run
+
+    def start_scenario(self, scenario: Scenario, speed: float, source: str) -> PlanRun:
+        self._refuse_if_stopping()
+        if self.scenario is not None and self.scenario.state == "running":
+            raise FaultError("scenario", f"scenario {self.scenario.name!r} is running; stop it first", status=409)
+        check_actions(scenario.actions, source, self.exp.settings.faults.max_ttl)
+        unknown = [k for k in scenario.expect if k not in EXPECT_KEYS]
+        if unknown:
+            raise ScenarioError(
+                [(source, f"expect.{unknown[0]}", f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})")]
+            )
+        run = PlanRun("scenario", scenario.name, self.exp.pipeline.elapsed(), scenario.duration / speed)
+        plan = scenario_plan(scenario.actions, speed=speed, log=run.log)
+        run.task = asyncio.create_task(self._drive(run, plan(self.exp), scenario.expect), name="scenario")
+        self.scenario = run
+        self.exp.events.record(run.started_at, "scenario", name=scenario.name, state="started", speed=speed)
+        return run
+
+    async def _drive(self, run: PlanRun, plan: Any, expect: Mapping[str, Any] | None = None) -> None:
+        try:
+            # A TimeoutError means the run's time was up while its plan still had steps (survival).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(plan, timeout=run.duration)
+            remaining = run.started_at + run.duration - self.exp.pipeline.elapsed()
+            if remaining > 0 and self.exp.injector.lever is None:
+                await self.exp.clock.sleep(remaining)  # the last faults run out; the run lasts what was asked
+        except asyncio.CancelledError:
+            run.state = "stopped"
+            run.reason = run.reason or "stopped"
+            self._finish(run)
+            raise
+        except Exception as exc:
+            run.state, run.reason = "failed", f"{type(exc).__name__}: {exc}"
+            self.problems.append(f"{run.kind} crashed: {run.reason}")
+            log.exception("%s run crashed", run.kind)
+            self._finish(run)
+            return
+        if run.kind == "scenario" and expect:
+            run.expectations = evaluate_expectations(expect, self.plan_report(run))
+        if self.exp.injector.lever is not None and run.kind == "survival":
+            run.reason = f"stop condition: {self.exp.injector.lever}"
+        run.state = "finished"
+        self._finish(run)
+
+    def _finish(self, run: PlanRun) -> None:
+        run.ended_at = self.exp.pipeline.elapsed()
+        self.exp.events.record(run.ended_at, run.kind, name=run.name, state=run.state, reason=run.reason)
+
+    def plan_report(self, run: PlanRun) -> dict[str, Any]:
+        """The live report narrowed to one plan's faults and actions (what its expectations judge)."""
+        report = self.exp.report()
+        ids = run.fault_ids()
+        report["faults"] = [f for f in report["faults"] if f["id"] in ids]
+        report["actions"] = list(run.log)
+        result: dict[str, Any] = rounded(report)
+        return result
+
+    async def stop_plan(self, run: PlanRun | None, what: str) -> PlanRun:
+        if run is None:
+            raise FaultError(what, f"no {what} has run", status=404)
+        if run.state == "running" and run.task is not None:
+            run.reason = "stopped by request"
+            run.task.cancel()
+            await asyncio.gather(run.task, return_exceptions=True)
+        return run
+
+    def plan_status(self, run: PlanRun | None) -> dict[str, Any]:
+        if run is None:
+            return {"state": "idle"}
+        live = self.exp.live_score()
+        now = self.exp.pipeline.elapsed()
+        status: dict[str, Any] = {
+            "kind": run.kind,
+            "name": run.name,
+            "state": run.state,
+            "started_at": run.started_at,
+            "ended_at": run.ended_at,
+            "duration_s": run.duration,
+            "elapsed_s": (run.ended_at if run.ended_at is not None else now) - run.started_at,
+            "actions": sum(1 for e in run.log if e.get("ok")),
+            "log": run.log[-50:],
+            "reason": run.reason,
+            "score": live.as_dict(),
+        }
+        if run.kind == "scenario":
+            status["expectations"] = run.expectations
+            status["passed"] = all(e["passed"] for e in run.expectations) if run.state == "finished" else None
+        result: dict[str, Any] = rounded(status)
+        return result
+
+    async def shutdown(self) -> int:
+        """Refuse new faults, stop the plans, revert every active fault. Returns how many were reverted."""
+        self.stopping = True
+        for run in (self.survival, self.scenario):
+            if run is not None and run.state == "running" and run.task is not None:
+                run.reason = "daemon shutting down"
+                run.task.cancel()
+                await asyncio.gather(run.task, return_exceptions=True)
+        return self.exp.injector.revert_all("shutdown")

@@ -1,0 +1,324 @@
+"""Run history that survives restarts: runs, faults and events in one SQLite file (WAL mode).
+
+Writes are queued and applied in order, in batches, by one writer thread; reads run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from chaosd.clock import unix_time
+from chaosd.errors import ChaosdError
+
+__all__ = ["Storage"]
+
+log = logging.getLogger("chaosd.storage")
+_T = TypeVar("_T")
+_Row = tuple[Any, ...]
+_RUN_KEYS = ("id", "started_at", "ended_at", "status")
+
+# _MIGRATIONS[v] takes the schema from PRAGMA user_version v to v + 1.
+_MIGRATIONS = (
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY, started_at REAL NOT NULL, ended_at REAL, status TEXT NOT NULL,
+        config TEXT NOT NULL, report TEXT, score TEXT
+    );
+    CREATE INDEX runs_by_start ON runs (started_at);
+    CREATE TABLE faults (
+        run_id TEXT NOT NULL, id INTEGER NOT NULL, action TEXT, outcome TEXT, data TEXT NOT NULL,
+        PRIMARY KEY (run_id, id)
+    );
+    -- seq is the arrival order across all runs: trimming keeps the newest rows overall.
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, id INTEGER NOT NULL, t REAL NOT NULL,
+        kind TEXT NOT NULL, data TEXT NOT NULL, UNIQUE (run_id, id)
+    );
+    """,
+)
+_RUN_STARTED = (
+    "INSERT INTO runs (id, started_at, status, config) VALUES (?, ?, 'running', ?) ON CONFLICT (id) DO UPDATE SET"
+    " started_at = excluded.started_at, ended_at = NULL, status = 'running', config = excluded.config,"
+    " report = NULL, score = NULL"
+)
+_RUN_FINISHED = "UPDATE runs SET ended_at = ?, status = ?, report = ?, score = ? WHERE id = ?"
+_FAULT_CHANGED = (
+    "INSERT INTO faults (run_id, id, action, outcome, data) VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, id)"
+    " DO UPDATE SET action = excluded.action, outcome = excluded.outcome, data = excluded.data"
+)
+# An event id the run already has is a replay of the same event: the first copy stays.
+_EVENT = "INSERT OR IGNORE INTO events (run_id, id, t, kind, data) VALUES (?, ?, ?, ?, ?)"
+# Rows are only ever appended (seq = max + 1) and trimmed from the oldest, so seq has no gaps: one index probe.
+_TRIM_EVENTS = "DELETE FROM events WHERE seq <= (SELECT max(seq) FROM events) - ?"
+_FAULTS = "SELECT f.run_id, f.data FROM faults f LEFT JOIN runs r ON r.id = f.run_id"
+_END_STATUSES = ("finished", "aborted", "failed")
+_MAX_BATCH = 5_000
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _summary(r: _Row) -> dict[str, Any]:
+    return {**dict(zip(_RUN_KEYS, r, strict=False)), "score": _loads(r[4])}
+
+
+def _run(r: _Row) -> dict[str, Any]:
+    return {**dict(zip(_RUN_KEYS, r, strict=False)), "config": _loads(r[4]), "report": _loads(r[5])}
+
+
+def _fault(r: _Row) -> dict[str, Any]:
+    return {**json.loads(r[1]), "run_id": r[0]}
+
+
+def _event(r: _Row) -> dict[str, Any]:
+    return {"id": r[0], "t": r[1], "kind": r[2], "data": json.loads(r[3])}
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+        raise
+
+
+@dataclass(slots=True)
+class _Write:
+    what: str
+    sql: str
+    args: _Row
+    must_match: bool = False  # an UPDATE that changes no row is an error (finishing an unknown run)
+
+
+@dataclass(slots=True)
+class _Flush:
+    loop: asyncio.AbstractEventLoop
+    done: asyncio.Future[None]
+
+    def settle(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
+            self.loop.call_soon_threadsafe(self._resolve)
+
+    def _resolve(self) -> None:
+        if not self.done.done():  # not if the waiter was cancelled
+            self.done.set_result(None)
+
+
+class Storage:
+    """History of runs, their faults and their events.
+
+    Write calls only enqueue, and never raise: a write made before open() or after close(), or one that fails,
+    is logged and counted in ``write_errors``.
+    """
+
+    def __init__(
+        self, path: str | Path, *, max_events: int = 100_000, wall_clock: Callable[[], float] = unix_time
+    ) -> None:
+        if max_events < 0:
+            raise ValueError(f"max_events must be >= 0, got {max_events}")
+        self.path = Path(path)
+        self.max_events = max_events
+        self.aborted_at_open: list[str] = []
+        self.write_errors = 0
+        self._wall_clock = wall_clock
+        self._queue: queue.SimpleQueue[_Write | _Flush | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # write_errors is counted on the loop's thread and on the writer's
+        self._writer: threading.Thread | None = None
+        self._state = "new"  # → opening → open → closed
+
+    async def open(self) -> None:
+        """Create or migrate the file, abort what a dead process left running, then start the writer."""
+        if self._state != "new":
+            raise RuntimeError(f"storage {self.path} is {self._state}: open() runs once")
+        self._state = "opening"
+        try:
+            # Recovery runs before the writer starts: nothing this process enqueues is taken for a leftover.
+            db, self.aborted_at_open = await asyncio.to_thread(self._prepare)
+        except BaseException:
+            self._state = "new"
+            raise
+        if self._state != "opening":  # close() came first
+            db.close()
+            return
+        # A daemon thread, so a process that never calls close() can still exit; WAL keeps the file whole.
+        self._writer = threading.Thread(target=self._write_loop, args=(db,), name="chaosd-storage", daemon=True)
+        self._writer.start()
+        self._state = "open"
+        if self.aborted_at_open:
+            log.warning("%s: runs left unfinished, now aborted: %s", self.path, ", ".join(self.aborted_at_open))
+
+    async def close(self) -> None:
+        """Write everything queued, stop the writer and close the file. Idempotent."""
+        writer, self._writer, self._state = self._writer, None, "closed"
+        if writer is not None:
+            self._queue.put(None)
+            await asyncio.to_thread(writer.join)
+
+    async def flush(self) -> None:
+        """Wait until everything enqueued so far is written (nothing to wait for unless open)."""
+        if self._writer is not None:
+            loop = asyncio.get_running_loop()
+            done = loop.create_future()
+            self._queue.put(_Flush(loop, done))
+            await done
+
+    def run_started(self, run_id: str, started_at: float, config: Mapping[str, Any]) -> None:
+        self._submit("run_started", _RUN_STARTED, lambda: (run_id, started_at, _dumps(config)))
+
+    def run_finished(self, run_id: str, ended_at: float, status: str, report: Mapping[str, Any] | None) -> None:
+        def values() -> _Row:
+            if status not in _END_STATUSES:
+                raise ValueError(f"run status {status!r} is not one of {', '.join(_END_STATUSES)}")
+            score = None if report is None else report.get("score")
+            return (ended_at, status, _dumps(report), _dumps(score), run_id)
+
+        self._submit("run_finished", _RUN_FINISHED, values, must_match=True)
+
+    def fault_changed(self, run_id: str, fault: Mapping[str, Any]) -> None:
+        def values() -> _Row:
+            return (run_id, fault["id"], fault.get("action"), fault.get("outcome"), _dumps(fault))
+
+        self._submit("fault_changed", _FAULT_CHANGED, values)
+
+    def event(self, run_id: str, event_id: int, t: float, kind: str, data: Mapping[str, Any]) -> None:
+        self._submit("event", _EVENT, lambda: (run_id, event_id, t, kind, _dumps(data)))
+
+    async def runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Newest first."""
+        sql = "SELECT id, started_at, ended_at, status, score FROM runs ORDER BY started_at DESC, rowid DESC LIMIT ?"
+        return await self._read(sql, (limit,), _summary)
+
+    async def run(self, run_id: str) -> dict[str, Any] | None:
+        sql = "SELECT id, started_at, ended_at, status, config, report FROM runs WHERE id = ?"
+        found = await self._read(sql, (run_id,), _run)
+        return {**found[0], "faults": await self.faults(run_id)} if found else None
+
+    async def faults(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """One run's faults by id, or every run's, oldest run first."""
+        if run_id is None:
+            return await self._read(f"{_FAULTS} ORDER BY r.started_at, f.run_id, f.id", (), _fault)
+        return await self._read(f"{_FAULTS} WHERE f.run_id = ? ORDER BY f.id", (run_id,), _fault)
+
+    async def events(self, run_id: str, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        sql = "SELECT id, t, kind, data FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"
+        return await self._read(sql, (run_id, after_id, limit), _event)
+
+    def _submit(self, what: str, sql: str, values: Callable[[], _Row], *, must_match: bool = False) -> None:
+        if self._state != "open":
+            self._count_error(f"{what}: storage is {self._state}", exc=False)
+            return
+        try:
+            # Serialised now, on the caller's thread: the row holds the value as it was at the call.
+            args = values()
+        except Exception:
+            self._count_error(what)
+            return
+        self._queue.put(_Write(what, sql, args, must_match))
+
+    def _count_error(self, what: str, *, exc: bool = True) -> None:
+        with self._lock:
+            self.write_errors += 1
+        log.error("%s: write not stored: %s", self.path, what, exc_info=exc)
+
+    def _prepare(self) -> tuple[sqlite3.Connection, list[str]]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Handed over to the writer thread, which is from then on its only user.
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")  # with WAL, a killed process loses no committed write
+            db.execute("PRAGMA busy_timeout = 5000")
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            if version > len(_MIGRATIONS):
+                raise ChaosdError(f"{self.path}: history schema v{version} is newer than this chaosd knows")
+            for v in range(version, len(_MIGRATIONS)):
+                db.executescript(f"BEGIN; {_MIGRATIONS[v]} PRAGMA user_version = {v + 1}; COMMIT;")
+            return db, self._recover(db)
+        except BaseException:
+            db.close()
+            raise
+
+    def _recover(self, db: sqlite3.Connection) -> list[str]:
+        """A run with no end was cut short by a dead process: abort it, and the faults it left in play."""
+        now = self._wall_clock()
+        with _transaction(db):
+            unfinished = "SELECT id FROM runs WHERE ended_at IS NULL ORDER BY started_at, rowid"
+            run_ids: list[str] = [r for (r,) in db.execute(unfinished)]
+            for run_id in run_ids:
+                db.execute("UPDATE runs SET status = 'aborted', ended_at = ? WHERE id = ?", (now, run_id))
+                sql = "SELECT id, data FROM faults WHERE run_id = ? AND outcome IN ('active', 'recovering')"
+                for fault_id, data in db.execute(sql, (run_id,)).fetchall():
+                    fault = json.loads(data)
+                    fault["outcome"] = "aborted"
+                    if fault.get("reverted_by") is None:
+                        fault["reverted_by"] = "aborted"
+                    update = "UPDATE faults SET outcome = 'aborted', data = ? WHERE run_id = ? AND id = ?"
+                    db.execute(update, (_dumps(fault), run_id, fault_id))
+        return run_ids
+
+    def _write_loop(self, db: sqlite3.Connection) -> None:
+        try:
+            while True:
+                batch = [self._queue.get()]
+                with contextlib.suppress(queue.Empty):
+                    while len(batch) < _MAX_BATCH:
+                        batch.append(self._queue.get_nowait())
+                if writes := [item for item in batch if isinstance(item, _Write)]:
+                    self._commit(db, writes)
+                for item in batch:
+                    if isinstance(item, _Flush):
+                        item.settle()
+                if None in batch:
+                    return
+        finally:
+            db.close()
+
+    def _commit(self, db: sqlite3.Connection, writes: list[_Write]) -> None:
+        try:
+            self._apply(db, writes)
+        except Exception:
+            if len(writes) == 1:
+                self._count_error(writes[0].what)
+                return
+            # One bad write must not cost the rest of its batch: replay them, one transaction each.
+            for write in writes:
+                try:
+                    self._apply(db, [write])
+                except Exception:
+                    self._count_error(write.what)
+
+    def _apply(self, db: sqlite3.Connection, writes: list[_Write]) -> None:
+        with _transaction(db):
+            for w in writes:
+                if db.execute(w.sql, w.args).rowcount == 0 and w.must_match:
+                    raise LookupError(f"{w.what}: no run {w.args[-1]!r}")
+            if any(w.sql == _EVENT for w in writes):
+                db.execute(_TRIM_EVENTS, (self.max_events,))
+
+    async def _read(self, sql: str, args: _Row, decode: Callable[[_Row], _T]) -> list[_T]:
+        """Each read opens its own read-only connection in a worker thread and decodes the rows there."""
+
+        def read() -> list[_T]:
+            with contextlib.closing(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+                return [decode(row) for row in db.execute(sql, args)]
+
+        return await asyncio.to_thread(read)

@@ -1,0 +1,115 @@
+"""A real chaosd daemon in a subprocess on loopback, for tests that drive it over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "test-token-0123456789"
+
+
+def wait_for(predicate: Callable[[], bool], deadline_s: float, what: str) -> None:
+    """Poll a condition until it holds or the deadline passes (never a blind sleep)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
+
+
+class Daemon:
+    def __init__(self, tmp: Path, env: dict[str, str] | None = None, config: Path | None = None) -> None:
+        self.tmp = tmp
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "CHAOSD_API__HOST": "127.0.0.1",
+            "CHAOSD_API__PORT": "0",
+            "CHAOSD_API__TOKEN": TOKEN,
+            "CHAOSD_API__HEARTBEAT": "0.5",
+            "CHAOSD_DAEMON__STATUS_INTERVAL": "1",
+            "CHAOSD_DAEMON__REPORT": str(tmp / "daemon-report.json"),
+            "CHAOSD_STORAGE__PATH": str(tmp / "data" / "chaosd.db"),
+            **(env or {}),
+        }
+        args = [sys.executable, "-m", "chaosd"] + (["--config", str(config)] if config else [])
+        self.proc = subprocess.Popen(
+            args, cwd=tmp, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        line = self.wait_line("listening on http://127.0.0.1:")
+        self.base = line.split("listening on ")[1].split()[0]
+        self.run_id = line.split("(run ")[1].rstrip(")")
+        wait_for(lambda: self.get("/readyz")[0] == 200, 15, "/readyz")
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_line(self, needle: str, deadline_s: float = 30.0) -> str:
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            self.seen.append(line)
+            if needle in line:
+                return line
+        raise AssertionError(f"no line with {needle!r}; output so far: {self.seen[-30:]}")
+
+    def drain(self) -> list[str]:
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        return self.seen
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, token: str | None = TOKEN, raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                payload = resp.read()
+                return resp.status, json.loads(payload) if payload else None
+        except urllib.error.HTTPError as exc:
+            payload = exc.read()
+            try:
+                return exc.code, json.loads(payload)
+            except json.JSONDecodeError:
+                return exc.code, payload.decode(errors="replace")
+
+    def get(self, path: str) -> tuple[int, Any]:
+        return self.request("GET", path, token=None)
+
+    def terminate(self, deadline_s: float = 20.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=deadline_s)
+        self.drain()
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)

@@ -1,0 +1,508 @@
+"""The client commands against a real HTTP server speaking docs/api.md: what they send, print and return."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+import chaosd.client as client_module
+from chaosd.client import (
+    EXIT_EXPECTATION,
+    EXIT_OK,
+    EXIT_REJECTED,
+    EXIT_SERVER,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    Client,
+    ClientError,
+    add_client_commands,
+    run_client_command,
+)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the daemon received it."""
+
+    method: str
+    path: str  # with the query string
+    headers: dict[str, str]  # names lower-cased
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+Route = Callable[[Seen], tuple[int, Any]]
+
+
+def _fault(fault_id: int, action: str, **extra: Any) -> dict[str, Any]:
+    fault: dict[str, Any] = {
+        "id": fault_id,
+        "action": action,
+        "target": "worker",
+        "targets": ["worker-1", "worker-2"],
+        "params": {},
+        "ttl": 30.0,
+        "injected_at": 12.5,
+        "reverted_at": None,
+        "reverted_by": None,
+        "mechanism_recovered_at": None,
+        "service_recovered_at": None,
+        "recovery_s": None,
+        "recovered": False,
+        "outcome": "active",
+    }
+    fault.update(extra)
+    return fault
+
+
+def _report() -> dict[str, Any]:
+    # kill_worker recovered 20 times in 1..20 s (listed out of order) and failed once: mean 10.5, p95 19 (not the max).
+    faults = [
+        _fault(i, "kill_worker", recovery_s=float(21 - i), recovered=True, outcome="recovered") for i in range(1, 21)
+    ]
+    faults.append(_fault(21, "kill_worker", outcome="failed"))
+    faults.append(_fault(22, "latency_spike", recovery_s=0.5, recovered=True, outcome="recovered"))
+    faults.append(_fault(23, "partition_mcp", outcome="failed"))
+    return {
+        "score": {"total": 83.27, "grade": "B", "availability": 90.0, "recovery": 80.0, "consistency": 78.0},
+        "faults": faults,
+        "faults_summary": {"injected": 23, "recovered": 21, "failed": 2, "pending": 0, "lever": None},
+        "diagnostics": [
+            {"cause": "failed:timeout", "count": 30, "share": 0.6},
+            {"cause": "lost", "count": 20, "share": 0.4},
+        ],
+    }
+
+
+@dataclass
+class FakeDaemon:
+    """Just enough of docs/api.md, with canned answers; records every request it receives."""
+
+    addr: str = ""
+    requests: list[Seen] = field(default_factory=list)
+    routes: dict[tuple[str, str], Route] = field(default_factory=dict)
+    polls: int = 0
+    scenario_passed: bool | None = True
+
+    def __post_init__(self) -> None:
+        self.routes.update(
+            {
+                ("POST", "/api/v1/faults"): self._inject,
+                ("GET", "/api/v1/faults"): self._faults,
+                ("DELETE", "/api/v1/faults/7"): lambda _: (200, _fault(7, "kill_worker", reverted_at=40.0)),
+                ("POST", "/api/v1/lever"): lambda seen: (
+                    200,
+                    {"lever": seen.json().get("reason", "operator"), "reverted": 2},
+                ),
+                ("DELETE", "/api/v1/lever"): lambda _: (200, {"lever": None}),
+                ("POST", "/api/v1/survival"): lambda _: (201, self._plan("running", 0.0)),
+                ("GET", "/api/v1/survival"): self._survival,
+                ("DELETE", "/api/v1/survival"): lambda _: (
+                    200,
+                    self._plan("stopped", 6.0 * self.polls, "stopped by api"),
+                ),
+                ("GET", "/api/v1/report"): lambda _: (200, _report()),
+                ("POST", "/api/v1/scenarios/run"): lambda _: (201, self._scenario("running")),
+                ("GET", "/api/v1/scenarios/current"): self._scenario_current,
+            }
+        )
+
+    def sent(self, method: str | None = None) -> list[Seen]:
+        return [r for r in self.requests if method is None or r.method == method]
+
+    def _inject(self, seen: Seen) -> tuple[int, Any]:
+        body = seen.json()
+        return 201, _fault(7, body["action"], target=body.get("target"), params=body.get("params", {}))
+
+    def _faults(self, seen: Seen) -> tuple[int, Any]:
+        recovered = _fault(3, "latency_spike", outcome="recovered", recovered=True, recovery_s=1.25, reverted_at=42.5)
+        active = _fault(4, "kill_worker", targets=["worker-3"], injected_at=50.0)
+        return 200, {"faults": [active] if "active=true" in seen.path else [recovered, active]}
+
+    def _plan(self, state: str, elapsed: float, reason: str | None = None) -> dict[str, Any]:
+        actions = int(elapsed // 6)
+        score = {"total": 91.0, "grade": "A"} if actions else {}
+        return {"state": state, "elapsed_s": elapsed, "actions": actions, "score": score, "reason": reason}
+
+    def _survival(self, seen: Seen) -> tuple[int, Any]:
+        self.polls += 1
+        return 200, self._plan("finished" if self.polls >= 3 else "running", 6.0 * self.polls)
+
+    def _scenario(self, state: str) -> dict[str, Any]:
+        done = state == "finished"
+        expectations: list[dict[str, Any]] = [
+            {"expect": "min_grade", "wanted": "A", "actual": "A" if self.scenario_passed else "C"},
+            {"expect": "lost_tasks", "wanted": 0, "actual": 0, "passed": True},
+        ]
+        expectations[0]["passed"] = bool(self.scenario_passed)
+        return {
+            "state": state,
+            "name": "my_storm",
+            "elapsed_s": 6.0 * self.polls,
+            "actions": [{"at": 1.0, "action": "kill_leader", "ok": True}] * self.polls,
+            "expectations": expectations if done else [],
+            "passed": self.scenario_passed if done else None,
+            "score": {"total": 75.0, "grade": "C"},
+        }
+
+    def _scenario_current(self, seen: Seen) -> tuple[int, Any]:
+        self.polls += 1
+        return 200, self._scenario("finished" if self.polls >= 2 else "running")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, fake: FakeDaemon) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.fake = fake
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def do_DELETE(self) -> None:
+        self._answer()
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        fake = self.server.fake
+        fake.requests.append(seen)
+        route = fake.routes.get((self.command, urlsplit(self.path).path))
+        status, payload = (
+            route(seen) if route else (404, {"error": {"status": 404, "field": None, "message": "no route"}})
+        )
+        if isinstance(payload, bytes):
+            data, kind = payload, "text/plain; charset=utf-8"
+        else:
+            data, kind = json.dumps(payload).encode(), "application/json; charset=utf-8"
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def daemon(request: pytest.FixtureRequest) -> FakeDaemon:
+    fake = FakeDaemon()
+    server = _Server(fake)
+    fake.addr = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+    request.addfinalizer(stop)
+    return fake
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CHAOSD_ADDR", "CHAOSD_API__TOKEN", "CHAOSD_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(client_module, "_POLL_S", 0.01)  # the fake daemon answers at once; no need to wait 1 s
+
+
+@pytest.fixture
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def _cli(*argv: str) -> tuple[int, list[str], list[str]]:
+    parser = argparse.ArgumentParser(prog="chaosd")
+    add_client_commands(parser.add_subparsers(dest="command"))
+    out: list[str] = []
+    err: list[str] = []
+    code = run_client_command(parser.parse_args(list(argv)), out.append, err.append)
+    return code, out, err
+
+
+def test_inject_sends_action_target_params_ttl_and_the_bearer_token(daemon: FakeDaemon) -> None:
+    code, out, err = _cli(
+        "inject", "latency_spike", "--addr", daemon.addr, "--token", "s3cret",
+        "--target", "worker-1", "--param", "delay=0.25", "--param", "factor=3", "--param", "jitter=lots", "--ttl", "2m",
+    )  # fmt: skip
+    assert (code, err) == (EXIT_OK, [])
+    [seen] = daemon.requests
+    assert (seen.method, seen.path) == ("POST", "/api/v1/faults")
+    assert seen.headers["authorization"] == "Bearer s3cret"
+    assert seen.headers["content-type"] == "application/json"
+    assert seen.json() == {
+        "action": "latency_spike",
+        "target": "worker-1",
+        "params": {"delay": 0.25, "factor": 3.0, "jitter": "lots"},  # not a number: sent for the server to name
+        "ttl": 120.0,
+    }
+    assert out == ["fault 7 injected: latency_spike on worker-1, worker-2 · ttl 30 s"]
+
+
+def test_inject_json_prints_the_fault_the_daemon_answered(daemon: FakeDaemon) -> None:
+    code, out, _ = _cli("inject", "kill_worker", "--addr", daemon.addr, "--json")
+    assert code == EXIT_OK
+    assert json.loads("\n".join(out)) == _fault(7, "kill_worker", target=None)
+    assert daemon.requests[0].json() == {"action": "kill_worker"}  # nothing the user did not ask for
+    assert "authorization" not in daemon.requests[0].headers
+
+
+def test_address_and_token_come_from_the_environment(daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAOSD_ADDR", daemon.addr.removeprefix("http://"))  # host:port is enough
+    monkeypatch.setenv("CHAOSD_TOKEN", "fallback")
+    assert _cli("release")[0] == EXIT_OK
+    monkeypatch.setenv("CHAOSD_API__TOKEN", "primary")
+    assert _cli("release")[0] == EXIT_OK
+    assert _cli("release", "--token", "flag")[0] == EXIT_OK
+    assert [r.headers["authorization"] for r in daemon.requests] == ["Bearer fallback", "Bearer primary", "Bearer flag"]
+    assert all((r.method, r.path) == ("DELETE", "/api/v1/lever") for r in daemon.requests)
+
+
+def test_a_rejected_request_exits_5_with_the_field_and_message(daemon: FakeDaemon) -> None:
+    error = {"error": {"status": 422, "field": "ttl", "message": "must be at most 600 s (got 3600)"}}
+    daemon.routes["POST", "/api/v1/faults"] = lambda _: (422, error)
+    code, out, err = _cli("inject", "kill_worker", "--addr", daemon.addr, "--ttl", "1h")
+    assert (code, out) == (EXIT_REJECTED, [])
+    assert err == ["chaosd: error: rejected (422): ttl: must be at most 600 s (got 3600)"]
+
+
+def test_a_missing_token_is_rejected_with_a_hint_and_a_plain_text_error_still_reads(daemon: FakeDaemon) -> None:
+    daemon.routes["POST", "/api/v1/lever"] = lambda _: (401, {"error": {"status": 401, "message": "bearer token"}})
+    code, _, err = _cli("abort", "--addr", daemon.addr)
+    assert code == EXIT_REJECTED
+    assert "401" in err[0] and "bearer token" in err[0] and "--token" in err[0]
+    daemon.routes["DELETE", "/api/v1/faults/9"] = lambda _: (404, b"404: Not Found")
+    code, _, err = _cli("revert", "9", "--addr", daemon.addr)
+    assert (code, err) == (EXIT_REJECTED, ["chaosd: error: rejected (404): 404: Not Found"])
+
+
+def test_a_server_error_exits_6(daemon: FakeDaemon) -> None:
+    error = {"error": {"status": 500, "field": None, "message": "internal error"}}
+    daemon.routes["GET", "/api/v1/report"] = lambda _: (500, error)
+    code, out, err = _cli("inspect", "--addr", daemon.addr)
+    assert (code, out) == (EXIT_SERVER, [])
+    assert "500" in err[0] and "internal error" in err[0] and daemon.addr in err[0]
+
+
+def test_an_answer_in_the_wrong_shape_exits_6_without_a_traceback(daemon: FakeDaemon) -> None:
+    daemon.routes["GET", "/api/v1/faults"] = lambda _: (200, {"items": []})
+    code, _, err = _cli("faults", "--addr", daemon.addr)
+    assert code == EXIT_SERVER
+    assert "unexpected answer" in err[0] and "faults" in err[0]
+
+
+def test_an_unreachable_daemon_exits_4_naming_the_address(closed_port: int) -> None:
+    addr = f"127.0.0.1:{closed_port}"
+    code, out, err = _cli("faults", "--addr", addr)
+    assert (code, out) == (EXIT_UNREACHABLE, [])
+    assert f"http://{addr}" in err[0] and "connection refused" in err[0]
+
+
+def test_a_daemon_that_never_answers_times_out_with_exit_4() -> None:
+    with socket.socket() as listener:  # accepts connections (backlog) but never reads or answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        addr = f"127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises(ClientError) as info:
+            Client(addr, None, timeout=0.1).request("GET", "/api/v1/status")
+    assert info.value.code == EXIT_UNREACHABLE
+    assert info.value.message == f"no answer from chaosd at http://{addr} within 0.1 s"
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["inject", "kill_worker", "--param", "rate"], "--param"),
+        (["inject", "kill_worker", "--param", "=3"], "--param"),
+        (["inject", "kill_worker", "--param", "a=1", "--param", "a=2"], "--param"),
+        (["inject", "kill_worker", "--ttl", "soon"], "--ttl"),
+        (["survival", "--duration", "forever"], "--duration"),
+        (["survival", "--interval", "0s"], "--interval"),
+        (["survival", "--actions", " , "], "--actions"),
+        (["scenario", "run", "baseline", "--speed", "fast"], "--speed"),
+        (["scenario", "run", "missing/storm.yaml"], "FILE_OR_NAME"),
+        (["revert", "seven"], "ID"),
+        (["faults", "--addr", "ftp://127.0.0.1:1"], "--addr"),
+        (["faults", "--addr", "127.0.0.1:99999"], "--addr"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_flag_and_sends_nothing(daemon: FakeDaemon, argv: list[str], flag: str) -> None:
+    if "--addr" not in argv:
+        argv = [*argv, "--addr", daemon.addr]
+    code, out, err = _cli(*argv)
+    assert (code, out) == (EXIT_USAGE, [])
+    assert err[0].startswith(f"chaosd: error: {flag}: ")
+    assert daemon.requests == []
+
+
+def test_faults_prints_a_table_and_active_asks_for_active_faults(daemon: FakeDaemon) -> None:
+    code, out, _ = _cli("faults", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    assert out[0].split() == ["id", "action", "targets", "outcome", "injected_at", "recovery_s"]
+    assert out[1].split() == ["3", "latency_spike", "worker-1,", "worker-2", "recovered", "12.50", "1.25"]
+    assert out[2].split() == ["4", "kill_worker", "worker-3", "active", "50.00", "-"]
+    assert len({len(line) for line in out[:2]}) == 1  # columns line up
+    code, out, _ = _cli("faults", "--active", "--addr", daemon.addr)
+    assert [r.path for r in daemon.requests] == ["/api/v1/faults", "/api/v1/faults?active=true"]
+    assert [line.split()[0] for line in out] == ["id", "4"]
+
+
+def test_revert_abort_and_release_send_the_documented_requests(daemon: FakeDaemon) -> None:
+    assert _cli("revert", "7", "--addr", daemon.addr, "--token", "t") == (
+        EXIT_OK,
+        ["fault 7 reverted: kill_worker on worker-1, worker-2 (active)"],
+        [],
+    )
+    code, out, _ = _cli("abort", "--reason", "pager went off", "--addr", daemon.addr, "--token", "t")
+    assert (code, out) == (EXIT_OK, ["lever pulled (pager went off): 2 fault(s) reverted; new faults are refused"])
+    assert _cli("release", "--addr", daemon.addr, "--token", "t")[0] == EXIT_OK
+    assert [(r.method, r.path) for r in daemon.requests] == [
+        ("DELETE", "/api/v1/faults/7"),
+        ("POST", "/api/v1/lever"),
+        ("DELETE", "/api/v1/lever"),
+    ]
+    assert daemon.requests[1].json() == {"reason": "pager went off"}
+    assert {r.headers["authorization"] for r in daemon.requests} == {"Bearer t"}
+
+
+def test_inspect_prints_the_score_counts_and_mean_and_p95_per_action(daemon: FakeDaemon) -> None:
+    code, out, _ = _cli("inspect", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    assert daemon.requests[0].path == "/api/v1/report"
+    assert out[0] == "score      83.3 (B)"
+    assert out[1] == "recovery   91% (21 of 23)"
+    assert out[2] == "faults     23 total · 21 recovered · 2 failed"
+    rows = {line.split()[0]: line.split()[1:] for line in out if line.startswith("  ")}
+    assert rows["action"] == ["faults", "recovered", "mean", "p95"]
+    assert rows["kill_worker"] == ["21", "20", "10.50", "s", "19.00", "s"]  # nearest rank: the 19th of 20
+    assert rows["latency_spike"] == ["1", "1", "0.50", "s", "0.50", "s"]
+    assert rows["partition_mcp"] == ["1", "0", "-", "-"]
+    assert rows["failed:timeout"] == ["30", "60.0%"]
+    assert rows["lost"] == ["20", "40.0%"]
+
+
+def test_inspect_json_prints_the_report(daemon: FakeDaemon) -> None:
+    code, out, _ = _cli("inspect", "--json", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    assert json.loads("\n".join(out)) == _report()
+
+
+def test_scenario_file_is_posted_as_yaml_and_a_failed_expectation_exits_3(daemon: FakeDaemon, tmp_path: Path) -> None:
+    daemon.scenario_passed = False
+    scenario = tmp_path / "storm.yaml"
+    scenario.write_text("name: my_storm\nduration: 60\nexpect:\n  min_grade: A\n  lost_tasks: 0\n")
+    code, out, _ = _cli("scenario", "run", str(scenario), "--speed", "5", "--addr", daemon.addr, "--token", "t")
+    assert code == EXIT_EXPECTATION
+    post, *polls = daemon.requests
+    assert (post.method, post.path) == ("POST", "/api/v1/scenarios/run?speed=5")
+    assert post.headers["content-type"] == "application/yaml"
+    assert post.body == scenario.read_bytes()
+    assert [(r.method, r.path) for r in polls] == [("GET", "/api/v1/scenarios/current")] * 2
+    assert out == [
+        "scenario my_storm started (speed 5×)",
+        "  expect     FAIL: min_grade A (measured C)",
+        "  expect     pass: lost_tasks 0 (measured 0)",
+        "scenario my_storm finished: FAILED · elapsed 0:00:12 · actions 2 · score 75.0 (C)",
+    ]
+
+
+def test_scenario_by_name_posts_json_and_a_pass_exits_0(daemon: FakeDaemon) -> None:
+    code, out, _ = _cli("scenario", "run", "leader_assassination", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    assert daemon.requests[0].json() == {"name": "leader_assassination", "speed": 1}
+    assert out[-1].startswith("scenario my_storm finished: passed")
+
+
+def test_scenario_no_wait_returns_once_started(daemon: FakeDaemon) -> None:
+    code, out, _ = _cli("scenario", "run", "baseline", "--speed", "2.5", "--no-wait", "--addr", daemon.addr)
+    assert (code, out) == (EXIT_OK, ["scenario my_storm started (speed 2.5×)"])
+    assert [(r.method, r.json()) for r in daemon.requests] == [("POST", {"name": "baseline", "speed": 2.5})]
+
+
+def test_survival_polls_until_finished_printing_a_line_per_10_s(daemon: FakeDaemon) -> None:
+    code, out, _ = _cli(
+        "survival", "--duration", "1m", "--interval", "2s", "--actions", "kill_worker, latency_spike",
+        "--addr", daemon.addr, "--token", "t",
+    )  # fmt: skip
+    assert code == EXIT_OK
+    post, *polls = daemon.requests
+    assert (post.method, post.path, post.headers["authorization"]) == ("POST", "/api/v1/survival", "Bearer t")
+    assert post.json() == {"interval": "2s", "duration": "1m", "actions": ["kill_worker", "latency_spike"]}
+    assert [(r.method, r.path) for r in polls] == [("GET", "/api/v1/survival")] * 3
+    assert out == [  # elapsed 0, 6, 12, 18 s: only 0 and 12 are 10 s apart, then the final status
+        "survival running: elapsed 0:00:00 · actions 0 · score -",
+        "survival running: elapsed 0:00:12 · actions 2 · score 91.0 (A)",
+        "survival finished: elapsed 0:00:18 · actions 3 · score 91.0 (A)",
+    ]
+
+
+def test_survival_ctrl_c_stops_it_on_the_daemon(daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    pauses = iter([None])
+
+    def pause() -> None:
+        if next(pauses, "interrupt"):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(client_module, "_pause", pause)
+    code, out, _ = _cli("survival", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    assert [(r.method, r.path) for r in daemon.requests] == [
+        ("POST", "/api/v1/survival"),
+        ("GET", "/api/v1/survival"),
+        ("DELETE", "/api/v1/survival"),
+    ]
+    assert daemon.requests[0].json() == {"interval": "10s", "duration": "30m"}
+    assert out[-2:] == [
+        "interrupted: stopping survival",
+        "survival stopped: elapsed 0:00:06 · actions 1 · score 91.0 (A) · stopped by api",
+    ]
+
+
+def test_survival_on_a_terminal_redraws_one_line(daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stdout", terminal)
+    code, out, _ = _cli("survival", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    drawn = terminal.getvalue()
+    assert drawn.count("\r") == 4 and drawn.endswith("\n") and drawn.count("\n") == 1
+    assert drawn.split("\r")[-1].rstrip() == "survival finished: elapsed 0:00:18 · actions 3 · score 91.0 (A)"
+    assert out == ["survival finished: elapsed 0:00:18 · actions 3 · score 91.0 (A)"]
+
+
+def test_a_survival_that_vanishes_is_a_server_error_not_an_endless_poll(daemon: FakeDaemon) -> None:
+    daemon.routes["GET", "/api/v1/survival"] = lambda _: (200, {"state": "idle"})
+    code, _, err = _cli("survival", "--addr", daemon.addr)
+    assert code == EXIT_SERVER
+    assert "idle" in err[0]
+    assert len(daemon.requests) == 2
