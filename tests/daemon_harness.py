@@ -80,7 +80,13 @@ class Daemon:
         return self.seen
 
     def request(
-        self, method: str, path: str, body: Any = None, *, token: str | None = TOKEN, raw: bytes | None = None,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = TOKEN,
+        raw: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())

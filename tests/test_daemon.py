@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from chaosd.config import load_settings
+from chaosd.daemon import check_bind
+from chaosd.errors import ConfigError
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -130,3 +134,31 @@ def test_daemon_refuses_bad_config_with_exit_2(tmp_path: Path, daemon_env: dict[
     assert proc.returncode == 2
     assert "bad.toml" in proc.stderr and "load.rate" in proc.stderr
     assert not (tmp_path / "daemon-report.json").exists()
+
+
+def test_prod_config_is_accepted_and_needs_a_token_to_bind_beyond_loopback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CHAOSD_API__TOKEN", raising=False)
+    settings = load_settings(ROOT / "config" / "prod.toml")
+    assert settings.api.host == "0.0.0.0" and settings.throttle.enabled
+    with pytest.raises(ConfigError) as exc:
+        check_bind(settings)
+    assert exc.value.problems[0][1] == "api.token"
+    monkeypatch.setenv("CHAOSD_API__TOKEN", "a-long-enough-token")
+    check_bind(load_settings(ROOT / "config" / "prod.toml"))  # accepted: nothing raised
+
+
+def test_daemon_refuses_a_public_bind_without_token_with_exit_2(tmp_path: Path, daemon_env: dict[str, str]) -> None:
+    env = {**daemon_env, "CHAOSD_API__HOST": "0.0.0.0"}
+    env.pop("CHAOSD_API__TOKEN", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaosd"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2 and "api.token" in proc.stderr

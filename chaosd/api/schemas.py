@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chaosd import __version__
 from chaosd.durations import Seconds
+from chaosd.faults import CATALOGUE
 
 __all__ = ["InjectRequest", "LeverRequest", "ScenarioRunRequest", "SurvivalRequest", "openapi_document"]
 
@@ -87,6 +88,10 @@ def openapi_document() -> dict[str, Any]:
             ("ScenarioRunRequest", ScenarioRunRequest),
         )
     }
+    actions = sorted(CATALOGUE)
+    schemas["InjectRequest"]["properties"]["action"]["enum"] = actions
+    survival_actions = schemas["SurvivalRequest"]["properties"]["actions"]["anyOf"][0]
+    survival_actions["items"]["enum"] = actions
     schemas["Error"] = {
         "type": "object",
         "required": ["error"],
