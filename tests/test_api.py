@@ -6,6 +6,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -336,3 +337,39 @@ def test_openapi_document_validates_and_schemathesis_finds_no_server_error(daemo
         check=False,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_the_cli_client_against_the_real_daemon(daemon: Daemon) -> None:
+    def chaosd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "chaosd", *args, "--addr", daemon.base, "--token", TOKEN],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            env=daemon.env,
+            check=False,
+        )
+
+    done = chaosd("inject", "slow_agent", "--target", "worker-1", "--param", "factor=2", "--ttl", "30s")
+    assert done.returncode == 0, done.stderr
+    assert daemon.get("/api/v1/faults?active=true")[1]["faults"][0]["targets"] == ["worker-1"]
+    listed = chaosd("faults", "--active")
+    assert listed.returncode == 0 and "slow_agent" in listed.stdout
+    rejected = chaosd("inject", "nuke")
+    assert rejected.returncode == 5 and "action" in rejected.stderr
+    assert chaosd("abort", "--reason", "stop").returncode == 0
+    assert daemon.get("/api/v1/faults")[1]["lever"] == "stop"
+    assert chaosd("inject", "slow_agent").returncode == 5  # refused while the lever is pulled
+    assert chaosd("release").returncode == 0
+    inspect = chaosd("inspect")
+    assert inspect.returncode == 0 and "slow_agent" in inspect.stdout
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "chaosd", "faults", "--addr", "http://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=daemon.env,
+        check=False,
+    )
+    assert unreachable.returncode == 4
