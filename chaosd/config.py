@@ -40,6 +40,7 @@ __all__ = [
     "SupervisorConfig",
     "TelemetryConfig",
     "ThrottleConfig",
+    "TracingConfig",
     "WorkersConfig",
     "deep_merge",
     "load_settings",
@@ -287,6 +288,10 @@ class ApiConfig(_Model):
     heartbeat: Seconds = Field(default=15.0, gt=0, description="SSE heartbeat interval")
 
 
+class TracingConfig(_Model):
+    sample_every: int = Field(default=1000, ge=1, description="trace one task in this many (by task id)")
+
+
 class StorageConfig(_Model):
     path: str = Field(default="chaosd-data/chaosd.db", min_length=1)
 
@@ -337,6 +342,7 @@ class Settings(BaseSettings):
     daemon: DaemonConfig = DaemonConfig()
     api: ApiConfig = ApiConfig()
     storage: StorageConfig = StorageConfig()
+    tracing: TracingConfig = TracingConfig()
 
     @field_validator("stages")
     @classmethod

@@ -18,10 +18,11 @@ from aiohttp import web
 
 from chaosd.api import build_app
 from chaosd.api.keys import REPORT
-from chaosd.clock import LoopClock, new_event_loop
+from chaosd.clock import LoopClock, new_event_loop, unix_time
 from chaosd.config import Settings
 from chaosd.control import Controller
 from chaosd.errors import ConfigError
+from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
 from chaosd.report import render_summary
 from chaosd.runner import Experiment
 from chaosd.telemetry.snapshot import Snapshot
@@ -64,7 +65,16 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     experiment = Experiment(settings, clock, warmup=0.0, scenario=None, virtual=False)
     controller = Controller(experiment)
     run_id = uuid.uuid4().hex[:12]
-    app = build_app(settings, controller, stop, run_id)
+    tracing = Tracing(clock, unix_time() - clock.now(), settings.tracing.sample_every, otlp_exporter_from_env())
+    if tracing.enabled:
+        for worker in experiment.pipeline.workers:
+            worker.tracer = tracing
+        for producer in experiment.pipeline.producers:
+            producer.tracer = tracing
+        tracing.watch_faults(experiment.injector, experiment.pipeline.t0)
+        experiment.events.subscribe(tracing.on_event)
+        out(f"chaosd: tracing to OTLP, one task in {tracing.every} sampled, every fault traced")
+    app = build_app(settings, controller, stop, run_id, tracing)
     signals = 0
 
     def on_signal(signum: int) -> None:
@@ -106,6 +116,7 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+        await asyncio.to_thread(tracing.close)  # ends open fault spans, flushes the exporter
     report = app.get(REPORT)
     if report is None:
         out("chaosd: the pipeline did not stop cleanly; no report written")

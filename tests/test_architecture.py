@@ -24,6 +24,7 @@ LAYERS = [
     "report",
     "runner",
     "plans",
+    "exporters",
     "control",
     "storage",
     "api",

@@ -16,9 +16,10 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
-from chaosd.api.keys import BROKER, CONTROLLER, REPORT, RUN_ID, STARTED, STOP, STORAGE
+from chaosd.api.keys import BROKER, CONTROLLER, REGISTRY, REPORT, RUN_ID, STARTED, STOP, STORAGE
 from chaosd.api.routes import routes
 from chaosd.api.sse import Broker
 from chaosd.clock import unix_time
@@ -26,6 +27,8 @@ from chaosd.config import Settings
 from chaosd.control import Controller
 from chaosd.errors import ChaosdError, ConfigError, FaultError
 from chaosd.events import Event
+from chaosd.exporters.metrics import make_registry
+from chaosd.exporters.tracing import Tracing
 from chaosd.report import write_report
 from chaosd.storage import Storage
 
@@ -158,14 +161,57 @@ def _experiment_ctx(settings: Settings, report_path: Path) -> Callable[[web.Appl
     return ctx
 
 
-def build_app(settings: Settings, controller: Controller, stop: asyncio.Event, run_id: str) -> web.Application:
+_UNTRACED = ("/metrics", "/healthz", "/readyz", "/api/v1/events")
+
+
+def _traced(tracing: Tracing) -> Middleware:
+    """A server span per API request (not for scrapes, health checks or the event stream)."""
+
+    @web.middleware
+    async def traced(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in _UNTRACED:
+            return await handler(request)
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else request.path
+        span = tracing.tracer.start_span(
+            f"{request.method} {route}",
+            kind=SpanKind.SERVER,
+            start_time=tracing.now_ns(),
+            attributes={"http.request.method": request.method, "http.route": route},
+        )
+        try:
+            response = await handler(request)
+        except Exception:
+            span.set_status(Status(StatusCode.ERROR))
+            span.end(end_time=tracing.now_ns())
+            raise
+        span.set_attribute("http.response.status_code", response.status)
+        if response.status >= 500:
+            span.set_status(Status(StatusCode.ERROR))
+        span.end(end_time=tracing.now_ns())
+        return response
+
+    return traced
+
+
+def build_app(
+    settings: Settings,
+    controller: Controller,
+    stop: asyncio.Event,
+    run_id: str,
+    tracing: Tracing | None = None,
+) -> web.Application:
     """The daemon's application; the caller runs it (``web.AppRunner``) and sets ``stop`` to end the run."""
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[errors, _auth(settings.api.token)])
+    middlewares: list[Middleware] = [errors, _auth(settings.api.token)]
+    if tracing is not None and tracing.enabled:
+        middlewares.insert(0, _traced(tracing))
+    app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
     app[CONTROLLER] = controller
     app[STOP] = stop
     app[RUN_ID] = run_id
     app[STARTED] = unix_time()
     app[BROKER] = Broker(controller.exp.events, settings.api.heartbeat)
+    app[REGISTRY] = make_registry(controller.exp, tracing.counts if tracing is not None else None)
     app.router.add_routes(routes)
     app.cleanup_ctx.append(_storage_ctx(settings.storage.path))
     app.cleanup_ctx.append(_broker_ctx)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from chaosd.api.sse import Broker
 from chaosd.control import Controller
 from chaosd.storage import Storage
 
-__all__ = ["BROKER", "CONTROLLER", "REPORT", "RUN_ID", "STARTED", "STOP", "STORAGE"]
+__all__ = ["BROKER", "CONTROLLER", "REGISTRY", "REPORT", "RUN_ID", "STARTED", "STOP", "STORAGE"]
 
 CONTROLLER = web.AppKey("controller", Controller)
 STORAGE = web.AppKey("storage", Storage)
@@ -19,3 +20,4 @@ RUN_ID = web.AppKey("run_id", str)
 STARTED = web.AppKey("started", float)
 STOP = web.AppKey("stop", asyncio.Event)
 REPORT = web.AppKey("report", dict)
+REGISTRY = web.AppKey("registry", CollectorRegistry)

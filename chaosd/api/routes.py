@@ -7,9 +7,10 @@ from typing import Any, TypeVar
 
 import yaml
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from chaosd.api.keys import BROKER, CONTROLLER, RUN_ID, STARTED, STORAGE
+from chaosd.api.keys import BROKER, CONTROLLER, REGISTRY, RUN_ID, STARTED, STORAGE
 from chaosd.api.schemas import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, openapi_document
 from chaosd.errors import FaultError, ScenarioError
 from chaosd.faults import CATALOGUE
@@ -59,6 +60,13 @@ async def readyz(request: web.Request) -> web.Response:
     if ctl.stopping:
         problems.append("shutting down")
     return _ok({"ready": not problems, "problems": problems}, 200 if not problems else 503)
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    # Rendered on the daemon's own loop: a scrape sees one consistent instant and needs no thread.
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 @routes.get("/api/v1/openapi.json")

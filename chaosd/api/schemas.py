@@ -137,6 +137,12 @@ def openapi_document() -> dict[str, Any]:
         "paths": {
             "/healthz": {"get": _op("Liveness")},
             "/readyz": {"get": _op("Readiness; 503 names the parts that failed")},
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics (docs/metrics.md)",
+                    "responses": {"200": {"description": "text exposition", "content": {"text/plain": {}}}},
+                }
+            },
             "/api/v1/openapi.json": {"get": _op("This document")},
             "/api/v1/status": {"get": _op("Pipeline snapshot: agents, leader, DAG, queue, detector, throttle, score")},
             "/api/v1/actions": {"get": _op("The fault catalogue with each action's parameters")},

@@ -13,6 +13,7 @@ from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.task import Task
+from chaosd.pipeline.tracing import TaskTracer
 
 __all__ = ["Admission", "Producer"]
 
@@ -64,6 +65,7 @@ class Producer:
         self._measure_from = measure_from
         self._phase = phase  # constant arrivals: this producer's offset within one gap
         self._credit = 0.0
+        self.tracer: TaskTracer | None = None
         self._block = queue.when_full == "block"
         self._refusal = "dropped" if queue.when_full == "drop" else "queue_full"
 
@@ -139,6 +141,9 @@ class Producer:
     def _emit(self, t: float) -> Task | None:
         """Offer one task; returns it when it must wait for room (``block``), else None."""
         task = Task(next(self._ids), t, t >= self._measure_from)
+        tracer = self.tracer
+        if tracer is not None and task.id % tracer.every == 0:
+            task.trace = tracer.produced(task, self.agent.id, t)
         ledger = self._ledger
         ledger.offer(task)
         if self.agent.partitioned:

@@ -13,6 +13,7 @@ from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.task import Task
+from chaosd.pipeline.tracing import TaskTracer
 
 __all__ = ["BusyMeter", "Worker"]
 
@@ -71,6 +72,7 @@ class Worker:
         self._wait = wait
         self._sojourn = sojourn
         self._rng = rng
+        self.tracer: TaskTracer | None = None
         self.drop_probability = 0.0  # drop_messages: a dispatch lost on its way to this worker
         self.dropped = 0
         self.current: Task | None = None
@@ -83,6 +85,23 @@ class Worker:
             if self.current is not None:
                 self._busy.stop(self._clock.now())
                 self.current = None
+
+    async def _traced(self, task: Task, route: tuple[StageRunner, ...] | None, t: float) -> str | None:
+        """The slow path for a sampled task: the same work, with a span per stage."""
+        tracer = self.tracer
+        assert tracer is not None
+        now = self._clock.now
+        handle = tracer.started(task, self.agent.id, t)
+        reason = None if route is not None else "no_route"
+        for stage in route or ():
+            begun = now()
+            reason = await stage.run(self.agent.slow)
+            tracer.stage(handle, stage.name, stage.kind, begun, now(), reason)
+            if reason is not None:
+                break
+        outcome = reason or ("lost_to_partition" if self.agent.partitioned else "completed")
+        tracer.ended(handle, now(), outcome)
+        return reason
 
     async def _loop(self) -> None:
         agent = self.agent
@@ -126,7 +145,9 @@ class Worker:
             busy.start(t)
             route = self._route()
             reason = None
-            if route is None:
+            if task.trace is not None and self.tracer is not None:
+                reason = await self._traced(task, route, t)
+            elif route is None:
                 reason = "no_route"
             else:
                 slow = agent.slow

@@ -1,0 +1,1 @@
+"""Exporters: Prometheus metrics read from snapshots at scrape time, and OpenTelemetry traces."""

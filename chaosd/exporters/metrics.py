@@ -1,0 +1,184 @@
+"""Prometheus metrics: a custom collector that reads the live experiment at each scrape.
+
+Nothing is updated per task: counters come from the ledger, gauges from the latest telemetry
+snapshot, histograms from the pipeline's own log-bucket histograms (every 4th ×1.05 edge, so the
+exported buckets are exact and ×1.2155 apart). Names and labels: docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from chaosd import __version__
+from chaosd.faults import CATALOGUE
+from chaosd.histogram import LogHistogram
+from chaosd.runner import Experiment
+from chaosd.telemetry.detector import DetectorState
+
+__all__ = ["ExperimentCollector", "make_registry"]
+
+OUTCOMES = ("offered", "accepted", "completed", "late", "failed", "rejected")
+REJECT_REASONS = ("queue_full", "dropped", "throttled", "partitioned")
+FAIL_REASONS = ("timeout", "error", "tool_timeout", "llm_error", "mcp_disconnected", "node_removed", "no_route")
+AGENT_KINDS = ("worker", "producer", "orchestrator")
+AGENT_STATES = ("running", "slow", "paused", "partitioned", "dead")
+GRADES = ("A+", "A", "B", "C", "D", "F")
+COMPONENTS = ("availability", "recovery", "recovery_rate", "recovery_speed", "consistency")
+RECOVERY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+# Exported latency buckets: internal edges LOW·1.05^i for i = 142, 146, … (1.01 ms … ~33 s).
+_FIRST_EDGE = math.ceil(math.log(1e-3 / LogHistogram.low) / math.log(LogHistogram.factor))
+_LAST_EDGE = math.ceil(math.log(30.0 / LogHistogram.low) / math.log(LogHistogram.factor)) + 4
+LATENCY_EDGES = tuple(range(_FIRST_EDGE, _LAST_EDGE + 1, 4))
+
+
+def latency_buckets(hist: LogHistogram) -> list[tuple[str, float]]:
+    cumulative = list(itertools.accumulate(hist.counts))
+    buckets = [(repr(LogHistogram.low * LogHistogram.factor**i), float(cumulative[i])) for i in LATENCY_EDGES]
+    buckets.append(("+Inf", float(hist.count)))
+    return buckets
+
+
+def _histogram(
+    name: str, doc: str, labels: Sequence[str], series: dict[tuple[str, ...], list[float]]
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=list(labels))
+    for key, values in series.items():
+        buckets = [(repr(b), float(sum(1 for v in values if v <= b))) for b in RECOVERY_BUCKETS]
+        buckets.append(("+Inf", float(len(values))))
+        family.add_metric(list(key), buckets, sum(values))
+    return family
+
+
+class ExperimentCollector(Collector):
+    """Collects a fresh view of one experiment (the daemon's) each time Prometheus scrapes."""
+
+    def __init__(self, experiment: Experiment, spans: Callable[[], tuple[int, int]] | None = None) -> None:
+        self.exp = experiment
+        self._spans = spans or (lambda: (0, 0))
+
+    def collect(self) -> Iterator[Metric]:
+        exp = self.exp
+        p = exp.pipeline
+        snap = exp.telemetry.latest
+        info = GaugeMetricFamily("chaosd_build_info", "chaosd build information", labels=["version"])
+        info.add_metric([__version__], 1.0)
+        yield info
+        yield GaugeMetricFamily("chaosd_queue_depth", "Tasks waiting in the ingress queue", value=p.queue.depth)
+        yield GaugeMetricFamily("chaosd_queue_capacity", "Ingress queue capacity", value=p.queue.capacity)
+        gauges = {
+            "chaosd_queue_growth_rate": ("dQ/dt in tasks per second", "queue_slope"),
+            "chaosd_offered_rate": ("Tasks offered per second (lambda)", "arrival_rate"),
+            "chaosd_service_rate": ("Tasks per second the workers could serve (mu)", "service_rate"),
+            "chaosd_throughput_rate": ("Tasks ending per second", "throughput"),
+            "chaosd_goodput_rate": ("Completions within the deadline per second", "goodput"),
+            "chaosd_utilisation_ratio": ("Busy share of the workers over the window", "utilisation"),
+        }
+        for name, (doc, attr) in gauges.items():
+            yield GaugeMetricFamily(name, doc, value=float(getattr(snap, attr)) if snap is not None else 0.0)
+
+        total = p.ledger.total
+        tasks = CounterMetricFamily("chaosd_tasks", "Tasks by outcome", labels=["outcome"])
+        for outcome in OUTCOMES:
+            tasks.add_metric([outcome], float(getattr(total, outcome)))
+        yield tasks
+        rejected = CounterMetricFamily("chaosd_tasks_rejected", "Tasks refused at admission", labels=["reason"])
+        for reason in sorted({*REJECT_REASONS, *total.rejected_by}):
+            rejected.add_metric([reason], float(total.rejected_by.get(reason, 0)))
+        yield rejected
+        failed = CounterMetricFamily("chaosd_tasks_failed", "Tasks that failed", labels=["reason"])
+        for reason in sorted({*FAIL_REASONS, *total.failed_by}):
+            failed.add_metric([reason], float(total.failed_by.get(reason, 0)))
+        yield failed
+        lost, _, _ = p.ledger.unaccounted(p.holders())
+        yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=lost)
+        yield CounterMetricFamily("chaosd_tasks_duplicated", "Duplicate effects at the sink", value=total.duplicated)
+        yield CounterMetricFamily(
+            "chaosd_tasks_deduplicated", "Second outcomes suppressed by the sink", value=p.ledger.deduplicated
+        )
+        for name, hist, doc in (
+            ("chaosd_task_wait_seconds", p.wait, "Accepted to service start"),
+            ("chaosd_task_sojourn_seconds", p.sojourn, "Accepted to completion"),
+        ):
+            family = HistogramMetricFamily(name, doc)
+            family.add_metric([], latency_buckets(hist), hist.sum)
+            yield family
+
+        state = exp.detector.state
+        yield GaugeMetricFamily(
+            "chaosd_collapse_state", "1 while collapsed", value=1.0 if state is DetectorState.COLLAPSED else 0.0
+        )
+        one_hot = GaugeMetricFamily("chaosd_detector_state", "Collapse detector state", labels=["state"])
+        for s in DetectorState:
+            one_hot.add_metric([s.value], 1.0 if s is state else 0.0)
+        yield one_hot
+        yield CounterMetricFamily("chaosd_collapses", "Collapse episodes", value=len(exp.detector.episodes))
+        yield GaugeMetricFamily("chaosd_throttle_factor", "Admitted share of the load", value=exp.throttle.factor)
+
+        faults = exp.injector.faults
+        injected = CounterMetricFamily("chaosd_faults_injected", "Faults injected", labels=["action"])
+        active = GaugeMetricFamily("chaosd_faults_active", "Faults active", labels=["action"])
+        failed_faults = CounterMetricFamily("chaosd_faults_failed", "Faults not recovered in time", labels=["action"])
+        recovery: dict[tuple[str, ...], list[float]] = {(a, k): [] for a in CATALOGUE for k in ("mechanism", "service")}
+        for action in CATALOGUE:
+            mine = [f for f in faults if f.action == action]
+            injected.add_metric([action], float(len(mine)))
+            active.add_metric([action], float(sum(1 for f in mine if f.active)))
+            failed_faults.add_metric([action], float(sum(1 for f in mine if f.outcome == "failed")))
+        for f in faults:
+            if f.mechanism_recovered_at is not None:
+                recovery[(f.action, "mechanism")].append(f.mechanism_recovered_at - f.injected_at)
+            if f.outcome == "recovered" and f.service_recovered_at is not None:
+                recovery[(f.action, "service")].append(f.service_recovered_at - f.injected_at)
+        yield injected
+        yield active
+        yield failed_faults
+        yield _histogram("chaosd_fault_recovery_seconds", "Injection to recovery", ["action", "kind"], recovery)
+        yield GaugeMetricFamily(
+            "chaosd_safety_lever", "1 while the lever is pulled", value=1.0 if exp.injector.lever else 0.0
+        )
+
+        score = exp.live_score()
+        yield GaugeMetricFamily("chaosd_resilience_score", "Resilience score, 0-100", value=score.total)
+        components = GaugeMetricFamily(
+            "chaosd_resilience_score_component", "Score components, 0-100", labels=["component"]
+        )
+        for component in COMPONENTS:
+            components.add_metric([component], float(getattr(score, component)))
+        yield components
+        grade = GaugeMetricFamily("chaosd_resilience_grade", "Current grade (one-hot)", labels=["grade"])
+        for g in GRADES:
+            grade.add_metric([g], 1.0 if g == score.grade else 0.0)
+        yield grade
+
+        agents = GaugeMetricFamily("chaosd_agents", "Agents by kind and state", labels=["kind", "state"])
+        counts = {(k, s): 0 for k in AGENT_KINDS for s in AGENT_STATES}
+        for agent in p.agents.values():
+            counts[(agent.kind, agent.state)] += 1
+        for (kind, agent_state), n in counts.items():
+            agents.add_metric([kind, agent_state], float(n))
+        yield agents
+        yield CounterMetricFamily("chaosd_leader_elections", "Elections won", value=p.dispatcher.elections)
+        yield CounterMetricFamily("chaosd_redispatched", "Tasks re-dispatched", value=p.dispatcher.redispatched)
+        yield CounterMetricFamily("chaosd_supervisor_restarts", "Agents resurrected", value=p.supervisor.restarts)
+        exported, dropped = self._spans()
+        yield CounterMetricFamily("chaosd_spans_exported", "Spans handed to the exporter", value=exported)
+        yield CounterMetricFamily("chaosd_spans_dropped", "Spans dropped", value=dropped)
+
+
+def make_registry(experiment: Experiment, spans: Callable[[], tuple[int, int]] | None = None) -> CollectorRegistry:
+    """A registry of its own (not the global one) holding just this experiment's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExperimentCollector(experiment, spans))
+    return registry

@@ -1,0 +1,226 @@
+"""OpenTelemetry traces: a span per fault (injection → recovery), sampled task spans, API request spans.
+
+Configured by the standard ``OTEL_*`` variables; with no OTLP endpoint there is no exporter and no
+cost. Sampling happens in chaosd (one task in ``every``, by id) before the tracer is touched. Span
+times come from the run's clock. Spans beyond the export queue are dropped and counted, never block.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from chaosd.clock import Clock
+from chaosd.events import Event
+from chaosd.faults import Injector
+from chaosd.pipeline.task import Task
+
+__all__ = ["Tracing", "otlp_exporter_from_env"]
+
+log = logging.getLogger("chaosd.tracing")
+QUEUE = 2048
+
+
+def otlp_exporter_from_env(env: Mapping[str, str] | None = None) -> SpanExporter | None:
+    """The OTLP exporter the standard variables ask for (http/protobuf unless grpc), or None."""
+    env = os.environ if env is None else env
+    if not (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")):
+        return None
+    if env.get("OTEL_TRACES_EXPORTER", "otlp") == "none":
+        return None
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc  # noqa: PLC0415
+
+        return Grpc()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http  # noqa: PLC0415
+
+    return Http()
+
+
+class _Counting(SpanExporter):
+    def __init__(self, inner: SpanExporter, owner: Tracing) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self._inner.export(spans)
+        except Exception:  # an exporter's failure is a number and a log line, never an exception in the app
+            log.exception("span export failed")
+            result = SpanExportResult.FAILURE
+        if result is SpanExportResult.SUCCESS:
+            self._owner.exported += len(spans)
+        else:
+            self._owner.dropped += len(spans)
+        self._owner.in_queue -= len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class _Gate(SpanProcessor):
+    """Counts spans into the batch queue; beyond its size they are dropped here, counted, not queued."""
+
+    def __init__(self, inner: SpanProcessor, owner: Tracing) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self._inner.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        owner = self._owner
+        if owner.in_queue >= QUEUE:
+            owner.dropped += 1
+            return
+        owner.in_queue += 1
+        self._inner.on_end(span)
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class Tracing:
+    """Owns the tracer provider (or nothing, when no endpoint is configured)."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        epoch_offset: float,
+        sample_every: int,
+        exporter: SpanExporter | None = None,
+        *,
+        processor: SpanProcessor | None = None,
+    ) -> None:
+        self.exported = 0
+        self.dropped = 0
+        self.in_queue = 0
+        self.every = max(1, sample_every)
+        self._clock = clock
+        self._offset = epoch_offset  # clock seconds + offset = Unix seconds
+        self._fault_spans: dict[int, trace.Span] = {}
+        self._injector: Injector | None = None
+        name = os.environ.get("OTEL_SERVICE_NAME", "chaosd")
+        if processor is None and exporter is None:
+            self.enabled = False
+            self.provider: TracerProvider | None = None
+            self.tracer: trace.Tracer = trace.NoOpTracer()
+            return
+        self.enabled = True
+        self.provider = TracerProvider(resource=Resource.create({"service.name": name}))
+        if processor is None:
+            assert exporter is not None
+            processor = BatchSpanProcessor(_Counting(exporter, self), max_queue_size=QUEUE * 2)
+        self.provider.add_span_processor(_Gate(processor, self))
+        self.tracer = self.provider.get_tracer("chaosd")
+
+    def ns(self, t: float) -> int:
+        return int((t + self._offset) * 1e9)
+
+    def now_ns(self) -> int:
+        return self.ns(self._clock.now())
+
+    def counts(self) -> tuple[int, int]:
+        return self.exported, self.dropped
+
+    # --- faults ---------------------------------------------------------------------------------
+
+    def watch_faults(self, injector: Injector, t0: float) -> None:
+        self._injector = injector
+        self._t0 = t0
+
+    def on_event(self, event: Event) -> None:
+        if not self.enabled or event.kind != "fault" or self._injector is None:
+            return
+        fault_id = int(event.data["id"])
+        state = str(event.data["state"])
+        at = self.ns(self._t0 + event.t)
+        if state == "injected":
+            record = self._injector.get(fault_id)
+            span = self.tracer.start_span(
+                f"fault {record.action}",
+                start_time=at,
+                attributes={
+                    "chaosd.fault.id": fault_id,
+                    "chaosd.fault.action": record.action,
+                    "chaosd.fault.target": record.target,
+                    "chaosd.fault.targets": list(record.targets),
+                    "chaosd.fault.ttl_s": record.ttl,
+                },
+            )
+            self._fault_spans[fault_id] = span
+            return
+        open_span = self._fault_spans.get(fault_id)
+        if open_span is None:
+            return
+        attributes = {k: v for k, v in event.data.items() if k not in ("id", "action", "state", "targets")}
+        open_span.add_event(state, attributes=attributes, timestamp=at)
+        if state in ("recovered", "failed"):
+            if state == "failed":
+                open_span.set_status(Status(StatusCode.ERROR, "service did not recover within the limit"))
+            open_span.end(end_time=at)
+            del self._fault_spans[fault_id]
+
+    def close(self) -> None:
+        end = self.ns(self._clock.now())
+        for span in self._fault_spans.values():
+            span.add_event("daemon stopped", timestamp=end)
+            span.end(end_time=end)
+        self._fault_spans.clear()
+        if self.provider is not None:
+            self.provider.shutdown()
+
+    # --- tasks (TaskTracer) -----------------------------------------------------------------------
+
+    def produced(self, task: Task, producer: str, at: float) -> Any:
+        span = self.tracer.start_span(
+            "task produce",
+            kind=SpanKind.PRODUCER,
+            start_time=self.ns(at),
+            attributes={"chaosd.task.id": task.id, "chaosd.producer": producer},
+        )
+        span.end(end_time=self.ns(at))
+        return span.get_span_context()
+
+    def started(self, task: Task, worker: str, at: float) -> Any:
+        links = [Link(task.trace)] if task.trace is not None else []  # type: ignore[arg-type]
+        attributes: dict[str, Any] = {"chaosd.task.id": task.id, "chaosd.worker": worker}
+        if self._injector is not None:
+            active = self._injector.active()
+            if active:
+                attributes["chaosd.fault.ids"] = [f.id for f in active]
+                attributes["chaosd.fault.actions"] = [f.action for f in active]
+        return self.tracer.start_span(
+            "task process", kind=SpanKind.CONSUMER, start_time=self.ns(at), links=links, attributes=attributes
+        )
+
+    def stage(self, handle: Any, name: str, kind: str, start: float, end: float, reason: str | None) -> None:
+        context = trace.set_span_in_context(handle)
+        span = self.tracer.start_span(
+            f"stage {name}", context=context, start_time=self.ns(start), attributes={"chaosd.stage.kind": kind}
+        )
+        if reason is not None:
+            span.set_status(Status(StatusCode.ERROR, reason))
+        span.end(end_time=self.ns(end))
+
+    def ended(self, handle: Any, at: float, outcome: str) -> None:
+        handle.set_attribute("chaosd.task.outcome", outcome)
+        if outcome not in ("completed",):
+            handle.set_status(Status(StatusCode.ERROR, outcome))
+        handle.end(end_time=self.ns(at))
