@@ -1,0 +1,245 @@
+"""End to end with the real programs on loopback: chaosd → Prometheus (shipped rules) → Alertmanager → webhook,
+chaosd → OTLP/HTTP sink; and every dashboard query answered by that Prometheus."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_harness import ROOT, Daemon, wait_for
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+PROMETHEUS = shutil.which("prometheus")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+if not (PROMETHEUS and ALERTMANAGER):
+    if os.environ.get("CI"):
+        pytest.fail("CI needs prometheus and prometheus-alertmanager (Debian packages)", pytrace=False)
+    pytest.skip("prometheus / alertmanager not installed", allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Sink:
+    """A tiny HTTP server that records what is POSTed to it (the webhook and the OTLP receiver)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[tuple[str, bytes]] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                sink.bodies.append((self.path, body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+                self.wfile.write(b"")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def spans(self) -> list[dict[str, Any]]:
+        out = []
+        for path, body in list(self.bodies):
+            if path != "/v1/traces":
+                continue
+            request = ExportTraceServiceRequest.FromString(body)
+            for rs in request.resource_spans:
+                service = {a.key: a.value.string_value for a in rs.resource.attributes}.get("service.name")
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        out.append(
+                            {
+                                "service": service,
+                                "name": span.name,
+                                "kind": span.kind,
+                                "span_id": span.span_id,
+                                "parent": span.parent_span_id,
+                                "links": [link.span_id for link in span.links],
+                                "events": [e.name for e in span.events],
+                                "attributes": {a.key for a in span.attributes},
+                            }
+                        )
+        return out
+
+
+def _shortened_rules(tmp: Path) -> Path:
+    """The shipped rules with the collapse alert's `for:` cut to 2 s (promtool proves the shipped timing)."""
+    text = (ROOT / "config" / "prometheus" / "rules.yml").read_text()
+    pattern = re.compile(r"(- alert: ChaosdPipelineCollapsed\n(?:.*\n)*?\s*for: )\S+")
+    shortened, n = pattern.subn(r"\g<1>2s", text)
+    assert n == 1, "the collapse alert and its for: clause"
+    path = tmp / "rules.yml"
+    path.write_text(shortened)
+    return path
+
+
+def _query(prom: str, expr: str) -> list[dict[str, Any]]:
+    url = f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body = json.loads(resp.read())
+    assert body["status"] == "success", body
+    return list(body["data"]["result"])
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("stack")
+    webhook, otlp = Sink(), Sink()
+    daemon = Daemon(
+        tmp,
+        env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp.port}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_BSP_SCHEDULE_DELAY": "500",
+            "CHAOSD_TRACING__SAMPLE_EVERY": "20",
+        },
+    )
+    am_port, prom_port = _free_port(), _free_port()
+    (tmp / "am.yml").write_text(
+        "route:\n  receiver: hook\n  group_by: [alertname]\n  group_wait: 1s\n  group_interval: 1s\n"
+        "  repeat_interval: 1h\nreceivers:\n  - name: hook\n    webhook_configs:\n"
+        f"      - url: http://127.0.0.1:{webhook.port}/alerts\n        send_resolved: true\n"
+    )
+    target = daemon.base.removeprefix("http://")
+    (tmp / "prom.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files: [{_shortened_rules(tmp)}]\n"
+        f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{am_port}']\n"
+        f"scrape_configs:\n  - job_name: chaosd\n    static_configs:\n      - targets: ['{target}']\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [
+                ALERTMANAGER,
+                f"--config.file={tmp / 'am.yml'}",
+                f"--storage.path={tmp / 'am'}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                "--cluster.listen-address=",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={tmp / 'prom.yml'}",
+                f"--storage.tsdb.path={tmp / 'prom'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+                "--rules.alert.resend-delay=1s",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+    ]
+    prom = f"http://127.0.0.1:{prom_port}"
+    try:
+        wait_for(lambda: bool(_safe_query(prom, 'up{job="chaosd"} == 1')), 60, "Prometheus to scrape chaosd")
+        yield {"daemon": daemon, "prom": prom, "webhook": webhook, "otlp": otlp, "tmp": tmp}
+    finally:
+        daemon.terminate()
+        daemon.kill()
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
+        webhook.close()
+        otlp.close()
+
+
+def _safe_query(prom: str, expr: str) -> list[dict[str, Any]]:
+    try:
+        return _query(prom, expr)
+    except OSError:
+        return []
+
+
+def test_overload_drives_collapse_state_to_1_and_the_alert_reaches_the_webhook(stack: dict[str, Any]) -> None:
+    daemon, prom, webhook = stack["daemon"], stack["prom"], stack["webhook"]
+    code, _ = daemon.request("POST", "/api/v1/faults", {"action": "load_spike", "params": {"factor": 4}, "ttl": 40})
+    assert code == 201
+    wait_for(lambda: bool(_safe_query(prom, "chaosd_collapse_state == 1")), 40, "chaosd_collapse_state == 1")
+
+    def alerted() -> bool:
+        for _, body in webhook.bodies:
+            payload = json.loads(body)
+            if any(a["labels"]["alertname"] == "ChaosdPipelineCollapsed" for a in payload["alerts"]):
+                return True
+        return False
+
+    wait_for(alerted, 60, "ChaosdPipelineCollapsed at the webhook")
+    daemon.request("POST", "/api/v1/lever", {"reason": "end the spike"})
+    daemon.request("DELETE", "/api/v1/lever")
+
+
+def test_kill_leader_increases_the_recovery_histogram_count(stack: dict[str, Any]) -> None:
+    daemon, prom = stack["daemon"], stack["prom"]
+    expr = 'chaosd_fault_recovery_seconds_count{action="kill_leader",kind="mechanism"}'
+    before = float(_query(prom, expr)[0]["value"][1])
+    assert daemon.request("POST", "/api/v1/faults", {"action": "kill_leader", "ttl": 5})[0] == 201
+    wait_for(lambda: float(_query(prom, expr)[0]["value"][1]) > before, 30, "the recovery to be counted")
+
+
+def test_every_dashboard_panel_query_parses_and_returns_data(stack: dict[str, Any]) -> None:
+    from test_dashboards_static import panel_queries  # noqa: PLC0415 - shared with the static dashboard tests
+
+    dashboards = sorted((ROOT / "dashboards").glob("*.json"))
+    assert dashboards
+    # Fault panels and the injection annotation show recent faults: give them one that recovers.
+    daemon, prom = stack["daemon"], stack["prom"]
+    expr = 'sum(chaosd_fault_recovery_seconds_count{action="kill_agent",kind="service"})'
+    before = float(_query(prom, expr)[0]["value"][1])
+    assert daemon.request("POST", "/api/v1/faults", {"action": "kill_agent", "ttl": 2})[0] == 201
+    wait_for(lambda: float(_query(prom, expr)[0]["value"][1]) > before, 30, "a recovered fault")
+    empty = []
+    for path in dashboards:
+        for title, expr in panel_queries(path):
+            if not _query(stack["prom"], expr):
+                empty.append((path.name, title, expr))
+    assert empty == []
+
+
+def test_traces_reach_the_otlp_sink(stack: dict[str, Any]) -> None:
+    daemon, otlp = stack["daemon"], stack["otlp"]
+    assert daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 2})[0] == 201
+
+    def complete() -> bool:
+        spans = otlp.spans()
+        faults = [s for s in spans if s["name"].startswith("fault ") and "mechanism_recovered" in s["events"]]
+        consumers = [s for s in spans if s["name"] == "task process" and s["links"]]
+        return bool(faults and consumers)
+
+    wait_for(complete, 60, "fault and task spans at the sink")
+    spans = otlp.spans()
+    assert {s["service"] for s in spans} == {"chaosd"}
+    producers = {s["span_id"] for s in spans if s["name"] == "task produce"}
+    consumers = [s for s in spans if s["name"] == "task process"]
+    linked = [c for c in consumers if set(c["links"]) & producers]
+    assert linked, "a consumer span linked to its producer span"
+    stages = [s for s in spans if s["name"].startswith("stage ") and s["parent"] in {c["span_id"] for c in linked}]
+    assert stages, "stage spans as children of the task span"
+    recovered = [s for s in spans if s["name"].startswith("fault ") and "recovered" in s["events"]]
+    assert recovered
