@@ -37,8 +37,8 @@ GRADES = ("A+", "A", "B", "C", "D", "F")
 COMPONENTS = ("availability", "recovery", "recovery_rate", "recovery_speed", "consistency")
 RECOVERY_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 60.0, 120.0, 600.0)  # 10 s is the slow-recovery alert
 
-# Exported latency buckets: internal edges LOW·1.05^i for i = 142, 146, … (1.01 ms … ~33 s).
-_FIRST_EDGE = math.ceil(math.log(1e-3 / LogHistogram.low) / math.log(LogHistogram.factor))
+# Exported latency buckets: internal edges LOW·1.05^i for i = 141, 145, … (0.97 ms … ~37 s).
+_FIRST_EDGE = math.floor(math.log(1e-3 / LogHistogram.low) / math.log(LogHistogram.factor))
 _LAST_EDGE = math.ceil(math.log(30.0 / LogHistogram.low) / math.log(LogHistogram.factor)) + 4
 LATENCY_EDGES = tuple(range(_FIRST_EDGE, _LAST_EDGE + 1, 4))
 

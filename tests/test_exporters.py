@@ -1,0 +1,192 @@
+"""Prometheus exposition and OpenTelemetry spans, checked on a virtual-time run with fresh state each test."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+from conftest import settings
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from chaosd.clock import LoopClock, new_event_loop
+from chaosd.exporters.metrics import AGENT_KINDS, AGENT_STATES, FAIL_REASONS, REJECT_REASONS, make_registry
+from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
+from chaosd.faults import CATALOGUE
+from chaosd.runner import Experiment
+
+
+def _run_with(plan: Any, duration: float = 40.0, tracing: Tracing | None = None) -> tuple[Experiment, bytes]:
+    loop = new_event_loop(virtual=True)
+    try:
+        clock = LoopClock(loop)
+        exp = Experiment(settings({"load": {"rate": 150.0}}), clock, warmup=0.0)
+        registry = make_registry(exp, tracing.counts if tracing is not None else None)
+        if tracing is not None:
+            for w in exp.pipeline.workers:
+                w.tracer = tracing
+            for p in exp.pipeline.producers:
+                p.tracer = tracing
+            tracing.watch_faults(exp.injector, exp.pipeline.t0)
+            exp.events.subscribe(tracing.on_event)
+        scraped: list[bytes] = []
+
+        async def wrapped(e: Experiment) -> None:
+            await plan(e)
+            e.completed_at_scrape = e.pipeline.ledger.total.completed  # type: ignore[attr-defined]
+            scraped.append(generate_latest(registry))
+
+        loop.run_until_complete(exp.run(duration, plan=wrapped))
+        return exp, scraped[0]
+    finally:
+        loop.close()
+
+
+async def _kill_then_wait(exp: Experiment) -> None:
+    await exp.clock.sleep_until(exp.pipeline.t0 + 15.0)
+    exp.injector.inject("kill_leader", ttl=5.0)
+    await exp.clock.sleep_until(exp.pipeline.t0 + 35.0)
+
+
+def test_exposition_names_types_labels_and_preinitialised_values() -> None:
+    exp, text = _run_with(_kill_then_wait)
+    families = {f.name: f for f in text_string_to_metric_families(text.decode())}
+    expected_types = {
+        "chaosd_build_info": "gauge",
+        "chaosd_queue_depth": "gauge",
+        "chaosd_queue_capacity": "gauge",
+        "chaosd_queue_growth_rate": "gauge",
+        "chaosd_offered_rate": "gauge",
+        "chaosd_service_rate": "gauge",
+        "chaosd_tasks": "counter",
+        "chaosd_tasks_rejected": "counter",
+        "chaosd_tasks_failed": "counter",
+        "chaosd_tasks_lost": "gauge",
+        "chaosd_tasks_duplicated": "counter",
+        "chaosd_task_wait_seconds": "histogram",
+        "chaosd_task_sojourn_seconds": "histogram",
+        "chaosd_collapse_state": "gauge",
+        "chaosd_collapses": "counter",
+        "chaosd_throttle_factor": "gauge",
+        "chaosd_faults_injected": "counter",
+        "chaosd_faults_active": "gauge",
+        "chaosd_fault_recovery_seconds": "histogram",
+        "chaosd_resilience_score": "gauge",
+        "chaosd_resilience_score_component": "gauge",
+        "chaosd_resilience_grade": "gauge",
+        "chaosd_agents": "gauge",
+        "chaosd_spans_dropped": "counter",
+    }
+    assert {name: families[name].type for name in expected_types} == expected_types
+
+    def labels(name: str, key: str, suffix: str = "") -> set[str]:
+        return {s.labels[key] for s in families[name].samples if s.name == name + suffix and key in s.labels}
+
+    assert labels("chaosd_faults_injected", "action", "_total") == set(CATALOGUE)
+    assert labels("chaosd_faults_active", "action") == set(CATALOGUE)
+    assert labels("chaosd_tasks_rejected", "reason", "_total") >= set(REJECT_REASONS)
+    assert labels("chaosd_tasks_failed", "reason", "_total") >= set(FAIL_REASONS)
+    assert {(s.labels["kind"], s.labels["state"]) for s in families["chaosd_agents"].samples} == {
+        (k, st) for k in AGENT_KINDS for st in AGENT_STATES
+    }
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+    assert values[("chaosd_faults_injected_total", (("action", "kill_leader"),))] == 1
+    assert values[("chaosd_faults_injected_total", (("action", "tool_timeout"),))] == 0  # present, zero
+    assert values[("chaosd_fault_recovery_seconds_count", (("action", "kill_leader"), ("kind", "mechanism")))] == 1
+    assert values[("chaosd_tasks_total", (("outcome", "completed"),))] == exp.completed_at_scrape  # type: ignore[attr-defined]
+    # Histogram buckets: log-spaced, factor ≤ 1.25, covering 1 ms … 30 s, counts cumulative.
+    bounds = sorted(
+        float(s.labels["le"])
+        for s in families["chaosd_task_sojourn_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+    )
+    assert bounds[0] <= 0.001 and bounds[-1] >= 30.0
+    assert max(b / a for a, b in itertools.pairwise(bounds)) <= 1.25
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed")
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_spans_for_faults_and_sampled_tasks() -> None:
+    memory = InMemorySpanExporter()
+    loop_holder: dict[str, Tracing] = {}
+
+    async def plan(exp: Experiment) -> None:
+        await _kill_then_wait(exp)
+
+    # The tracer needs the run's clock: build it inside a tiny wrapper around _run_with's loop.
+    loop = new_event_loop(virtual=True)
+    try:
+        clock = LoopClock(loop)
+        tracing = Tracing(clock, 1_700_000_000.0, 10, processor=SimpleSpanProcessor(memory))
+        loop_holder["t"] = tracing
+        exp = Experiment(settings({"load": {"rate": 150.0}}), clock, warmup=0.0)
+        for w in exp.pipeline.workers:
+            w.tracer = tracing
+        for p in exp.pipeline.producers:
+            p.tracer = tracing
+        tracing.watch_faults(exp.injector, exp.pipeline.t0)
+        exp.events.subscribe(tracing.on_event)
+        loop.run_until_complete(exp.run(40.0, plan=plan))
+    finally:
+        loop.close()
+    spans = memory.get_finished_spans()
+    fault = [s for s in spans if s.name == "fault kill_leader"]
+    assert len(fault) == 1
+    events = [e.name for e in fault[0].events]
+    assert events[0] == "mechanism_recovered" and "recovered" in events
+    assert fault[0].attributes is not None and fault[0].attributes["chaosd.fault.action"] == "kill_leader"
+    # Span times come from the (virtual) clock: injected 15 s into the run.
+    assert fault[0].start_time == pytest.approx((1_700_000_000.0 + 15.0) * 1e9, abs=2e8)
+    produced = {s.context.span_id: s for s in spans if s.name == "task produce"}
+    processed = [s for s in spans if s.name == "task process"]
+    assert produced and processed
+    assert all(s.kind is SpanKind.CONSUMER and s.links and s.links[0].context.span_id in produced for s in processed)
+    ids = [s.attributes["chaosd.task.id"] for s in processed if s.attributes]
+    assert all(i % 10 == 0 for i in ids)  # sampled in chaosd's code by task id, one in ten
+    children = [s for s in spans if s.name.startswith("stage ") and s.parent is not None]
+    assert {s.parent.span_id for s in children if s.parent} <= {s.context.span_id for s in processed}
+    hit = [s for s in processed if s.attributes and "chaosd.fault.actions" in s.attributes]
+    assert hit and all("kill_leader" in s.attributes["chaosd.fault.actions"] for s in hit if s.attributes)
+    assert tracing.dropped == 0
+
+
+def test_no_endpoint_means_no_exporter_and_the_protocol_picks_http_or_grpc() -> None:
+    assert otlp_exporter_from_env({}) is None
+    http = otlp_exporter_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+    grpc = otlp_exporter_from_env(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    )
+    assert isinstance(http, HttpExporter) and isinstance(grpc, GrpcExporter)
+    assert otlp_exporter_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "x", "OTEL_TRACES_EXPORTER": "none"}) is None
+    off = Tracing(LoopClock(new_event_loop(virtual=True)), 0.0, 1000, None)
+    assert not off.enabled and off.counts() == (0, 0)
+
+
+def test_spans_beyond_the_queue_are_dropped_and_counted_and_exports_are_counted() -> None:
+    sink = InMemorySpanExporter()
+    loop = new_event_loop(virtual=True)
+    try:
+        tracing = Tracing(LoopClock(loop), 0.0, 1, sink)
+        tracing.tracer.start_span("kept").end()
+        tracing.in_queue += 2048  # as if the exporter had fallen behind by a whole queue
+        tracing.tracer.start_span("dropped").end()
+        assert tracing.dropped == 1
+        tracing.in_queue -= 2048
+        assert tracing.provider is not None
+        tracing.provider.force_flush()
+        assert [s.name for s in sink.get_finished_spans()] == ["kept"]
+        assert tracing.counts() == (1, 1)
+    finally:
+        tracing.close()
+        loop.close()
