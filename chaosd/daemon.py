@@ -66,13 +66,8 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     controller = Controller(experiment)
     run_id = uuid.uuid4().hex[:12]
     tracing = Tracing(clock, unix_time() - clock.now(), settings.tracing.sample_every, otlp_exporter_from_env())
+    tracing.attach(experiment)
     if tracing.enabled:
-        for worker in experiment.pipeline.workers:
-            worker.tracer = tracing
-        for producer in experiment.pipeline.producers:
-            producer.tracer = tracing
-        tracing.watch_faults(experiment.injector, experiment.pipeline.t0)
-        experiment.events.subscribe(tracing.on_event)
         out(f"chaosd: tracing to OTLP, one task in {tracing.every} sampled, every fault traced")
     app = build_app(settings, controller, stop, run_id, tracing)
     signals = 0

@@ -4,69 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import signal
 import subprocess
 import sys
-import threading
-import time
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from daemon_harness import Daemon, wait_for
 
 from chaosd.config import load_settings
 from chaosd.daemon import check_bind
 from chaosd.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _wait_for(predicate: Callable[[], bool], deadline_s: float, what: str) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)  # polling interval of a condition wait with a deadline, not a fixed sleep
-    raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
-
-
-class Daemon:
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "chaosd", *args],
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def wait_line(self, needle: str, deadline_s: float = 20.0) -> str:
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            self.seen.append(line)
-            if needle in line:
-                return line
-        raise AssertionError(f"no line with {needle!r}; output so far: {self.seen}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -79,38 +28,22 @@ def daemon_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _get(url: str) -> tuple[int, dict[str, object]]:
+def test_daemon_runs_the_default_config_and_exits_0_on_sigterm_with_a_report(tmp_path: Path) -> None:
+    daemon = Daemon(tmp_path, config=ROOT / "config" / "chaosd.toml")
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-def test_daemon_runs_the_default_config_and_exits_0_on_sigterm_with_a_report(
-    tmp_path: Path, daemon_env: dict[str, str]
-) -> None:
-    daemon = Daemon(["--config", str(ROOT / "config" / "chaosd.toml")], tmp_path, daemon_env)
-    try:
-        line = daemon.wait_line("listening on http://127.0.0.1:")
-        base = line.split("listening on ")[1].split()[0]
-        _wait_for(lambda: _get(base + "/readyz")[0] == 200, 10, "/readyz to answer 200")
         status_line = daemon.wait_line("state=")  # the periodic status line
         assert "λ=" in status_line and "Q=" in status_line
-        code, status = _get(base + "/api/v1/status")
+        code, status = daemon.get("/api/v1/status")
         assert code == 200 and status["detector"] == "healthy"
-        _wait_for(
-            lambda: (_get(base + "/api/v1/status")[1]["telemetry"] or {}).get("throughput", 0) > 0,
+        wait_for(
+            lambda: (daemon.get("/api/v1/status")[1]["telemetry"] or {}).get("throughput", 0) > 0,
             10,
             "tasks to complete",
         )
-        daemon.proc.send_signal(signal.SIGTERM)
-        assert daemon.proc.wait(timeout=10) == 0
-        while not daemon.lines.empty():
-            daemon.seen.append(daemon.lines.get())
+        assert daemon.terminate() == 0
         assert any("report written" in s for s in daemon.seen), daemon.seen
     finally:
-        daemon.stop()
+        daemon.kill()
     report = json.loads((tmp_path / "daemon-report.json").read_text())
     assert report["clock"] == "real"
     assert report["tasks"]["completed"] > 0

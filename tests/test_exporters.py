@@ -31,12 +31,7 @@ def _run_with(plan: Any, duration: float = 40.0, tracing: Tracing | None = None)
         exp = Experiment(settings({"load": {"rate": 150.0}}), clock, warmup=0.0)
         registry = make_registry(exp, tracing.counts if tracing is not None else None)
         if tracing is not None:
-            for w in exp.pipeline.workers:
-                w.tracer = tracing
-            for p in exp.pipeline.producers:
-                p.tracer = tracing
-            tracing.watch_faults(exp.injector, exp.pipeline.t0)
-            exp.events.subscribe(tracing.on_event)
+            tracing.attach(exp)
         scraped: list[bytes] = []
 
         async def wrapped(e: Experiment) -> None:
@@ -131,12 +126,7 @@ def test_spans_for_faults_and_sampled_tasks() -> None:
         tracing = Tracing(clock, 1_700_000_000.0, 10, processor=SimpleSpanProcessor(memory))
         loop_holder["t"] = tracing
         exp = Experiment(settings({"load": {"rate": 150.0}}), clock, warmup=0.0)
-        for w in exp.pipeline.workers:
-            w.tracer = tracing
-        for p in exp.pipeline.producers:
-            p.tracer = tracing
-        tracing.watch_faults(exp.injector, exp.pipeline.t0)
-        exp.events.subscribe(tracing.on_event)
+        tracing.attach(exp)
         loop.run_until_complete(exp.run(40.0, plan=plan))
     finally:
         loop.close()

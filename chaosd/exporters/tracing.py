@@ -22,6 +22,7 @@ from chaosd.clock import Clock
 from chaosd.events import Event
 from chaosd.faults import Injector
 from chaosd.pipeline.task import Task
+from chaosd.runner import Experiment
 
 __all__ = ["Tracing", "otlp_exporter_from_env"]
 
@@ -140,6 +141,18 @@ class Tracing:
 
     def counts(self) -> tuple[int, int]:
         return self.exported, self.dropped
+
+    def attach(self, experiment: Experiment) -> None:
+        """Trace this experiment: its sampled tasks and every fault (a no-op when disabled)."""
+        if not self.enabled:
+            return
+        pipeline = experiment.pipeline
+        for worker in pipeline.workers:
+            worker.tracer = self
+        for producer in pipeline.producers:
+            producer.tracer = self
+        self.watch_faults(experiment.injector, pipeline.t0)
+        experiment.events.subscribe(self.on_event)
 
     # --- faults ---------------------------------------------------------------------------------
 
