@@ -11,38 +11,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from _daemon import start_daemon
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token-0123456789"
 
 
 def _start(tmp: Path, rate: float) -> tuple[subprocess.Popen[str], str]:
-    env = {
-        **os.environ,
-        "CHAOSD_API__PORT": "0",
-        "CHAOSD_API__TOKEN": TOKEN,
-        "CHAOSD_LOAD__RATE": str(rate),
-        "CHAOSD_QUEUE__CAPACITY": "5000",
-        "CHAOSD_STORAGE__PATH": str(tmp / "db"),
-        "CHAOSD_DAEMON__REPORT": str(tmp / "report.json"),
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "chaosd"], cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    return start_daemon(
+        tmp, {"CHAOSD_API__TOKEN": TOKEN, "CHAOSD_LOAD__RATE": str(rate), "CHAOSD_QUEUE__CAPACITY": "5000"}
     )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "listening on " in line:
-            return proc, line.split("listening on ")[1].split()[0]
-    raise RuntimeError("daemon did not start")
 
 
 def _call(method: str, url: str, body: dict[str, object] | None = None) -> tuple[float, dict[str, object]]:

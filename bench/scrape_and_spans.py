@@ -7,9 +7,6 @@ and spans dropped at the default sampling rate at maximum throughput (an OTLP/HT
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -18,27 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from _daemon import start_daemon
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _start(tmp: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
-    full = {
-        **os.environ,
-        "CHAOSD_API__PORT": "0",
-        "CHAOSD_STORAGE__PATH": str(tmp / "db"),
-        "CHAOSD_DAEMON__REPORT": str(tmp / "report.json"),
-        "PYTHONPATH": str(ROOT),
-        **env,
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "chaosd"], cwd=tmp, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "listening on " in line:
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
-            return proc, line.split("listening on ")[1].split()[0]
-    raise RuntimeError("daemon did not start")
 
 
 def _scrape(base: str) -> tuple[float, str]:
@@ -71,8 +50,8 @@ def main() -> None:
     quick = parser.parse_args().quick
     n = 100 if quick else 400
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-        idle, idle_base = _start(Path(a), {"CHAOSD_LOAD__RATE": "200"})
-        busy, busy_base = _start(Path(b), {"CHAOSD_LOAD__RATE": "900", "CHAOSD_QUEUE__CAPACITY": "5000"})
+        idle, idle_base = start_daemon(Path(a), {"CHAOSD_LOAD__RATE": "200"})
+        busy, busy_base = start_daemon(Path(b), {"CHAOSD_LOAD__RATE": "900", "CHAOSD_QUEUE__CAPACITY": "5000"})
         try:
             time.sleep(5)  # let the saturated queue fill (a benchmark, not a test)
             times = {"idle": [], "saturated": []}  # type: dict[str, list[float]]
@@ -100,7 +79,7 @@ def main() -> None:
             "CHAOSD_QUEUE__WHEN_FULL": "block",
             "CHAOSD_STAGES": '[{"name": "work", "service": {"distribution": "constant", "mean": 0}}]',
         }
-        proc, base = _start(Path(c), env)
+        proc, base = start_daemon(Path(c), env)
         try:
             time.sleep(5 if quick else 15)
             text = _scrape(base)[1]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import ipaddress
 import json
 import math
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from chaosd import __version__
+from chaosd.config import is_loopback
 from chaosd.durations import parse_duration
 from chaosd.errors import ChaosdError
 
@@ -72,7 +72,7 @@ class Client:
         self.token = token or None
         self.timeout = timeout
         # A proxy from the environment must not intercept a daemon on this machine.
-        handlers = [urllib.request.ProxyHandler({})] if _loopback(host) else []
+        handlers = [urllib.request.ProxyHandler({})] if is_loopback(host) else []
         self._opener = urllib.request.build_opener(*handlers)
 
     def request(
@@ -144,15 +144,6 @@ def _base_url(addr: str) -> tuple[str, str]:
     if parts.scheme not in ("http", "https") or not host or parts.query or parts.fragment:
         raise ClientError(EXIT_USAGE, f"--addr: not a daemon address: {addr!r} (use host:port or http://host:port)")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", "")), host
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _error_detail(body: bytes) -> str:

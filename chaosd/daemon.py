@@ -8,7 +8,6 @@ the grace period, write the final report, flush storage, exit 0. A second signal
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import signal
 import uuid
@@ -19,7 +18,7 @@ from aiohttp import web
 from chaosd.api import build_app
 from chaosd.api.keys import REPORT
 from chaosd.clock import LoopClock, new_event_loop, unix_time
-from chaosd.config import Settings
+from chaosd.config import Settings, is_loopback
 from chaosd.control import Controller
 from chaosd.errors import ConfigError
 from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
@@ -40,18 +39,9 @@ def status_line(snap: Snapshot, state: str, factor: float) -> str:
     )
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_bind(settings: Settings) -> None:
     """Refuse to listen beyond loopback without a token: anyone could break the pipeline."""
-    if not _loopback(settings.api.host) and not settings.api.token:
+    if not is_loopback(settings.api.host) and not settings.api.token:
         raise ConfigError(
             [("configuration", "api.token", f"required to bind {settings.api.host!r} (not a loopback address)")]
         )

@@ -286,15 +286,18 @@ class Experiment:
         result: dict[str, Any] = rounded(report)
         return result
 
-    def live_score(self) -> Score:
-        """The score so far, from the same measurements as the report (for progress lines and status)."""
+    def live_score(self, accounted: tuple[int, int, int] | None = None) -> Score:
+        """The score so far, from the same measurements as the report (for progress lines and status).
+
+        ``accounted`` is ``ledger.unaccounted(holders)`` when the caller has just computed it.
+        """
         p = self.pipeline
+        _, lost, in_flight = accounted if accounted is not None else p.ledger.unaccounted(p.holders())
         m = p.ledger.measured
-        lost, _, in_flight = p.ledger.unaccounted(p.holders())
         recovered = [f for f in self.injector.faults if f.outcome == "recovered"]
         return compute_score(
             ScoreInputs(
-                accepted=max(0, m.accepted - in_flight - lost) + lost,
+                accepted=m.accepted - in_flight,
                 good=m.completed - m.late,
                 lost=lost,
                 duplicated=m.duplicated,
@@ -326,19 +329,7 @@ class Experiment:
         faults = [f.as_dict() for f in self.injector.faults]
         undetected = sum(store.undetected_reads for store in p.memory.values())
         recovered = [f for f in faults if f["recovered"]]
-        score = compute_score(
-            ScoreInputs(
-                accepted=t["accepted"] - t["in_flight"],
-                good=t["completed"] - t["late"],
-                lost=t["lost"],
-                duplicated=t["duplicated"],
-                undetected_corruptions=undetected,
-                faults_injected=len(faults),
-                faults_recovered=len(recovered),
-                recovery_times_s=tuple(f["recovery_s"] for f in recovered),
-            ),
-            self._weights(),
-        )
+        score = self.live_score((t["lost_all_cohorts"], t["lost"], t["in_flight"]))
         causes: dict[str, int] = {}
         for reason, n in t["failed_by"].items():
             causes[f"failed:{reason}"] = n

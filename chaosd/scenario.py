@@ -16,7 +16,7 @@ from chaosd.config import Settings, deep_merge, load_settings
 from chaosd.durations import Seconds
 from chaosd.errors import ConfigError, ScenarioError
 
-__all__ = ["Scenario", "ScenarioAction", "find_scenario", "load_scenario", "settings_for"]
+__all__ = ["Scenario", "ScenarioAction", "find_scenario", "load_scenario", "parse_scenario", "settings_for"]
 
 SHIPPED = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -69,15 +69,22 @@ def find_scenario(name_or_path: str) -> Path:
 
 def load_scenario(path: Path) -> Scenario:
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ScenarioError([(str(path), "", "file not found")]) from None
     except OSError as exc:
         raise ScenarioError([(str(path), "", f"cannot read: {exc.strerror}")]) from None
+    return parse_scenario(text, str(path))
+
+
+def parse_scenario(text: str, source: str) -> Scenario:
+    """A scenario from YAML text; every problem names ``source``, the field and what is wrong."""
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError([(str(path), "", f"not valid YAML: {exc}".replace("\n", " "))]) from None
+        raise ScenarioError([(source, "", f"not valid YAML: {exc}".replace("\n", " "))]) from None
     if not isinstance(raw, dict):
-        raise ScenarioError([(str(path), "", "a scenario is a mapping with at least name and duration")])
+        raise ScenarioError([(source, "", "a scenario is a mapping with at least name and duration")])
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
@@ -85,7 +92,7 @@ def load_scenario(path: Path) -> Scenario:
         for error in exc.errors():
             field = ".".join(str(p) for p in error["loc"]) or "(top level)"
             msg = "unknown key" if error["type"] == "extra_forbidden" else str(error["msg"])
-            problems.append((str(path), field, msg.removeprefix("Value error, ")))
+            problems.append((source, field, msg.removeprefix("Value error, ")))
         raise ScenarioError(problems) from None
 
 

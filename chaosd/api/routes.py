@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
-import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from chaosd.api.keys import BROKER, CONTROLLER, REGISTRY, RUN_ID, STARTED, STORAGE
 from chaosd.api.schemas import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, openapi_document
-from chaosd.errors import FaultError, ScenarioError
+from chaosd.errors import FaultError
 from chaosd.faults import CATALOGUE
 from chaosd.report import rounded
-from chaosd.scenario import Scenario, find_scenario, load_scenario
+from chaosd.scenario import find_scenario, load_scenario, parse_scenario
 
 __all__ = ["routes"]
 
@@ -104,8 +103,8 @@ async def status(request: web.Request) -> web.Response:
         "score": exp.live_score().as_dict(),
         "faults_active": len(exp.injector.active()),
         "lever": exp.injector.lever,
-        "survival": ctl.plan_status(ctl.survival)["state"],
-        "scenario": ctl.plan_status(ctl.scenario)["state"],
+        "survival": ctl.survival.state if ctl.survival is not None else "idle",
+        "scenario": ctl.scenario.state if ctl.scenario is not None else "idle",
         "stopping": ctl.stopping,
     }
     return _ok(body)
@@ -207,7 +206,8 @@ async def run_scenario(request: web.Request) -> web.Response:
     ctl = request.app[CONTROLLER]
     kind = request.content_type
     if kind in ("application/yaml", "application/x-yaml", "text/yaml"):
-        scenario, source = _uploaded(await request.text()), "uploaded scenario"
+        source = "uploaded scenario"
+        scenario = parse_scenario(await request.text(), source)
         speed = _speed(request.query.get("speed"))
     else:
         body = await _body(request, ScenarioRunRequest)
@@ -217,22 +217,6 @@ async def run_scenario(request: web.Request) -> web.Response:
         scenario, source, speed = load_scenario(path), str(path.name), body.speed
     run = ctl.start_scenario(scenario, speed, source)
     return _ok(ctl.plan_status(run), 201)
-
-
-def _uploaded(text: str) -> Scenario:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError([("uploaded scenario", "", f"not valid YAML: {exc}".replace("\n", " "))]) from None
-    if not isinstance(raw, dict):
-        raise ScenarioError([("uploaded scenario", "", "a scenario is a mapping with at least name and duration")])
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"]) or "(top level)"
-        msg = "unknown key" if error["type"] == "extra_forbidden" else str(error["msg"])
-        raise ScenarioError([("uploaded scenario", field, msg)]) from None
 
 
 @routes.get("/api/v1/scenarios/current")

@@ -101,8 +101,8 @@ class ExperimentCollector(Collector):
         for reason in sorted({*FAIL_REASONS, *total.failed_by}):
             failed.add_metric([reason], float(total.failed_by.get(reason, 0)))
         yield failed
-        lost, _, _ = p.ledger.unaccounted(p.holders())
-        yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=lost)
+        accounted = p.ledger.unaccounted(p.holders())  # one walk over the holders serves both uses
+        yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=accounted[0])
         yield CounterMetricFamily("chaosd_tasks_duplicated", "Duplicate effects at the sink", value=total.duplicated)
         yield CounterMetricFamily(
             "chaosd_tasks_deduplicated", "Second outcomes suppressed by the sink", value=p.ledger.deduplicated
@@ -149,7 +149,7 @@ class ExperimentCollector(Collector):
             "chaosd_safety_lever", "1 while the lever is pulled", value=1.0 if exp.injector.lever else 0.0
         )
 
-        score = exp.live_score()
+        score = exp.live_score(accounted)
         yield GaugeMetricFamily("chaosd_resilience_score", "Resilience score, 0-100", value=score.total)
         components = GaugeMetricFamily(
             "chaosd_resilience_score_component", "Score components, 0-100", labels=["component"]

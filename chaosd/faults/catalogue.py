@@ -145,6 +145,13 @@ def _agents(rt: Pipeline, targets: tuple[str, ...]) -> list[Agent]:
     return [rt.agents[t] for t in targets]
 
 
+def _flag(rt: Pipeline, targets: tuple[str, ...], name: str, value: bool) -> None:
+    """Set one of an agent's gate flags (paused, partitioned, exhausted) and reopen or close its gate."""
+    for agent in _agents(rt, targets):
+        setattr(agent, name, value)
+        agent.refresh()
+
+
 # --- leadership and agents ---------------------------------------------------------------------
 
 
@@ -224,15 +231,11 @@ class PauseAgent(Action):
         return all(not a.paused for a in _agents(rt, targets))
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        for agent in _agents(rt, targets):
-            agent.paused = True
-            agent.refresh()
+        _flag(rt, targets, "paused", True)
         return {}
 
     def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
-        for agent in _agents(rt, targets):
-            agent.paused = False
-            agent.refresh()
+        _flag(rt, targets, "paused", False)
 
 
 class ResumeAgent(Action):
@@ -240,9 +243,7 @@ class ResumeAgent(Action):
     description = "Resume paused agents now; their pause_agent faults still end (as no-ops) at their TTL."
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        for agent in _agents(rt, targets):
-            agent.paused = False
-            agent.refresh()
+        _flag(rt, targets, "paused", False)
         return {}
 
     def conflict(self, rt: Pipeline, targets: tuple[str, ...], busy: set[tuple[str, str]]) -> str | None:
@@ -278,15 +279,11 @@ class NetworkPartition(Action):
     heals_itself = False
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        for agent in _agents(rt, targets):
-            agent.partitioned = True
-            agent.refresh()
+        _flag(rt, targets, "partitioned", True)
         return {}
 
     def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
-        for agent in _agents(rt, targets):
-            agent.partitioned = False
-            agent.refresh()
+        _flag(rt, targets, "partitioned", False)
 
 
 class PoolExhaustion(Action):
@@ -296,15 +293,11 @@ class PoolExhaustion(Action):
     default_target = "75%"
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        for agent in _agents(rt, targets):
-            agent.exhausted = True
-            agent.refresh()
+        _flag(rt, targets, "exhausted", True)
         return {}
 
     def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
-        for agent in _agents(rt, targets):
-            agent.exhausted = False
-            agent.refresh()
+        _flag(rt, targets, "exhausted", False)
 
 
 class DropMessages(Action):

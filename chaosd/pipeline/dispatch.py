@@ -61,7 +61,6 @@ class Dispatcher:
         self.elections = 0
         self.redispatched = 0
         self.lease_expired = 0
-        self.leader_since = 0.0
         self._deposed: Agent | None = None  # the replica that lost the lease: last in line for it
         self.on_tick: list[Callable[[float], None]] = []
 
@@ -124,16 +123,13 @@ class Dispatcher:
         self.state = restored
         self.lease_expires = now + self.cfg.lease_ttl
         self.elections += 1
-        self.leader_since = now - self._t0
         unacked = sorted(restored.values(), key=lambda a: a.task.id)
         for entry in reversed(unacked):
             self._queue.requeue(entry.task)
         self.redispatched += len(unacked)
         self._take_checkpoint(now)
         self._queue.resume_dispatch()
-        self._events.record(
-            self.leader_since, "leader", state="elected", replica=candidate.id, redispatched=len(unacked)
-        )
+        self._events.record(now - self._t0, "leader", state="elected", replica=candidate.id, redispatched=len(unacked))
 
     def restore(self) -> State:
         """The dispatch state rebuilt from the latest checkpoint plus the log since."""

@@ -31,7 +31,6 @@ class Ledger:
     def __init__(self, deadline: float, idempotent: bool = True) -> None:
         self.deadline = deadline
         self.idempotent = idempotent
-        self._ended: set[int] = set()  # only without idempotence: ids whose effect already happened
         self.total = Counts()
         self.measured = Counts()
         self.in_flight: dict[int, Task] = {}
@@ -62,8 +61,6 @@ class Ledger:
         if self.in_flight.pop(task.id, None) is None:
             self._duplicate(task)
             return
-        if not self.idempotent:
-            self._ended.add(task.id)
         late = self.deadline > 0 and now - task.accepted_at > self.deadline
         if not late:
             self.good += 1

@@ -80,7 +80,6 @@ class Pipeline:
         self.route: tuple[StageRunner, ...] | None = None
         self.route_names: tuple[str, ...] | None = None
         self.dag_dirty = False
-        self.rerouted_at: float | None = None
         self.avoided: frozenset[str] = frozenset()  # stages whose breaker is open
         self._reroute()
 
@@ -160,8 +159,7 @@ class Pipeline:
             self.events.record(now - self.t0, "breaker", open=sorted(avoided))
         if self.dag_dirty:
             self._reroute()
-            self.rerouted_at = now - self.t0
-            self.events.record(self.rerouted_at, "dag", state="rerouted", route=list(self.route_names or ()))
+            self.events.record(now - self.t0, "dag", state="rerouted", route=list(self.route_names or ()))
         for store in self.memory.values():
             if store.scrub():
                 self.events.record(now - self.t0, "memory", stage=store.name, state="repaired")

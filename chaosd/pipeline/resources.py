@@ -73,7 +73,6 @@ class McpConnection:
         self.connected = True
         self.server_up = True
         self.reconnected_at: float | None = None
-        self.attempts = 0
         self._backoff = backoff
         self._clock = clock
         self._rng = rng
@@ -93,7 +92,6 @@ class McpConnection:
             attempt = 0
             while not self.connected:
                 attempt += 1
-                self.attempts += 1
                 await self._clock.sleep(backoff_delay(self._backoff, attempt, self._rng))
                 if self.server_up:
                     self.connected = True

@@ -90,8 +90,8 @@ class StageRunner:
         # fallback — then lets a trial through (half-open).
         self._fail_streak = 0
         self.open_until = float("-inf")
+        self.trips = 0  # times the breaker opened
         self._open_for = cfg.breaker_reset  # doubles while trials keep failing, up to 16 ×
-        self.trips = 0
         self.simple = True
         self.refresh()
 
@@ -125,8 +125,8 @@ class StageRunner:
         if threshold and self._fail_streak >= threshold and not self.is_open(self._now()):
             self.open_until = self._now() + self._open_for
             self._open_for = min(self._open_for * 2, 16 * self.cfg.breaker_reset)
-            self._fail_streak = 0
             self.trips += 1
+            self._fail_streak = 0
 
     async def run(self, slow: float = 1.0) -> str | None:
         cfg = self.cfg
