@@ -7,6 +7,8 @@ so the same coroutines run in real time (the daemon) and in virtual time (``chao
 from __future__ import annotations
 
 import asyncio
+import logging
+import select
 import selectors
 import time
 from collections.abc import Mapping
@@ -15,6 +17,7 @@ from typing import Any, Protocol
 __all__ = [
     "Clock",
     "LoopClock",
+    "PreciseEpollSelector",
     "VirtualEventLoop",
     "new_event_loop",
     "unix_time",
@@ -83,6 +86,35 @@ class _VirtualSelector(selectors.BaseSelector):
         self._real.close()
 
 
+_FD_SETSIZE = 1024  # select() cannot watch a descriptor at or above this
+
+
+class PreciseEpollSelector(selectors.EpollSelector):
+    """epoll for any number of descriptors, with waits timed to the microsecond.
+
+    epoll_wait takes whole milliseconds and rounds every timeout up; select() takes microseconds but
+    cannot watch descriptors ≥ 1024. So a timed wait is a select() on the one epoll descriptor (readable
+    when any watched descriptor is ready), then a non-blocking epoll poll collects the events.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._precise = self.fileno() < _FD_SETSIZE
+        if not self._precise:  # only if the loop was made after ~1,000 files were opened
+            logging.getLogger("chaosd").warning("epoll descriptor %d ≥ 1024: timers round up to 1 ms", self.fileno())
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if self._precise and timeout is not None and timeout > 0:
+            try:
+                ready, _, _ = select.select([self.fileno()], [], [], timeout)
+            except InterruptedError:
+                return []
+            if not ready:
+                return []
+            timeout = 0
+        return super().select(timeout)
+
+
 class VirtualEventLoop(asyncio.SelectorEventLoop):
     """An asyncio loop whose clock jumps to the next timer whenever nothing is ready."""
 
@@ -97,13 +129,10 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
 
 def new_event_loop(*, virtual: bool) -> asyncio.AbstractEventLoop:
-    """A virtual-time loop, or a real-time loop with sub-millisecond timers.
-
-    epoll rounds every timeout up to a whole millisecond; select() takes microseconds.
-    """
+    """A virtual-time loop, or a real-time loop with sub-millisecond timers and no descriptor limit."""
     if virtual:
         return VirtualEventLoop()
-    return asyncio.SelectorEventLoop(selectors.SelectSelector())
+    return asyncio.SelectorEventLoop(PreciseEpollSelector())
 
 
 def wall_time() -> float:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import selectors
+import resource
+import socket
 import threading
 
 from chaosd.clock import LoopClock, VirtualEventLoop, new_event_loop
@@ -62,10 +63,27 @@ def test_a_thread_can_wake_an_idle_virtual_loop() -> None:
     assert _run(main) == "woken"
 
 
-def test_real_time_loop_uses_select_for_sub_millisecond_timers() -> None:
+def test_real_time_loop_watches_descriptors_above_1024() -> None:
+    """select() raised "filedescriptor out of range" here and the daemon died at ~1,100 connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
     loop = new_event_loop(virtual=False)
+    pairs = [socket.socketpair() for _ in range(600)]
     try:
-        assert isinstance(loop._selector, selectors.SelectSelector)  # type: ignore[attr-defined]
         assert not isinstance(loop, VirtualEventLoop)
+        high_r, high_w = pairs[-1]
+        assert high_r.fileno() >= 1024
+
+        async def main() -> bytes:
+            got: asyncio.Future[bytes] = loop.create_future()
+            loop.add_reader(high_r.fileno(), lambda: got.done() or got.set_result(high_r.recv(10)))
+            loop.call_later(0.001, high_w.send, b"woken")  # the loop is in a timed wait when this lands
+            return await asyncio.wait_for(got, 10)
+
+        assert loop.run_until_complete(main()) == b"woken"
     finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
         loop.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
