@@ -3,33 +3,58 @@
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import subprocess
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import pytest
 from conftest import settings
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaosd.clock import LoopClock, new_event_loop
-from chaosd.exporters.metrics import AGENT_KINDS, AGENT_STATES, FAIL_REASONS, REJECT_REASONS, make_registry
+from chaosd.exporters import tracing as tracing_module
+from chaosd.exporters.metrics import (
+    AGENT_KINDS,
+    AGENT_STATES,
+    FAIL_REASONS,
+    REFUSAL_REASONS,
+    REJECT_REASONS,
+    make_registry,
+)
 from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
 from chaosd.faults import CATALOGUE
 from chaosd.runner import Experiment
 
 
-def _run_with(plan: Any, duration: float = 40.0, tracing: Tracing | None = None) -> tuple[Experiment, bytes]:
+@dataclass(frozen=True)
+class FakeServer:
+    """A ServerStats: the dict stays mutable so a test can change it between scrapes."""
+
+    refused: dict[str, int] = field(default_factory=dict)
+    connections: int = 0
+    subscribers: int = 0
+
+
+def _run_with(
+    plan: Any, duration: float = 40.0, tracing: Tracing | None = None, server: FakeServer | None = None
+) -> tuple[Experiment, bytes]:
     loop = new_event_loop(virtual=True)
     try:
         clock = LoopClock(loop)
         exp = Experiment(settings({"load": {"rate": 150.0}}), clock, warmup=0.0)
-        registry = make_registry(exp, tracing.counts if tracing is not None else None)
+        registry = make_registry(exp, tracing.counts if tracing is not None else None, server=server)
         if tracing is not None:
             tracing.attach(exp)
         scraped: list[bytes] = []
@@ -51,8 +76,28 @@ async def _kill_then_wait(exp: Experiment) -> None:
     await exp.clock.sleep_until(exp.pipeline.t0 + 35.0)
 
 
+@pytest.fixture
+def idle() -> Iterator[Experiment]:
+    """An experiment that has not started (scraping it reads the live objects all the same)."""
+    loop = new_event_loop(virtual=True)
+    try:
+        yield Experiment(settings({}), LoopClock(loop), warmup=0.0)
+    finally:
+        loop.close()
+
+
+def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
 def test_exposition_names_types_labels_and_preinitialised_values() -> None:
-    exp, text = _run_with(_kill_then_wait)
+    server = FakeServer({"connection_limit": 4}, connections=3, subscribers=1)
+    exp, text = _run_with(_kill_then_wait, server=server)
     families = {f.name: f for f in text_string_to_metric_families(text.decode())}
     expected_types = {
         "chaosd_build_info": "gauge",
@@ -79,6 +124,15 @@ def test_exposition_names_types_labels_and_preinitialised_values() -> None:
         "chaosd_resilience_grade": "gauge",
         "chaosd_agents": "gauge",
         "chaosd_spans_dropped": "counter",
+        "chaosd_api_refused": "counter",
+        "chaosd_api_connections": "gauge",
+        "chaosd_api_sse_subscribers": "gauge",
+        "process_open_fds": "gauge",
+        "process_max_fds": "gauge",
+        "process_resident_memory_bytes": "gauge",
+        "process_cpu_seconds": "counter",
+        "python_gc_objects_collected": "counter",
+        "python_info": "gauge",
     }
     assert {name: families[name].type for name in expected_types} == expected_types
 
@@ -89,6 +143,7 @@ def test_exposition_names_types_labels_and_preinitialised_values() -> None:
     assert labels("chaosd_faults_active", "action") == set(CATALOGUE)
     assert labels("chaosd_tasks_rejected", "reason", "_total") >= set(REJECT_REASONS)
     assert labels("chaosd_tasks_failed", "reason", "_total") >= set(FAIL_REASONS)
+    assert labels("chaosd_api_refused", "reason", "_total") == set(REFUSAL_REASONS)
     assert {(s.labels["kind"], s.labels["state"]) for s in families["chaosd_agents"].samples} == {
         (k, st) for k in AGENT_KINDS for st in AGENT_STATES
     }
@@ -178,5 +233,110 @@ def test_spans_beyond_the_queue_are_dropped_and_counted_and_exports_are_counted(
         assert [s.name for s in sink.get_finished_spans()] == ["kept"]
         assert tracing.counts() == (1, 1)
     finally:
+        tracing.close()
+        loop.close()
+
+
+def test_the_daemon_process_is_exported_and_read_at_each_scrape(idle: Experiment) -> None:
+    registry = make_registry(idle)
+    before = _samples(registry)
+    for name in ("process_open_fds", "process_max_fds", "process_resident_memory_bytes", "process_cpu_seconds_total"):
+        assert before[(name, ())] > 0, name
+    assert before[("python_gc_objects_collected_total", (("generation", "0"),))] >= 0
+    assert any(name == "python_info" for name, _ in before)
+    assert before[("process_open_fds", ())] <= before[("process_max_fds", ())]
+    pipes = [os.pipe() for _ in range(20)]
+    try:
+        during = _samples(registry)
+    finally:
+        for read_end, write_end in pipes:
+            os.close(read_end)
+            os.close(write_end)
+    assert during[("process_open_fds", ())] - before[("process_open_fds", ())] >= 40
+
+
+def test_server_series_are_preinitialised_and_read_at_each_scrape(idle: Experiment) -> None:
+    server = FakeServer({"connection_limit": 5, "unauthorized": 2}, connections=7, subscribers=3)
+    registry = make_registry(idle, None, server=server)
+    values = _samples(registry)
+    refused = {dict(k)["reason"]: v for (name, k), v in values.items() if name == "chaosd_api_refused_total"}
+    assert refused == {reason: 0.0 for reason in REFUSAL_REASONS} | {"connection_limit": 5.0, "unauthorized": 2.0}
+    assert values[("chaosd_api_connections", ())] == 7
+    assert values[("chaosd_api_sse_subscribers", ())] == 3
+    text = generate_latest(registry).decode()
+    assert "# HELP chaosd_api_refused_total Connections and requests refused by the HTTP server, by reason" in text
+
+    server.refused["connection_limit"] = 6
+    server.refused["too_many_cooks"] = 1  # a reason this version does not know still shows
+    values = _samples(registry)
+    assert values[("chaosd_api_refused_total", (("reason", "connection_limit"),))] == 6
+    assert values[("chaosd_api_refused_total", (("reason", "too_many_cooks"),))] == 1
+
+    without = _samples(make_registry(idle))
+    assert not [name for name, _ in without if name.startswith("chaosd_api_")]
+
+
+class _FlakyExporter(SpanExporter):
+    """Accepts one batch, fails the next: both outcomes are counted by the worker thread."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.calls = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.calls += 1
+        if self.calls % 2:
+            self.accepted += len(spans)
+            return SpanExportResult.SUCCESS
+        return SpanExportResult.FAILURE
+
+
+def _yield_at_every_step_of(filename: str) -> Any:
+    """A thread trace function that hands the GIL over between any two bytecodes of one module, so that
+    two threads interleave inside its read-modify-write sequences (CPython otherwise rarely switches there)."""
+
+    def step(frame: FrameType, event: str, arg: object) -> Any:
+        os.sched_yield()  # releases the GIL: another thread runs now, mid-statement
+        return step
+
+    def call(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code.co_filename != filename:
+            return None
+        frame.f_trace_opcodes = True
+        return step
+
+    return call
+
+
+def test_span_counters_stay_consistent_under_two_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The loop thread admits spans (_Gate.on_end) while the batch worker settles them (_Counting.export):
+    # one span per batch makes the worker write the counters as often as the enders do.
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
+    previous = threading.gettrace()
+    threading.settrace(_yield_at_every_step_of(tracing_module.__file__))  # before Tracing starts the worker
+    sink = _FlakyExporter()
+    loop = new_event_loop(virtual=True)
+    tracing = Tracing(LoopClock(loop), 0.0, 1, sink)
+    enders, per_thread = 2, 500
+
+    def end_spans() -> None:
+        for _ in range(per_thread):
+            tracing.tracer.start_span("hammer").end()
+
+    threads = [threading.Thread(target=end_spans) for _ in range(enders)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+        assert tracing.provider is not None and tracing.provider.force_flush(30_000)
+        assert sink.calls > 100  # the worker really wrote the counters alongside the enders
+        ended = enders * per_thread
+        assert tracing.exported + tracing.dropped + tracing.in_queue == ended
+        assert (tracing.exported, tracing.dropped, tracing.in_queue) == (sink.accepted, ended - sink.accepted, 0)
+        assert tracing.counts() == (sink.accepted, ended - sink.accepted)
+    finally:
+        threading.settrace(previous)
         tracing.close()
         loop.close()

@@ -29,6 +29,8 @@ ALERTS = {
     "ChaosdTasksLost",
     "ChaosdDuplicatedEffects",
     "ChaosdDown",
+    "ChaosdFileDescriptorsNearLimit",
+    "ChaosdRefusingConnections",
 }
 RECORDS = {
     "chaosd:task_sojourn_seconds:p95",

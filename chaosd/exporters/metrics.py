@@ -2,16 +2,18 @@
 
 Nothing is updated per task: counters come from the ledger, gauges from the latest telemetry
 snapshot, histograms from the pipeline's own log-bucket histograms (every 4th ×1.05 edge, so the
-exported buckets are exact and ×1.2155 apart). Names and labels: docs/metrics.md.
+exported buckets are exact and ×1.2155 apart), the HTTP server's series from its own counters, and the
+process, platform and GC collectors of prometheus_client. Names and labels: docs/metrics.md.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -26,7 +28,7 @@ from chaosd.histogram import LogHistogram
 from chaosd.runner import Experiment
 from chaosd.telemetry.detector import DetectorState
 
-__all__ = ["ExperimentCollector", "make_registry"]
+__all__ = ["REFUSAL_REASONS", "ExperimentCollector", "ServerStats", "make_registry"]
 
 OUTCOMES = ("offered", "accepted", "completed", "late", "failed", "rejected")
 REJECT_REASONS = ("queue_full", "dropped", "throttled", "partitioned")
@@ -35,6 +37,15 @@ AGENT_KINDS = ("worker", "producer", "orchestrator")
 AGENT_STATES = ("running", "slow", "paused", "partitioned", "dead")
 GRADES = ("A+", "A", "B", "C", "D", "F")
 COMPONENTS = ("availability", "recovery", "recovery_rate", "recovery_speed", "consistency")
+REFUSAL_REASONS = (
+    "connection_limit",
+    "subscriber_limit",
+    "header_too_large",
+    "body_too_large",
+    "request_timeout",
+    "bad_request",
+    "unauthorized",
+)
 RECOVERY_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 60.0, 120.0, 600.0)  # 10 s is the slow-recovery alert
 
 # Exported latency buckets: internal edges LOW·1.05^i for i = 141, 145, … (0.97 ms … ~37 s).
@@ -48,6 +59,25 @@ def latency_buckets(hist: LogHistogram) -> list[tuple[str, float]]:
     buckets = [(repr(LogHistogram.low * LogHistogram.factor**i), float(cumulative[i])) for i in LATENCY_EDGES]
     buckets.append(("+Inf", float(hist.count)))
     return buckets
+
+
+class ServerStats(Protocol):
+    """The HTTP server's own counters, read at each scrape."""
+
+    @property
+    def refused(self) -> Mapping[str, int]:
+        """Connections and requests refused, by reason; reasons that never happened may be absent."""
+        ...
+
+    @property
+    def connections(self) -> int:
+        """HTTP connections open now."""
+        ...
+
+    @property
+    def subscribers(self) -> int:
+        """Server-sent event streams open now."""
+        ...
 
 
 def _histogram(
@@ -64,9 +94,16 @@ def _histogram(
 class ExperimentCollector(Collector):
     """Collects a fresh view of one experiment (the daemon's) each time Prometheus scrapes."""
 
-    def __init__(self, experiment: Experiment, spans: Callable[[], tuple[int, int]] | None = None) -> None:
+    def __init__(
+        self,
+        experiment: Experiment,
+        spans: Callable[[], tuple[int, int]] | None = None,
+        *,
+        server: ServerStats | None = None,
+    ) -> None:
         self.exp = experiment
         self._spans = spans or (lambda: (0, 0))
+        self._server = server
 
     def collect(self) -> Iterator[Metric]:
         exp = self.exp
@@ -175,10 +212,33 @@ class ExperimentCollector(Collector):
         exported, dropped = self._spans()
         yield CounterMetricFamily("chaosd_spans_exported", "Spans handed to the exporter", value=exported)
         yield CounterMetricFamily("chaosd_spans_dropped", "Spans dropped", value=dropped)
+        if self._server is not None:
+            yield from _server_families(self._server)
 
 
-def make_registry(experiment: Experiment, spans: Callable[[], tuple[int, int]] | None = None) -> CollectorRegistry:
-    """A registry of its own (not the global one) holding just this experiment's collector."""
+def _server_families(server: ServerStats) -> Iterator[Metric]:
+    by_reason = dict(server.refused)  # read once: the labels listed and their values come from one mapping
+    refused = CounterMetricFamily(
+        "chaosd_api_refused", "Connections and requests refused by the HTTP server, by reason", labels=["reason"]
+    )
+    for reason in sorted({*REFUSAL_REASONS, *by_reason}):
+        refused.add_metric([reason], float(by_reason.get(reason, 0)))
+    yield refused
+    yield GaugeMetricFamily("chaosd_api_connections", "HTTP connections open", value=server.connections)
+    yield GaugeMetricFamily("chaosd_api_sse_subscribers", "Server-sent event streams open", value=server.subscribers)
+
+
+def make_registry(
+    experiment: Experiment,
+    spans: Callable[[], tuple[int, int]] | None = None,
+    *,
+    server: ServerStats | None = None,
+) -> CollectorRegistry:
+    """A registry of its own (not the global one): this experiment's collector, the HTTP server's series
+    when ``server`` is given, and the daemon process's own (process, platform and garbage collector)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExperimentCollector(experiment, spans))
+    registry.register(ExperimentCollector(experiment, spans, server=server))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return registry

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,11 +59,7 @@ class _Counting(SpanExporter):
         except Exception:  # an exporter's failure is a number and a log line, never an exception in the app
             log.exception("span export failed")
             result = SpanExportResult.FAILURE
-        if result is SpanExportResult.SUCCESS:
-            self._owner.exported += len(spans)
-        else:
-            self._owner.dropped += len(spans)
-        self._owner.in_queue -= len(spans)
+        self._owner._settle(len(spans), exported=result is SpanExportResult.SUCCESS)
         return result
 
     def shutdown(self) -> None:
@@ -83,12 +80,8 @@ class _Gate(SpanProcessor):
         self._inner.on_start(span, parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        owner = self._owner
-        if owner.in_queue >= QUEUE:
-            owner.dropped += 1
-            return
-        owner.in_queue += 1
-        self._inner.on_end(span)
+        if self._owner._admit():
+            self._inner.on_end(span)
 
     def shutdown(self) -> None:
         self._inner.shutdown()
@@ -109,6 +102,8 @@ class Tracing:
         *,
         processor: SpanProcessor | None = None,
     ) -> None:
+        # Written by the loop thread (_Gate.on_end) and the batch processor's worker (_Counting.export).
+        self._lock = threading.Lock()
         self.exported = 0
         self.dropped = 0
         self.in_queue = 0
@@ -140,7 +135,26 @@ class Tracing:
         return self.ns(self._clock.now())
 
     def counts(self) -> tuple[int, int]:
-        return self.exported, self.dropped
+        with self._lock:
+            return self.exported, self.dropped
+
+    def _admit(self) -> bool:
+        """Take a place in the export queue for one span, or count it dropped when the queue is full."""
+        with self._lock:
+            if self.in_queue >= QUEUE:
+                self.dropped += 1
+                return False
+            self.in_queue += 1
+            return True
+
+    def _settle(self, n: int, *, exported: bool) -> None:
+        """n queued spans have left the queue, handed to the exporter or lost with it."""
+        with self._lock:
+            if exported:
+                self.exported += n
+            else:
+                self.dropped += n
+            self.in_queue -= n
 
     def attach(self, experiment: Experiment) -> None:
         """Trace this experiment: its sampled tasks and every fault (a no-op when disabled)."""
