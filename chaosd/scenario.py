@@ -6,19 +6,45 @@ delays relative to the previous action); they are validated here and executed by
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from yaml.composer import Composer
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.error import MarkedYAMLError
+from yaml.nodes import Node
+from yaml.parser import Parser
+from yaml.reader import Reader, ReaderError
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
 from chaosd.config import Settings, deep_merge, load_settings
 from chaosd.durations import Seconds
-from chaosd.errors import ConfigError, ScenarioError
+from chaosd.errors import ConfigError, FaultError, ScenarioError
 
-__all__ = ["Scenario", "ScenarioAction", "find_scenario", "load_scenario", "parse_scenario", "settings_for"]
+__all__ = [
+    "MAX_SCENARIO_BYTES",
+    "Scenario",
+    "ScenarioAction",
+    "find_scenario",
+    "load_scenario",
+    "parse_scenario",
+    "resolve_scenario_name",
+    "settings_for",
+]
 
 SHIPPED = Path(__file__).resolve().parent.parent / "scenarios"
+# The shipped scenarios are 1–2 KiB. Reading is synchronous: 64 KiB of dense YAML takes ~0.5 s.
+MAX_SCENARIO_BYTES = 64 * 1024
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_SUFFIXES = (".yaml", ".yml")
+_MAX_DEPTH = 32
+_MAX_NODES = 100_000
+_MAX_ALIASES = 100
 
 
 class _Model(BaseModel):
@@ -56,7 +82,11 @@ class Scenario(_Model):
 
 
 def find_scenario(name_or_path: str) -> Path:
-    """A path as given, or a shipped scenario by name (``baseline`` → ``scenarios/baseline.yaml``)."""
+    """A path as given, or a shipped scenario by name (``baseline`` → ``scenarios/baseline.yaml``).
+
+    For the command line only: a local user may name any file they can read. Names from the network
+    go through :func:`resolve_scenario_name`.
+    """
     path = Path(name_or_path)
     if path.exists() or path.suffix in (".yaml", ".yml") or "/" in name_or_path:
         return path
@@ -67,22 +97,86 @@ def find_scenario(name_or_path: str) -> Path:
     return path
 
 
-def load_scenario(path: Path) -> Scenario:
+def resolve_scenario_name(name: str) -> Path:
+    """The resolved path of the scenario called ``name`` in ``./scenarios`` or the shipped directory.
+
+    ``name`` is a name, never a path: 1–100 letters, digits, ``_`` or ``-``, optionally ending in
+    ``.yaml`` or ``.yml``. A file (or symlink) that resolves outside the directory it was found in is
+    refused, not skipped. Raises :class:`FaultError` on ``name``: 422 for a malformed name, 404 when
+    there is no such scenario.
+    """
+    suffix = next((s for s in _SUFFIXES if name.endswith(s)), "")
+    stem = name.removesuffix(suffix) if suffix else name
+    if _NAME.fullmatch(stem) is None:
+        # The name is not echoed: it failed the pattern, so it may hold anything.
+        raise FaultError(
+            "name",
+            "must be a scenario name (1–100 letters, digits, '_' or '-', optionally ending in .yaml), not a path",
+            status=422,
+        )
+    for folder in (Path("scenarios"), SHIPPED):
+        try:
+            root = folder.resolve(strict=True)
+        except OSError:
+            continue
+        for ext in (suffix,) if suffix else _SUFFIXES:
+            candidate = root / f"{stem}{ext}"
+            if not candidate.is_symlink() and not candidate.exists():
+                continue
+            try:
+                resolved = candidate.resolve(strict=True)
+            except (OSError, RuntimeError):  # a dangling symlink or a loop
+                resolved = None
+            if resolved is None or not resolved.is_relative_to(root) or not resolved.is_file():
+                raise FaultError("name", f"scenario {stem!r} does not resolve to a file in {folder.name}/", status=404)
+            return resolved
+    raise FaultError("name", f"no scenario named {stem!r} in the scenario directories", status=404)
+
+
+def load_scenario(path: Path, *, max_bytes: int | None = None) -> Scenario:
+    """The scenario in ``path``; problems name the path, never quote the file's contents."""
     try:
-        text = path.read_text()
+        with path.open("rb") as fh:
+            data = fh.read() if max_bytes is None else fh.read(max_bytes + 1)
     except FileNotFoundError:
         raise ScenarioError([(str(path), "", "file not found")]) from None
     except OSError as exc:
         raise ScenarioError([(str(path), "", f"cannot read: {exc.strerror}")]) from None
-    return parse_scenario(text, str(path))
+    return parse_scenario(data, str(path), max_bytes=max_bytes)
 
 
-def parse_scenario(text: str, source: str) -> Scenario:
-    """A scenario from YAML text; every problem names ``source``, the field and what is wrong."""
+def parse_scenario(text: str | bytes, source: str, *, max_bytes: int | None = None) -> Scenario:
+    """A scenario from YAML; every problem names ``source``, the field and what is wrong.
+
+    Safe for untrusted input: bytes must be UTF-8, the document at most ``max_bytes`` (UTF-8) bytes,
+    at most 32 collections deep and at most 100,000 nodes with each alias counted at the size of
+    what it refers to (so "billion laughs" alias bombs are refused early). Anchors and aliases are
+    allowed, at most 100 alias uses, never recursive. Messages give a position (line, column) and
+    the kind of problem, never the document's text or values.
+    """
+    size = len(text) if isinstance(text, bytes) or text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if max_bytes is not None and size > max_bytes:
+        raise ScenarioError([(source, "", f"larger than {max_bytes} bytes")])
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ScenarioError([(source, "", f"not valid UTF-8 (byte {exc.start + 1})")]) from None
+    unprintable = Reader.NON_PRINTABLE.search(text)
+    if unprintable is not None:
+        at = unprintable.start()
+        line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+        problem = f"unacceptable character #x{ord(unprintable[0]):04x}"
+        raise ScenarioError([(source, "", f"not valid YAML at line {line}, column {column}: {problem}")])
+    loader = _BoundedLoader(text)
     try:
-        raw = yaml.safe_load(text)
+        raw = loader.get_single_data()
+    except _Refused as exc:
+        raise ScenarioError([(source, "", _describe(exc, "refused"))]) from None
     except yaml.YAMLError as exc:
-        raise ScenarioError([(source, "", f"not valid YAML: {exc}".replace("\n", " "))]) from None
+        raise ScenarioError([(source, "", _describe(exc, "not valid YAML"))]) from None
+    finally:
+        loader.dispose()
     if not isinstance(raw, dict):
         raise ScenarioError([(source, "", "a scenario is a mapping with at least name and duration")])
     try:
@@ -90,9 +184,9 @@ def parse_scenario(text: str, source: str) -> Scenario:
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            field = ".".join(str(p) for p in error["loc"]) or "(top level)"
+            field = ".".join(_loc_part(p) for p in error["loc"]) or "(top level)"
             msg = "unknown key" if error["type"] == "extra_forbidden" else str(error["msg"])
-            problems.append((source, field, msg.removeprefix("Value error, ")))
+            problems.append((source, field, _without_input(msg.removeprefix("Value error, "), error.get("input"))))
         raise ScenarioError(problems) from None
 
 
@@ -111,3 +205,114 @@ def settings_for(scenario: Scenario, path: Path, config_path: Path | None) -> Se
 def _scenario_field(field: str) -> str:
     # Keys the scenario sets under `load:` are reported where the user wrote them.
     return field if field.startswith("load") or field == "seed" else f"config.{field}"
+
+
+# --- bounded YAML -----------------------------------------------------------------------------------
+
+
+class _Refused(MarkedYAMLError):
+    """A document refused for its shape (depth, size, aliases) rather than its syntax."""
+
+
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser as _Events  # libyaml reads about five times faster than pure Python
+else:  # pragma: no cover — a PyYAML built without libyaml
+
+    class _Events(Reader, Scanner, Parser):  # type: ignore[no-redef]
+        def __init__(self, stream: str) -> None:
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
+
+
+class _BoundedLoader(Composer, _Events, SafeConstructor, Resolver):
+    """``SafeLoader`` whose (Python) composer counts, so a bomb is refused before it is built.
+
+    Every node counts once; an alias counts as the whole subtree it refers to, and that subtree's
+    height counts towards the depth where the alias stands.
+    """
+
+    def __init__(self, stream: str) -> None:
+        _Events.__init__(self, stream)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        self._level = 0  # collections enclosing the node being composed
+        self._peak = 0  # deepest level reached in the subtree being composed
+        self._nodes = 0
+        self._aliases = 0
+        self._expanded: dict[str, tuple[int, int]] = {}  # anchor → (nodes, height) once composed
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        level = self._level
+        event: Any = self.peek_event()  # AliasEvent, ScalarEvent or a collection's start
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > _MAX_ALIASES:
+                raise _Refused(None, None, f"too many YAML aliases (more than {_MAX_ALIASES})", event.start_mark)
+            if event.anchor in self.anchors:  # an undefined one is left to the composer's own error
+                if event.anchor not in self._expanded:
+                    raise _Refused(None, None, "recursive YAML alias (a node inside itself)", event.start_mark)
+                nodes, height = self._expanded[event.anchor]
+                self._grow(nodes, level + height, event.start_mark)
+            return super().compose_node(parent, index)
+        collection = int(self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent))
+        first, outer_peak = self._nodes, self._peak
+        self._peak = level
+        self._grow(1, level + collection, event.start_mark)
+        self._level = level + collection
+        node = super().compose_node(parent, index)
+        self._level = level
+        if event.anchor is not None:
+            self._expanded[event.anchor] = (self._nodes - first, self._peak - level)
+        self._peak = max(outer_peak, self._peak)
+        return node
+
+    def _grow(self, nodes: int, depth: int, mark: Any) -> None:  # libyaml's Mark or yaml.error.Mark
+        self._nodes += nodes
+        self._peak = max(self._peak, depth)
+        if depth > _MAX_DEPTH:
+            raise _Refused(None, None, f"nested deeper than {_MAX_DEPTH} levels", mark)
+        if self._nodes > _MAX_NODES:
+            raise _Refused(None, None, f"more than {_MAX_NODES} YAML nodes, counting what aliases expand to", mark)
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        # int("abc"), a 5,000-digit integer or 2020-13-45 raise ValueError quoting the value.
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError):
+            kind = str(node.tag).rsplit(":", 1)[-1]
+            raise ConstructorError(None, None, f"not a valid {kind} value", node.start_mark) from None
+
+
+# A quoted fragment of a YAML problem text is kept only if it is one character or a token name.
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'" r'|"(?:[^"\\]|\\.)*"')
+_KEEP = re.compile(r"""['"](?:<[a-z ]+>|.|\\(?:[a-z0-9]|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}))['"]""")
+
+
+def _describe(exc: yaml.YAMLError, prefix: str) -> str:
+    """``prefix at line L, column C: problem`` — yaml's own ``str()`` would print a snippet of the document."""
+    if isinstance(exc, ReaderError):  # libyaml's printable set differs a little from Python's
+        return f"{prefix}: unacceptable character #x{exc.character:04x}"
+    if not isinstance(exc, MarkedYAMLError):
+        return prefix
+    mark = exc.problem_mark or exc.context_mark
+    # Contexts and problems are fixed phrases, bar the quoted tags, anchors and characters redacted here.
+    said = ", ".join(part for part in (exc.context, exc.problem) if part)
+    problem = _QUOTED.sub(lambda m: m[0] if _KEEP.fullmatch(m[0]) else "'…'", said)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{prefix}{where}: {problem}" if problem else f"{prefix}{where}"
+
+
+def _loc_part(part: object) -> str:
+    text = str(part)
+    return text if len(text) <= 40 and text.isprintable() else f"{text[:40].encode('unicode_escape').decode()}…"
+
+
+def _without_input(msg: str, value: object) -> str:
+    # Custom validators (durations) quote the text they were given; the field name says where to look.
+    # Numbers are left alone: pydantic's own messages quote the bound ("greater than 0"), not the input.
+    if isinstance(value, str | bytes):
+        shown = repr(value)
+        msg = msg.replace(f": {shown}", "").replace(shown, "the value")
+    return msg
