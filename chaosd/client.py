@@ -163,7 +163,10 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     """Register the client subcommands on chaosd's parser; values are checked by ``run_client_command``."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--addr", help=f"daemon address (default: $CHAOSD_ADDR or {DEFAULT_ADDR})")
-    common.add_argument("--token", help="API bearer token (default: $CHAOSD_API__TOKEN or $CHAOSD_TOKEN)")
+    common.add_argument(
+        "--token", help="API bearer token (default: $CHAOSD_API__TOKEN or $CHAOSD_TOKEN); others can see it in ps"
+    )
+    common.add_argument("--token-file", help="read the token from this file (default: $CHAOSD_API__TOKEN_FILE)")
 
     p = sub.add_parser("inject", parents=[common], help="inject a fault into the running daemon")
     p.add_argument("action", help="an action of the catalogue (GET /api/v1/actions lists them)")
@@ -244,6 +247,13 @@ def run_client_command(args: argparse.Namespace, out: Out, err: Out) -> int:
     token = (
         getattr(args, "token", None) or os.environ.get("CHAOSD_API__TOKEN") or os.environ.get("CHAOSD_TOKEN") or None
     )
+    token_file = getattr(args, "token_file", None) or (None if token else os.environ.get("CHAOSD_API__TOKEN_FILE"))
+    if token_file:
+        try:
+            token = Path(token_file).read_text().strip() or None
+        except (OSError, UnicodeDecodeError) as exc:
+            err(f"chaosd: error: --token-file: cannot read {token_file!r} ({getattr(exc, 'strerror', None) or exc})")
+            return EXIT_USAGE
     try:
         return handler(Client(addr, token), args, out, err)
     except ClientError as exc:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from chaosd.durations import Seconds
@@ -286,8 +286,37 @@ class DaemonConfig(_Model):
 class ApiConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=8686, ge=0, le=65535)
-    token: str | None = Field(default=None, min_length=8, description="bearer token for mutating routes")
+    token: SecretStr | None = Field(default=None, min_length=8, description="bearer token for mutating routes")
+    token_file: str | None = Field(
+        default=None, min_length=1, description="read the token from this file (a mounted secret), not the config"
+    )
     heartbeat: Seconds = Field(default=15.0, gt=0, description="SSE heartbeat interval")
+    max_connections: int = Field(default=8192, ge=1, le=1_000_000, description="open connections; more get 503")
+    max_sse_subscribers: int = Field(default=100, ge=1, le=100_000, description="open event streams; more get 429")
+    max_header_bytes: int = Field(default=8190, ge=1024, le=1 << 20, description="request line or one header; 431")
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=64 << 20, description="request body; larger get 413")
+    request_timeout: Seconds = Field(default=10.0, gt=0, le=3600, description="first byte to response; then 408")
+    idle_timeout: Seconds = Field(default=60.0, gt=0, le=86400, description="a connection with no request is closed")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_token_file(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or not data.get("token_file"):
+            return data
+        if data.get("token") is not None:
+            raise ValueError("give token or token_file, not both")
+        path = Path(str(data["token_file"]))
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"token_file {str(path)!r}: cannot read ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"token_file {str(path)!r}: not UTF-8 text") from None
+        return {**data, "token": token}
+
+    def token_value(self) -> str | None:
+        """The token itself, for the one comparison that needs it; never log or store what this returns."""
+        return self.token.get_secret_value() if self.token is not None else None
 
 
 class TracingConfig(_Model):
@@ -447,7 +476,8 @@ def _describe(error: Mapping[str, Any]) -> str:
         return "unknown key"
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    if error["type"] not in ("missing", "extra_forbidden") and "input" in error:
+    secret = any("token" in str(part) for part in error["loc"])  # a rejected secret is never echoed
+    if error["type"] not in ("missing", "extra_forbidden") and "input" in error and not secret:
         shown = repr(error["input"])
         if len(shown) <= 60 and not isinstance(error["input"], Mapping):
             msg = f"{msg} (got {shown})"

@@ -51,7 +51,13 @@ class Controller:
         self.stopping = False
         self.survival: PlanRun | None = None
         self.scenario: PlanRun | None = None
-        self.problems: list[str] = []  # crashed background parts, for /readyz
+        self.problems: list[str] = []  # crashed plans, for /readyz
+        self.crashed: list[str] = []  # a crashed pipeline, for /healthz: the daemon needs a restart
+
+    def refuse_new(self) -> None:
+        """The first step of shutdown: no new fault from anyone (the injector refuses survival's too)."""
+        self.stopping = True
+        self.exp.injector.close("the daemon is shutting down and accepts no new faults")
 
     def _refuse_if_stopping(self) -> None:
         if self.stopping:
@@ -187,7 +193,7 @@ class Controller:
 
     async def shutdown(self) -> int:
         """Refuse new faults, stop the plans, revert every active fault. Returns how many were reverted."""
-        self.stopping = True
+        self.refuse_new()
         for run in (self.survival, self.scenario):
             if run is not None and run.state == "running" and run.task is not None:
                 run.reason = "daemon shutting down"

@@ -1,14 +1,17 @@
 """The daemon: the pipeline in real time with its HTTP control plane, until SIGINT/SIGTERM.
 
 Lifecycle as uvicorn's: capture signals → start (storage, streams, pipeline) → serve → on the first
-signal refuse new faults, revert the active ones, end the event streams, stop the pipeline within
-the grace period, write the final report, flush storage, exit 0. A second signal forces the exit.
+signal refuse new faults, stop survival and scenario runs, revert the active faults, end the event
+streams, stop the pipeline within the grace period, write the final report, flush storage, exit 0.
+A second signal forces the exit (storage is still flushed; no report).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import resource
 import signal
 import uuid
 from collections.abc import Callable
@@ -16,7 +19,8 @@ from collections.abc import Callable
 from aiohttp import web
 
 from chaosd.api import build_app
-from chaosd.api.keys import REPORT
+from chaosd.api.keys import HTTP_STATS, LIMITS, REPORT, STORAGE
+from chaosd.api.server import FrontDoor
 from chaosd.clock import LoopClock, new_event_loop, unix_time
 from chaosd.config import Settings, is_loopback
 from chaosd.control import Controller
@@ -41,10 +45,21 @@ def status_line(snap: Snapshot, state: str, factor: float) -> str:
 
 def check_bind(settings: Settings) -> None:
     """Refuse to listen beyond loopback without a token: anyone could break the pipeline."""
-    if not is_loopback(settings.api.host) and not settings.api.token:
+    if not is_loopback(settings.api.host) and settings.api.token is None:
         raise ConfigError(
             [("configuration", "api.token", f"required to bind {settings.api.host!r} (not a loopback address)")]
         )
+
+
+def _raise_fd_limit(wanted: int) -> int:
+    """Lift the soft descriptor limit towards the hard one so ``max_connections`` can be held; returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return soft
 
 
 async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
@@ -59,7 +74,14 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     tracing.attach(experiment)
     if tracing.enabled:
         out(f"chaosd: tracing to OTLP, one task in {tracing.every} sampled, every fault traced")
-    app = build_app(settings, controller, stop, run_id, tracing)
+    app = build_app(settings, controller, run_id, tracing)
+    fds = _raise_fd_limit(settings.api.max_connections + 256)
+    if fds < settings.api.max_connections + 64:
+        log.warning(
+            "open-file limit %d is below api.max_connections %d: raise it (ulimit -n)",
+            fds,
+            settings.api.max_connections,
+        )
     signals = 0
 
     def on_signal(signum: int) -> None:
@@ -67,7 +89,7 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
         signals += 1
         if signals == 1:
             out(f"chaosd: {signal.Signals(signum).name} received, stopping (again to force)")
-            controller.stopping = True
+            controller.refuse_new()
             stop.set()
         elif main is not None:
             main.cancel()
@@ -84,19 +106,33 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
             out(status_line(snap, experiment.detector.state.value, experiment.throttle.factor))
 
     experiment.telemetry.listen(on_snapshot)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=settings.daemon.shutdown_grace)
+    door: FrontDoor | None = None
+    reverted = 0
     try:
         await runner.setup()
-        site = web.TCPSite(runner, settings.api.host, settings.api.port)
-        await site.start()
-        for address in runner.addresses:
-            out(f"chaosd: listening on http://{address[0]}:{address[1]} (run {run_id})")
+        door = FrontDoor(runner, app[LIMITS], app[HTTP_STATS])
+        try:
+            addresses = await door.listen(settings.api.host, settings.api.port)
+        except OSError as exc:
+            out(f"chaosd: cannot listen on {settings.api.host}:{settings.api.port}: {exc.strerror or exc}")
+            await runner.cleanup()
+            return 2
+        for host, port in addresses:
+            out(f"chaosd: listening on http://{host}:{port} (run {run_id})")
         out(f"chaosd: pipeline running in real time (offered {settings.load.rate:g} tasks/s); Ctrl-C stops")
         await stop.wait()
-        reverted = len(experiment.injector.active())
+        # The documented order: new faults are already refused; plans stop and faults are reverted
+        # while the pipeline still runs and streams are open (so clients see the reverts), then the
+        # door closes, streams end, the pipeline stops, the report is written, storage flushes.
+        reverted = await controller.shutdown()
+        await door.close()
         await runner.cleanup()
     except asyncio.CancelledError:
         out("chaosd: forced exit; active faults may not have been reverted, no report written")
+        if STORAGE in app:  # what was queued still lands: close() writes it all, then stops the writer
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(app[STORAGE].close(), settings.daemon.shutdown_grace)
         return 1
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -173,9 +173,14 @@ class Storage:
             self._queue.put(None)
             await asyncio.to_thread(writer.join)
 
+    @property
+    def alive(self) -> bool:
+        """Open, and its writer thread still running (it is what makes writes land)."""
+        return self._state == "open" and self._writer is not None and self._writer.is_alive()
+
     async def flush(self) -> None:
-        """Wait until everything enqueued so far is written (nothing to wait for unless open)."""
-        if self._writer is not None:
+        """Wait until everything enqueued so far is written (nothing to wait for unless the writer runs)."""
+        if self._writer is not None and self._writer.is_alive():
             loop = asyncio.get_running_loop()
             done = loop.create_future()
             self._queue.put(_Flush(loop, done))
@@ -291,6 +296,17 @@ class Storage:
                     return
         finally:
             db.close()
+            self._release_waiters()
+
+    def _release_waiters(self) -> None:
+        """The writer is gone: whoever waits for a flush is told now, and what is left is counted lost."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self._queue.get_nowait()
+                if isinstance(item, _Flush):
+                    item.settle()
+                elif isinstance(item, _Write):
+                    self._count_error(f"{item.what}: the writer stopped", exc=False)
 
     def _commit(self, db: sqlite3.Connection, writes: list[_Write]) -> None:
         try:

@@ -13,8 +13,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"
@@ -31,9 +34,10 @@ def wait_for(predicate: Callable[[], bool], deadline_s: float, what: str) -> Non
 
 
 class Daemon:
-    def __init__(self, tmp: Path, env: dict[str, str] | None = None, config: Path | None = None) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str | None] | None = None, config: Path | None = None) -> None:
+        """``env`` adds variables; a value of None removes one (e.g. the default token)."""
         self.tmp = tmp
-        self.env = {
+        merged: dict[str, str | None] = {
             **os.environ,
             "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
             "CHAOSD_API__HOST": "127.0.0.1",
@@ -45,6 +49,7 @@ class Daemon:
             "CHAOSD_STORAGE__PATH": str(tmp / "data" / "chaosd.db"),
             **(env or {}),
         }
+        self.env = {k: v for k, v in merged.items() if v is not None}
         args = [sys.executable, "-m", "chaosd"] + (["--config", str(config)] if config else [])
         self.proc = subprocess.Popen(
             args, cwd=tmp, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -119,3 +124,55 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+class Sink:
+    """A tiny HTTP server that records what is POSTed to it (the webhook and the OTLP receiver)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[tuple[str, bytes]] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                sink.bodies.append((self.path, body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+                self.wfile.write(b"")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def spans(self) -> list[dict[str, Any]]:
+        out = []
+        for path, body in list(self.bodies):
+            if path != "/v1/traces":
+                continue
+            request = ExportTraceServiceRequest.FromString(body)
+            for rs in request.resource_spans:
+                service = {a.key: a.value.string_value for a in rs.resource.attributes}.get("service.name")
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        out.append(
+                            {
+                                "service": service,
+                                "name": span.name,
+                                "kind": span.kind,
+                                "span_id": span.span_id,
+                                "parent": span.parent_span_id,
+                                "links": [link.span_id for link in span.links],
+                                "events": [e.name for e in span.events],
+                                "attributes": {a.key for a in span.attributes},
+                            }
+                        )
+        return out

@@ -25,13 +25,21 @@ def daemon(tmp_path: Path) -> Any:
 
 
 def _sse(
-    base: str, *, last_id: int | None = None, types: str | None = None, until: Any = None, max_s: float = 20.0
+    base: str,
+    *,
+    last_id: int | None = None,
+    types: str | None = None,
+    replay: int | None = None,
+    until: Any = None,
+    max_s: float = 20.0,
 ) -> list[dict[str, Any]]:
     """Read the event stream until ``until(events)`` holds (or the deadline); return parsed events."""
 
     async def read() -> list[dict[str, Any]]:
         headers = {"Last-Event-ID": str(last_id)} if last_id is not None else {}
-        params = {"types": types} if types else {}
+        params: dict[str, str] = {"types": types} if types else {}
+        if replay is not None:
+            params["replay"] = str(replay)  # a new stream starts at the live edge unless it asks for history
         events: list[dict[str, Any]] = []
         current: dict[str, Any] = {}
         timeout = aiohttp.ClientTimeout(total=max_s)
@@ -69,7 +77,7 @@ def test_the_flow_a_user_scripts(daemon: Daemon) -> None:
     def recovered(events: list[dict[str, Any]]) -> bool:
         return any(e["data"].get("state") == "recovered" and e["data"].get("id") == fault["id"] for e in events)
 
-    events = _sse(daemon.base, types="fault", until=recovered)
+    events = _sse(daemon.base, types="fault", replay=1000, until=recovered)
     states = [e["data"]["state"] for e in events if e["data"].get("id") == fault["id"]]
     assert states[0] == "injected" and "mechanism_recovered" in states and states[-1] == "recovered"
     code, status = daemon.get("/api/v1/status")
@@ -209,7 +217,7 @@ def test_event_stream_is_ordered_and_resumes_from_last_event_id(daemon: Daemon) 
     for _ in range(3):
         assert daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 1})[0] == 201
         wait_for(lambda: not daemon.get("/api/v1/faults?active=true")[1]["faults"], 10, "the fault to end")
-    first = _sse(daemon.base, until=lambda ev: sum(e["event"] == "fault" for e in ev) >= 6)
+    first = _sse(daemon.base, replay=1000, until=lambda ev: sum(e["event"] == "fault" for e in ev) >= 6)
     ids = [e["id"] for e in first]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     cut = first[len(first) // 2]["id"]
@@ -218,6 +226,7 @@ def test_event_stream_is_ordered_and_resumes_from_last_event_id(daemon: Daemon) 
     wait_for(lambda: not daemon.get("/api/v1/faults?active=true")[1]["faults"], 10, "the fault to end")
     latest = _sse(
         daemon.base,
+        replay=1000,
         until=lambda ev: any(
             e["data"].get("action") == "pause_agent" and e["data"].get("state") == "reverted" for e in ev
         ),
@@ -226,7 +235,7 @@ def test_event_stream_is_ordered_and_resumes_from_last_event_id(daemon: Daemon) 
     resumed = _sse(daemon.base, last_id=cut, until=lambda ev: ev[-1]["id"] >= newest)
     expected = [e["id"] for e in latest if cut < e["id"] <= newest]
     assert [e["id"] for e in resumed if e["id"] <= newest] == expected
-    only_faults = _sse(daemon.base, types="fault", until=lambda ev: len(ev) >= 3)
+    only_faults = _sse(daemon.base, types="fault", replay=3, until=lambda ev: len(ev) >= 3)
     assert {e["event"] for e in only_faults} == {"fault"}
 
 

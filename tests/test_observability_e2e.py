@@ -9,17 +9,14 @@ import re
 import shutil
 import socket
 import subprocess
-import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import ROOT, Daemon, wait_for
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from daemon_harness import ROOT, Daemon, Sink, wait_for
 
 PROMETHEUS = shutil.which("prometheus")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -33,58 +30,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-class Sink:
-    """A tiny HTTP server that records what is POSTed to it (the webhook and the OTLP receiver)."""
-
-    def __init__(self) -> None:
-        self.bodies: list[tuple[str, bytes]] = []
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                sink.bodies.append((self.path, body))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.end_headers()
-                self.wfile.write(b"")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def spans(self) -> list[dict[str, Any]]:
-        out = []
-        for path, body in list(self.bodies):
-            if path != "/v1/traces":
-                continue
-            request = ExportTraceServiceRequest.FromString(body)
-            for rs in request.resource_spans:
-                service = {a.key: a.value.string_value for a in rs.resource.attributes}.get("service.name")
-                for ss in rs.scope_spans:
-                    for span in ss.spans:
-                        out.append(
-                            {
-                                "service": service,
-                                "name": span.name,
-                                "kind": span.kind,
-                                "span_id": span.span_id,
-                                "parent": span.parent_span_id,
-                                "links": [link.span_id for link in span.links],
-                                "events": [e.name for e in span.events],
-                                "attributes": {a.key for a in span.attributes},
-                            }
-                        )
-        return out
 
 
 def _shortened_rules(tmp: Path) -> Path:

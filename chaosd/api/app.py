@@ -1,7 +1,9 @@
 """Assembles the aiohttp application: middlewares, typed state, and a cleanup context per long-lived part.
 
-Contexts, in order: storage → event broker → experiment (the pipeline and its report). Cleanup runs
-in reverse: the pipeline stops and its report is written, streams end, storage flushes last.
+Contexts, in order: storage → event broker → experiment (the pipeline and its report). Shutdown, in
+order: new faults refused, plans stopped, active faults reverted (the controller, before the runner's
+cleanup), event streams closed (``on_shutdown``), then in reverse context order the pipeline stops and
+its report is written, and storage flushes last.
 """
 
 from __future__ import annotations
@@ -19,8 +21,20 @@ from aiohttp.typedefs import Middleware
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
-from chaosd.api.keys import BROKER, CONTROLLER, REGISTRY, REPORT, RUN_ID, STARTED, STOP, STORAGE
-from chaosd.api.routes import routes
+from chaosd.api.keys import (
+    BROKER,
+    CONTROLLER,
+    HTTP_STATS,
+    LIMITS,
+    REGISTRY,
+    REPORT,
+    RUN_ID,
+    STARTED,
+    STOP,
+    STORAGE,
+)
+from chaosd.api.routes import check_query, routes
+from chaosd.api.server import HttpStats, Limits, error_body, request_ended, request_started
 from chaosd.api.sse import Broker
 from chaosd.clock import unix_time
 from chaosd.config import Settings
@@ -32,31 +46,62 @@ from chaosd.exporters.tracing import Tracing
 from chaosd.report import write_report
 from chaosd.storage import Storage
 
-__all__ = ["MAX_BODY", "build_app"]
+__all__ = ["build_app", "errors"]
 
 log = logging.getLogger("chaosd")
-MAX_BODY = 64 * 1024
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, message: str, field: str | None = None) -> web.Response:
-    body = {"error": {"status": status, "field": field, "message": message}}
-    return web.json_response(body, status=status)
+    return web.json_response(error_body(status, message, field), status=status)
+
+
+# Answers the front door counts as refusals (a 429 is counted by the event broker that gives it).
+_REFUSED = {400: "bad_request", 401: "unauthorized", 408: "request_timeout", 413: "body_too_large"}
+
+
+@web.middleware
+async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Outermost: the request has arrived (its deadline stops); refusals are counted by reason."""
+    request_started(request)
+    try:
+        response = await handler(request)
+    finally:
+        request_ended(request)
+    reason = _REFUSED.get(response.status)
+    if reason is not None and HTTP_STATS in request.app:
+        request.app[HTTP_STATS].refuse(reason)
+    return response
+
+
+@web.middleware
+async def durable(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A change acknowledged to a client is in storage first: a fault answered 201 survives ``kill -9``."""
+    response = await handler(request)
+    if request.method in ("POST", "DELETE") and response.status < 300 and STORAGE in request.app:
+        await request.app[STORAGE].flush()
+    return response
 
 
 @web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """One place maps every error to a JSON 4xx (or a logged 500)."""
     try:
+        resource = request.match_info.route.resource
+        if resource is not None and request.match_info.http_exception is None:
+            check_query(resource.canonical, request.query)
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        message = exc.reason if exc.status != 413 else f"body larger than {MAX_BODY} bytes"
+        message = exc.reason
+        if exc.status == 413:
+            message = f"body larger than {request.app[LIMITS].max_body_bytes} bytes (api.max_body_bytes)"
+        # The path is quoted as sent (percent-encoded) and cut short: nothing raw is echoed back.
         if exc.status == 405:
-            message = f"method {request.method} not allowed on {request.path}"
+            message = f"method {request.method} not allowed on {request.rel_url.raw_path[:200]}"
         if exc.status == 404:
-            message = f"no route {request.path}"
+            message = f"no route {request.rel_url.raw_path[:200]}"
         return _error(exc.status, message, "body" if exc.status == 413 else None)
     except FaultError as exc:
         return _error(exc.status, exc.message, exc.field)
@@ -76,6 +121,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _auth(token: str | None) -> Middleware:
+    # The token is held only in this closure; a rejection never says what was sent.
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         routed = request.match_info.http_exception is None  # an unknown route or method says so first
@@ -87,6 +133,13 @@ def _auth(token: str | None) -> Middleware:
         return await handler(request)
 
     return auth
+
+
+def _cause(exc: BaseException) -> str:
+    """What went wrong, from inside the task groups that wrap it."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_cause(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _storage_ctx(path: str) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -132,12 +185,16 @@ def _experiment_ctx(settings: Settings, report_path: Path) -> Callable[[web.Appl
         exp.telemetry.listen(score_events)
         task = asyncio.create_task(exp.run(None, app[STOP]), name="experiment")
 
-        def crashed(done: asyncio.Task[dict[str, Any]]) -> None:
-            if not done.cancelled() and done.exception() is not None:
-                ctl.problems.append(f"pipeline crashed: {done.exception()!r}")
-                log.error("the pipeline crashed", exc_info=done.exception())
+        def ended(done: asyncio.Task[dict[str, Any]]) -> None:
+            if done.cancelled():
+                return
+            if (exc := done.exception()) is not None:
+                ctl.crashed.append(f"pipeline crashed: {_cause(exc)}")
+                log.error("the pipeline crashed", exc_info=exc)
+            elif not app[STOP].is_set():
+                ctl.crashed.append("pipeline: ended while the daemon was running")
 
-        task.add_done_callback(crashed)
+        task.add_done_callback(ended)
         yield
         await ctl.shutdown()
         app[STOP].set()
@@ -197,21 +254,27 @@ def _traced(tracing: Tracing) -> Middleware:
 def build_app(
     settings: Settings,
     controller: Controller,
-    stop: asyncio.Event,
     run_id: str,
     tracing: Tracing | None = None,
 ) -> web.Application:
-    """The daemon's application; the caller runs it (``web.AppRunner``) and sets ``stop`` to end the run."""
-    middlewares: list[Middleware] = [errors, _auth(settings.api.token)]
+    """The daemon's application; the caller runs it (``web.AppRunner`` and a ``FrontDoor``).
+
+    The pipeline runs from the runner's setup until its cleanup; cleanup stops it (``app[STOP]``).
+    """
+    api = settings.api
+    middlewares: list[Middleware] = [front, errors, _auth(api.token_value()), durable]
     if tracing is not None and tracing.enabled:
-        middlewares.insert(0, _traced(tracing))
-    app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
+        middlewares.insert(1, _traced(tracing))
+    app = web.Application(client_max_size=api.max_body_bytes, middlewares=middlewares)
     app[CONTROLLER] = controller
-    app[STOP] = stop
+    app[STOP] = asyncio.Event()
     app[RUN_ID] = run_id
     app[STARTED] = unix_time()
-    app[BROKER] = Broker(controller.exp.events, settings.api.heartbeat)
-    app[REGISTRY] = make_registry(controller.exp, tracing.counts if tracing is not None else None)
+    app[LIMITS] = Limits.from_config(api)
+    broker = Broker(controller.exp.events, api.heartbeat, max_subscribers=api.max_sse_subscribers)
+    app[BROKER] = broker
+    app[HTTP_STATS] = stats = HttpStats(lambda: broker.subscribers, lambda: broker.refused)
+    app[REGISTRY] = make_registry(controller.exp, tracing.counts if tracing is not None else None, server=stats)
     app.router.add_routes(routes)
     app.cleanup_ctx.append(_storage_ctx(settings.storage.path))
     app.cleanup_ctx.append(_broker_ctx)

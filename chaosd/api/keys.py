@@ -7,17 +7,31 @@ import asyncio
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from chaosd.api.server import HttpStats, Limits
 from chaosd.api.sse import Broker
 from chaosd.control import Controller
 from chaosd.storage import Storage
 
-__all__ = ["BROKER", "CONTROLLER", "REGISTRY", "REPORT", "RUN_ID", "STARTED", "STOP", "STORAGE"]
+__all__ = [
+    "BROKER",
+    "CONTROLLER",
+    "HTTP_STATS",
+    "LIMITS",
+    "REGISTRY",
+    "REPORT",
+    "RUN_ID",
+    "STARTED",
+    "STOP",
+    "STORAGE",
+]
 
 CONTROLLER = web.AppKey("controller", Controller)
 STORAGE = web.AppKey("storage", Storage)
 BROKER = web.AppKey("broker", Broker)
 RUN_ID = web.AppKey("run_id", str)
 STARTED = web.AppKey("started", float)
-STOP = web.AppKey("stop", asyncio.Event)
+STOP = web.AppKey("stop", asyncio.Event)  # ends the pipeline (the last step of shutdown but two)
 REPORT = web.AppKey("report", dict)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
+HTTP_STATS = web.AppKey("http_stats", HttpStats)
+LIMITS = web.AppKey("limits", Limits)

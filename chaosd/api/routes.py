@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+from collections.abc import Collection
 from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
-from chaosd.api.keys import BROKER, CONTROLLER, REGISTRY, RUN_ID, STARTED, STORAGE
+from chaosd.api.keys import BROKER, CONTROLLER, LIMITS, REGISTRY, RUN_ID, STARTED, STOP, STORAGE
 from chaosd.api.schemas import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, openapi_document
 from chaosd.errors import FaultError
 from chaosd.faults import CATALOGUE
 from chaosd.report import rounded
-from chaosd.scenario import find_scenario, load_scenario, parse_scenario
+from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name
 
-__all__ = ["routes"]
+__all__ = ["QUERY_PARAMS", "check_query", "routes"]
 
 M = TypeVar("M", bound=BaseModel)
 routes = web.RouteTableDef()
@@ -26,8 +29,38 @@ def _ok(body: Any, status: int = 200) -> web.Response:
     return web.json_response(rounded(body), status=status, dumps=lambda o: json.dumps(o, sort_keys=True))
 
 
+# The query parameters each route reads; any other is a mistake to report, never to ignore.
+QUERY_PARAMS: dict[str, frozenset[str]] = {
+    "/api/v1/faults": frozenset({"active"}),
+    "/api/v1/scenarios/run": frozenset({"speed"}),
+    "/api/v1/events": frozenset({"types", "last_event_id", "replay"}),
+}
+
+
+def check_query(route: str, query: Collection[str]) -> None:
+    allowed = QUERY_PARAMS.get(route, frozenset())
+    for key in query:
+        if key not in allowed:
+            known = f" (this route takes: {', '.join(sorted(allowed))})" if allowed else " (this route takes none)"
+            raise FaultError("query", f"unknown query parameter{known}", status=400)
+
+
+async def _read(request: web.Request) -> bytes:
+    """The body, within the request deadline: a client trickling it in gets 408, not a held handler."""
+    limits = request.app[LIMITS]
+    if request.content_length is not None and request.content_length > limits.max_body_bytes:
+        # Refused on what it announces: nothing is read, nobody waits for 50 MB to arrive.
+        raise FaultError("body", f"body larger than {limits.max_body_bytes} bytes (api.max_body_bytes)", status=413)
+    limit = limits.request_timeout
+    try:
+        async with asyncio.timeout(limit):
+            return await request.read()
+    except TimeoutError:
+        raise FaultError("body", f"not received within {limit:g} s (api.request_timeout)", status=408) from None
+
+
 async def _body(request: web.Request, model: type[M], *, optional: bool = False) -> M:
-    raw = await request.read()
+    raw = await _read(request)
     if not raw.strip() and optional:
         return model()
     try:
@@ -42,15 +75,25 @@ async def _body(request: web.Request, model: type[M], *, optional: bool = False)
 # --- health, docs, status ---------------------------------------------------------------------------
 
 
+def _failed_parts(request: web.Request) -> list[str]:
+    """Parts that have died and will not come back by themselves: the process needs a restart."""
+    problems = list(request.app[CONTROLLER].crashed)
+    storage = request.app[STORAGE]
+    if not storage.alive and not request.app[STOP].is_set():
+        problems.append("storage: the writer has stopped; history is no longer recorded")
+    return problems
+
+
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
-    return _ok({"status": "ok"})
+    problems = _failed_parts(request)
+    return _ok({"status": "failed" if problems else "ok", "problems": problems}, 503 if problems else 200)
 
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
     ctl = request.app[CONTROLLER]
-    problems = list(ctl.problems)
+    problems = _failed_parts(request) + ctl.problems
     storage = request.app[STORAGE]
     if storage.write_errors:
         problems.append(f"storage: {storage.write_errors} write error(s)")
@@ -137,10 +180,10 @@ async def faults(request: web.Request) -> web.Response:
 
 
 def _fault_id(request: web.Request) -> int:
-    try:
-        return int(request.match_info["id"])
-    except ValueError:
-        raise FaultError("id", "must be an integer", status=400) from None
+    raw = request.match_info["id"]
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12):
+        raise FaultError("id", "must be a fault id (an integer)", status=400)
+    return int(raw)
 
 
 @routes.get("/api/v1/faults/{id}")
@@ -195,9 +238,9 @@ def _speed(raw: str | None) -> float:
     try:
         speed = float(raw)
     except ValueError:
-        raise FaultError("speed", f"must be a number (got {raw!r})", status=422) from None
-    if not 1.0 <= speed <= 1000.0:
-        raise FaultError("speed", f"must be between 1 and 1000 (got {raw})", status=422)
+        raise FaultError("speed", "must be a number", status=422) from None
+    if not 1.0 <= speed <= 1000.0:  # NaN fails this too
+        raise FaultError("speed", "must be between 1 and 1000", status=422)
     return speed
 
 
@@ -207,13 +250,14 @@ async def run_scenario(request: web.Request) -> web.Response:
     kind = request.content_type
     if kind in ("application/yaml", "application/x-yaml", "text/yaml"):
         source = "uploaded scenario"
-        scenario = parse_scenario(await request.text(), source)
         speed = _speed(request.query.get("speed"))
+        raw = await _read(request)
+        scenario = parse_scenario(raw, source, max_bytes=request.app[LIMITS].max_body_bytes)
     else:
+        if "speed" in request.query:
+            raise FaultError("speed", "goes in the JSON body with a named scenario", status=400)
         body = await _body(request, ScenarioRunRequest)
-        path = find_scenario(body.name)
-        if not path.exists():
-            raise FaultError("name", f"no shipped scenario {body.name!r}", status=404)
+        path = resolve_scenario_name(body.name)  # only a name, only inside the scenario directories
         scenario, source, speed = load_scenario(path), str(path.name), body.speed
     run = ctl.start_scenario(scenario, speed, source)
     return _ok(ctl.plan_status(run), 201)
@@ -261,11 +305,17 @@ async def runs(request: web.Request) -> web.Response:
     return _ok({"runs": await request.app[STORAGE].runs()})
 
 
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 @routes.get("/api/v1/runs/{id}")
 async def run(request: web.Request) -> web.Response:
-    found = await request.app[STORAGE].run(request.match_info["id"])
+    run_id = request.match_info["id"]
+    if not _RUN_ID.fullmatch(run_id):
+        raise FaultError("id", "must be a run id (letters, digits, - and _; at most 64)", status=400)
+    found = await request.app[STORAGE].run(run_id)
     if found is None:
-        raise FaultError("id", f"no run {request.match_info['id']!r}", status=404)
+        raise FaultError("id", f"no run {run_id!r}", status=404)
     return _ok(found)
 
 

@@ -114,6 +114,7 @@ class Injector:
         self._events = events
         self.faults: list[FaultRecord] = []
         self.lever: str | None = None  # why the safety lever is pulled, or None
+        self.closed: str | None = None  # why no fault is accepted any more (shutdown), or None
         self._window: deque[ServiceView] = deque(maxlen=max(1, round(recovery.baseline_window / tick)))
         self._stop_since: dict[int, float] = {}
         self._now = 0.0
@@ -137,6 +138,8 @@ class Injector:
         ttl: float | None = None,
     ) -> FaultRecord:
         """Apply one fault, or raise :class:`FaultError` naming the field, having changed nothing."""
+        if self.closed is not None:
+            raise FaultError("action", self.closed, status=503)
         if self.lever is not None:
             raise FaultError("action", f"the safety lever is pulled ({self.lever}); release it first", status=409)
         spec = CATALOGUE.get(action)
@@ -194,6 +197,10 @@ class Injector:
         reverted = self.revert_all("lever")
         self._events.record(self.rt.elapsed(), "lever", state="pulled", reason=reason, reverted=reverted)
         return reverted
+
+    def close(self, why: str) -> None:
+        """Accept no fault from now on, whoever asks (the API, a scenario, survival)."""
+        self.closed = why
 
     def release_lever(self) -> None:
         self.lever = None

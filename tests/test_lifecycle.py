@@ -1,0 +1,177 @@
+"""Honest health and an orderly, durable lifecycle: crashes show in /healthz, shutdown keeps its order,
+and what a client was told is stored survives ``kill -9``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from daemon_harness import Daemon, wait_for
+
+from chaosd.api import build_app
+from chaosd.api.keys import HTTP_STATS, LIMITS, STORAGE
+from chaosd.api.server import FrontDoor
+from chaosd.clock import LoopClock, new_event_loop
+from chaosd.config import Settings
+from chaosd.control import Controller
+from chaosd.runner import Experiment
+from chaosd.telemetry.snapshot import Snapshot
+
+
+def test_faults_acknowledged_with_201_survive_kill_9(tmp_path: Path) -> None:
+    d = Daemon(tmp_path)
+    acknowledged: list[int] = []
+    try:
+        for _ in range(10):
+            code, fault = d.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 300})
+            assert code == 201
+            acknowledged.append(fault["id"])
+            code, _ = d.request("DELETE", f"/api/v1/faults/{fault['id']}")
+            assert code == 200
+        # Storage is slow for a moment (another process holds the write lock, as a backup would): the 201
+        # waits for the record to be written, rather than answering first and losing it to the kill.
+        blocker = sqlite3.connect(tmp_path / "data" / "chaosd.db", isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(1.0, lambda: blocker.execute("COMMIT"))
+        release.start()
+        code, fault = d.request("POST", "/api/v1/faults", {"action": "pause_agent", "ttl": 300})
+        assert code == 201
+        acknowledged.append(fault["id"])
+    finally:
+        d.proc.kill()  # at once, right after the last 201: nothing gets a chance to flush
+        d.proc.wait(10)
+    release.join()
+    blocker.close()
+    with sqlite3.connect(tmp_path / "data" / "chaosd.db") as db:
+        rows = db.execute("SELECT id, outcome, data FROM faults WHERE run_id = ? ORDER BY id", (d.run_id,)).fetchall()
+    assert [r[0] for r in rows] == acknowledged
+    reverted = [json.loads(r[2])["reverted_by"] for r in rows[:-1]]
+    assert reverted == ["revert"] * 10  # each DELETE's answer was stored too
+    assert rows[-1][1] == "active" and json.loads(rows[-1][2])["action"] == "pause_agent"
+
+
+def _sse_lines(base: str, ready: list[bool], lines: list[str]) -> None:
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"GET /api/v1/events?types=fault,survival HTTP/1.1\r\nHost: x\r\n\r\n")
+        buffer = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buffer += chunk
+            if not ready[0] and b"retry:" in buffer:
+                ready[0] = True
+            if b"event: close" in buffer:
+                break
+    lines.extend(buffer.decode().splitlines())
+
+
+def test_shutdown_stops_plans_and_reverts_faults_before_streams_close_and_the_pipeline_stops(tmp_path: Path) -> None:
+    d = Daemon(tmp_path)
+    try:
+        assert d.request("POST", "/api/v1/faults", {"action": "latency_jitter", "ttl": 300})[0] == 201
+        code, _ = d.request("POST", "/api/v1/survival", {"interval": "0.5s", "duration": "10m"})
+        assert code == 201
+        wait_for(lambda: d.get("/api/v1/survival")[1]["actions"] >= 1, 15, "survival to inject")
+        ready, lines = [False], []
+        reader = threading.Thread(target=_sse_lines, args=(d.base, ready, lines))
+        reader.start()
+        wait_for(lambda: ready[0], 10, "the stream to open")
+        assert d.terminate() == 0
+        reader.join(30)
+    finally:
+        d.kill()
+    events = [json.loads(line[6:]) | {"kind": kind} for kind, line in _pairs(lines)]
+    kinds = [(e["kind"], e.get("state")) for e in events]
+    assert ("survival", "stopped") in kinds
+    stopped_at = kinds.index(("survival", "stopped"))
+    reverts = [i for i, (kind, state) in enumerate(kinds) if kind == "fault" and state == "reverted"]
+    assert reverts  # streamed before the stream closed
+    assert min(reverts) > stopped_at  # plans stop first: nothing is injected after the reverts begin
+    assert not [k for k in kinds[stopped_at:] if k == ("fault", "injected")]
+    assert lines[-2:] == ["event: close", "data: {}"] or "event: close" in lines
+    report = json.loads((tmp_path / "daemon-report.json").read_text())
+    at_shutdown = {f["id"] for f in report["faults"] if f.get("reverted_by") == "shutdown"}
+    assert 1 in at_shutdown  # the jitter, still active at SIGTERM
+    assert at_shutdown == {events[i]["id"] for i in reverts if events[i]["by"] == "shutdown"}
+    assert not [f for f in report["faults"] if f["outcome"] == "active"]
+    # The pipeline ran until after the reverts: the report's clock reaches past the last revert.
+    last_revert = max(events[i]["t"] for i in reverts)
+    assert report["duration_s"] >= last_revert
+    with sqlite3.connect(tmp_path / "data" / "chaosd.db") as db:
+        (status,) = db.execute("SELECT status FROM runs WHERE id = ?", (d.run_id,)).fetchone()
+    assert status == "finished"
+
+
+def _pairs(lines: list[str]) -> list[tuple[str, str]]:
+    out, kind = [], None
+    for line in lines:
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: ") and kind not in (None, "close"):
+            out.append((kind, line))
+    return out
+
+
+async def _healthz_during(tmp: Path, breaks: str) -> tuple[dict[str, Any], dict[str, Any], int]:
+    settings = Settings(storage={"path": str(tmp / "db")}, daemon={"report": str(tmp / "r.json")})  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    exp = Experiment(settings, LoopClock(loop), warmup=0.0, scenario=None, virtual=False)
+    app = build_app(settings, Controller(exp), "run-health")
+    runner = web.AppRunner(app)
+    await runner.setup()
+    door = FrontDoor(runner, app[LIMITS], app[HTTP_STATS])
+    [(host, port)] = await door.listen("127.0.0.1", 0)
+    url = f"http://{host}:{port}/healthz"
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url) as resp:
+                before = await resp.json()
+            if breaks == "pipeline":
+
+                def boom(snap: Snapshot) -> None:
+                    raise RuntimeError("a listener's bug")
+
+                exp.telemetry.listen(boom)
+            else:
+                await app[STORAGE].close()  # the writer is gone
+            deadline = time.monotonic() + 10
+            while True:
+                async with session.get(url) as resp:
+                    after, status = await resp.json(), resp.status
+                if status != 200 or time.monotonic() > deadline:
+                    return before, after, status
+                await asyncio.sleep(0.02)
+    finally:
+        await door.close()
+        await runner.cleanup()
+
+
+def test_healthz_fails_when_the_pipeline_crashes(tmp_path: Path) -> None:
+    loop = new_event_loop(virtual=False)
+    try:
+        before, after, status = loop.run_until_complete(_healthz_during(tmp_path, "pipeline"))
+    finally:
+        loop.close()
+    assert before == {"status": "ok", "problems": []}
+    assert status == 503 and after["status"] == "failed"
+    assert any("pipeline crashed" in p and "a listener's bug" in p for p in after["problems"])
+
+
+def test_healthz_fails_when_the_storage_writer_stops(tmp_path: Path) -> None:
+    loop = new_event_loop(virtual=False)
+    try:
+        before, after, status = loop.run_until_complete(_healthz_during(tmp_path, "storage"))
+    finally:
+        loop.close()
+    assert before["status"] == "ok"
+    assert status == 503 and any(p.startswith("storage:") for p in after["problems"])
