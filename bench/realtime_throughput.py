@@ -6,7 +6,7 @@ one ``constant`` stage with mean 0 (no sleep). Throughput is ``report["throughpu
 (completions per clock second after the warm-up).
 
 Bare: producer -> ``asyncio.Queue(maxsize=1000)`` -> consumer on
-``asyncio.SelectorEventLoop(selectors.SelectSelector())`` (the loop chaosd uses in real time),
+``chaosd.clock.new_event_loop(virtual=False)`` (the loop chaosd uses in real time),
 items are small slotted objects; throughput is items consumed per second over the same window.
 
 Runs are interleaved (bare, chaosd, bare, chaosd, ...) and medians are reported.
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import selectors
 import statistics
 import time
 from typing import Any
 
+from chaosd.clock import new_event_loop
 from chaosd.config import Settings, load_settings
 from chaosd.runner import run_offline
 
@@ -48,7 +48,7 @@ class _Item:
 
 def run_bare(duration: float, warmup: float) -> float:
     """Items consumed per wall second between ``warmup`` and ``duration`` seconds."""
-    loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
+    loop = new_event_loop(virtual=False)
     queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=CAPACITY)
     consumed = 0
 

@@ -53,10 +53,12 @@ _ERRORS = {
     "401": {"description": "missing or wrong bearer token", **_json(_ref("Error"))},
     "404": {"description": "no such resource", **_json(_ref("Error"))},
     "409": {"description": "conflicts with the current state", **_json(_ref("Error"))},
+    "408": {"description": "the request did not arrive within api.request_timeout", **_json(_ref("Error"))},
     "413": {"description": "body too large", **_json(_ref("Error"))},
     "415": {"description": "unsupported content type", **_json(_ref("Error"))},
     "422": {"description": "a field is invalid", **_json(_ref("Error"))},
-    "503": {"description": "shutting down", **_json(_ref("Error"))},
+    "431": {"description": "a request line or header too large", **_json(_ref("Error"))},
+    "503": {"description": "shutting down, or the connection limit reached", **_json(_ref("Error"))},
 }
 
 
@@ -74,7 +76,9 @@ def _op(summary: str, ok: str = "200", body: str | None = None, mutating: bool =
 
 
 _ID = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}]
-_RUN_ID = [{"name": "id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 64}}]
+_RUN_ID = [
+    {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}
+]
 
 
 def openapi_document() -> dict[str, Any]:
@@ -121,9 +125,27 @@ def openapi_document() -> dict[str, Any]:
     ]
     events = _op("Server-sent events (fault, detector, throttle, agent, leader, score, …)")
     events["parameters"] = [
-        {"name": "types", "in": "query", "required": False, "schema": {"type": "string", "maxLength": 500}},
+        {
+            "name": "types",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "string", "maxLength": 500, "pattern": "^([a-z_]{1,32}(,[a-z_]{1,32})*)?$"},
+        },
+        {
+            "name": "replay",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 0, "maximum": 1000},
+        },
+        {
+            "name": "last_event_id",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "string", "pattern": "^[0-9]{1,20}$"},
+        },
         {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string", "maxLength": 20}},
     ]
+    events["responses"]["429"] = {"description": "too many event streams open", **_json(_ref("Error"))}
     events["responses"]["200"] = {"description": "an event stream", "content": {"text/event-stream": {}}}
     faults_list = _op("List faults")
     faults_list["parameters"] = [{"name": "active", "in": "query", "required": False, "schema": {"type": "boolean"}}]
@@ -135,7 +157,7 @@ def openapi_document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "paths": {
-            "/healthz": {"get": _op("Liveness")},
+            "/healthz": {"get": _op("Liveness; 503 names the parts that died (pipeline, storage writer)")},
             "/readyz": {"get": _op("Readiness; 503 names the parts that failed")},
             "/metrics": {
                 "get": {
