@@ -130,16 +130,16 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
         await runner.cleanup()
     except asyncio.CancelledError:
         out("chaosd: forced exit; active faults may not have been reverted, no report written")
-        if STORAGE in app:  # what was queued still lands: close() writes it all, then stops the writer
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(app[STORAGE].close(), settings.daemon.shutdown_grace)
         return 1
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+        if STORAGE in app:  # on every way out, what was queued still lands (a no-op after a clean cleanup)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(app[STORAGE].close(), settings.daemon.shutdown_grace)
         await asyncio.to_thread(tracing.close)  # ends open fault spans, flushes the exporter
-    report = app.get(REPORT)
-    if report is None:
+    report = app[REPORT]
+    if not report:
         out("chaosd: the pipeline did not stop cleanly; no report written")
         return 1
     out(render_summary(report))

@@ -210,7 +210,7 @@ def _experiment_ctx(settings: Settings, report_path: Path) -> Callable[[web.Appl
         status = "finished" if report is not None else "failed"
         if report is not None:
             write_report(report, report_path)
-            app[REPORT] = report
+            app[REPORT].update(report)  # the app is frozen by now: the holder was set at build
         for record in exp.injector.faults:
             storage.fault_changed(run_id, record.as_dict())
         storage.run_finished(run_id, unix_time(), status, report)
@@ -270,6 +270,7 @@ def build_app(
     app[STOP] = asyncio.Event()
     app[RUN_ID] = run_id
     app[STARTED] = unix_time()
+    app[REPORT] = {}  # filled with the final report once the pipeline has stopped
     app[LIMITS] = Limits.from_config(api)
     broker = Broker(controller.exp.events, api.heartbeat, max_subscribers=api.max_sse_subscribers)
     app[BROKER] = broker
