@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from daemon_harness import Daemon, wait_for
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from chaosd.api import build_app
 from chaosd.api.keys import HTTP_STATS, LIMITS, STORAGE
@@ -22,6 +23,7 @@ from chaosd.api.server import FrontDoor
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import Settings
 from chaosd.control import Controller
+from chaosd.exporters.tracing import Tracing
 from chaosd.runner import Experiment
 from chaosd.telemetry.snapshot import Snapshot
 
@@ -122,11 +124,26 @@ def _pairs(lines: list[str]) -> list[tuple[str, str]]:
     return out
 
 
+class _HungExporter(SpanExporter):
+    """An exporter stuck in its export call, as one blocked on a dead collector without a timeout."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self.release.wait(60)
+        return SpanExportResult.SUCCESS
+
+
 async def _healthz_during(tmp: Path, breaks: str) -> tuple[dict[str, Any], dict[str, Any], int]:
     settings = Settings(storage={"path": str(tmp / "db")}, daemon={"report": str(tmp / "r.json")})  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
-    exp = Experiment(settings, LoopClock(loop), warmup=0.0, scenario=None, virtual=False)
-    app = build_app(settings, Controller(exp), "run-health")
+    clock = LoopClock(loop)
+    exp = Experiment(settings, clock, warmup=0.0, scenario=None, virtual=False)
+    hung = _HungExporter()
+    wall = [0.0]
+    tracing = Tracing(clock, 0.0, 1000, hung, stall_after=300.0, wall=lambda: wall[0])
+    app = build_app(settings, Controller(exp), "run-health", tracing)
     runner = web.AppRunner(app)
     await runner.setup()
     door = FrontDoor(runner, app[LIMITS], app[HTTP_STATS])
@@ -142,6 +159,9 @@ async def _healthz_during(tmp: Path, breaks: str) -> tuple[dict[str, Any], dict[
                     raise RuntimeError("a listener's bug")
 
                 exp.telemetry.listen(boom)
+            elif breaks == "exporter":
+                tracing.tracer.start_span("a span").end()  # queued for an exporter that never returns
+                wall[0] += 301.0
             else:
                 await app[STORAGE].close()  # the writer is gone
             deadline = time.monotonic() + 10
@@ -152,8 +172,10 @@ async def _healthz_during(tmp: Path, breaks: str) -> tuple[dict[str, Any], dict[
                     return before, after, status
                 await asyncio.sleep(0.02)
     finally:
+        hung.release.set()
         await door.close()
         await runner.cleanup()
+        await asyncio.to_thread(tracing.close)
 
 
 def test_healthz_fails_when_the_pipeline_crashes(tmp_path: Path) -> None:
@@ -175,3 +197,43 @@ def test_healthz_fails_when_the_storage_writer_stops(tmp_path: Path) -> None:
         loop.close()
     assert before["status"] == "ok"
     assert status == 503 and any(p.startswith("storage:") for p in after["problems"])
+
+
+def test_healthz_fails_when_the_span_exporter_has_stopped(tmp_path: Path) -> None:
+    loop = new_event_loop(virtual=False)
+    try:
+        before, after, status = loop.run_until_complete(_healthz_during(tmp_path, "exporter"))
+    finally:
+        loop.close()
+    assert before["status"] == "ok"
+    assert status == 503 and any("the exporter has stopped" in p for p in after["problems"])
+
+
+class _Flaky(SpanExporter):
+    def __init__(self) -> None:
+        self.ok = False
+
+    def export(self, spans: Any) -> SpanExportResult:
+        return SpanExportResult.SUCCESS if self.ok else SpanExportResult.FAILURE
+
+
+def test_tracing_says_when_exports_keep_failing_and_when_they_work_again() -> None:
+    wall = [0.0]
+    flaky = _Flaky()
+    loop = asyncio.new_event_loop()
+    tracing = Tracing(LoopClock(loop), 0.0, 1, flaky, wall=lambda: wall[0])
+    try:
+        assert tracing.failing() is None and tracing.stalled() is None
+        for n in range(3):
+            tracing.tracer.start_span(f"span {n}").end()
+            assert tracing.provider is not None and tracing.provider.force_flush()
+        assert tracing.failing() == "tracing: the last 3 span exports failed"
+        wall[0] += 1000.0
+        assert tracing.stalled() is None  # failing, but not stuck: every span left the queue
+        flaky.ok = True
+        tracing.tracer.start_span("works").end()
+        assert tracing.provider.force_flush()
+        assert tracing.failing() is None and tracing.counts() == (1, 3)
+    finally:
+        tracing.close()
+        loop.close()

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 from chaosd.api.server import HttpStats, Limits
 from chaosd.api.sse import Broker
 from chaosd.control import Controller
+from chaosd.exporters.tracing import Tracing
 from chaosd.storage import Storage
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "STARTED",
     "STOP",
     "STORAGE",
+    "TRACING",
 ]
 
 CONTROLLER = web.AppKey("controller", Controller)
@@ -35,3 +37,4 @@ REPORT = web.AppKey("report", dict)  # empty until the run ends cleanly
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 HTTP_STATS = web.AppKey("http_stats", HttpStats)
 LIMITS = web.AppKey("limits", Limits)
+TRACING = web.AppKey("tracing", Tracing)  # present when the daemon traces

@@ -12,7 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
-from chaosd.api.keys import BROKER, CONTROLLER, LIMITS, REGISTRY, RUN_ID, STARTED, STOP, STORAGE
+from chaosd.api.keys import BROKER, CONTROLLER, LIMITS, REGISTRY, RUN_ID, STARTED, STOP, STORAGE, TRACING
 from chaosd.api.schemas import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, openapi_document
 from chaosd.errors import FaultError
 from chaosd.faults import CATALOGUE
@@ -81,6 +81,8 @@ def _failed_parts(request: web.Request) -> list[str]:
     storage = request.app[STORAGE]
     if not storage.alive and not request.app[STOP].is_set():
         problems.append("storage: the writer has stopped; history is no longer recorded")
+    if TRACING in request.app and (stalled := request.app[TRACING].stalled()) is not None:
+        problems.append(stalled)
     return problems
 
 
@@ -97,6 +99,8 @@ async def readyz(request: web.Request) -> web.Response:
     storage = request.app[STORAGE]
     if storage.write_errors:
         problems.append(f"storage: {storage.write_errors} write error(s)")
+    if TRACING in request.app and (failing := request.app[TRACING].failing()) is not None:
+        problems.append(failing)
     if ctl.exp.telemetry.latest is None:
         problems.append("pipeline: no telemetry yet")
     if ctl.stopping:

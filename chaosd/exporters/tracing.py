@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from chaosd.clock import Clock
+from chaosd.clock import Clock, wall_time
 from chaosd.events import Event
 from chaosd.faults import Injector
 from chaosd.pipeline.task import Task
@@ -101,12 +101,21 @@ class Tracing:
         exporter: SpanExporter | None = None,
         *,
         processor: SpanProcessor | None = None,
+        stall_after: float = 300.0,
+        wall: Callable[[], float] = wall_time,
     ) -> None:
         # Written by the loop thread (_Gate.on_end) and the batch processor's worker (_Counting.export).
         self._lock = threading.Lock()
         self.exported = 0
         self.dropped = 0
         self.in_queue = 0
+        self.failed_in_a_row = 0  # export calls that failed since the last one that worked
+        # The exporter's heartbeat: when it last finished an export, or when the queue last went from
+        # empty to waiting. Spans waiting longer than ``stall_after`` with no export means it has stopped
+        # (OTLP's own retries give up well within the default 300 s).
+        self._wall = wall
+        self._stall_after = stall_after
+        self._progress_at = wall()
         self.every = max(1, sample_every)
         self._clock = clock
         self._offset = epoch_offset  # clock seconds + offset = Unix seconds
@@ -144,6 +153,8 @@ class Tracing:
             if self.in_queue >= QUEUE:
                 self.dropped += 1
                 return False
+            if self.in_queue == 0:
+                self._progress_at = self._wall()
             self.in_queue += 1
             return True
 
@@ -152,9 +163,25 @@ class Tracing:
         with self._lock:
             if exported:
                 self.exported += n
+                self.failed_in_a_row = 0
             else:
                 self.dropped += n
+                self.failed_in_a_row += 1
             self.in_queue -= n
+            self._progress_at = self._wall()
+
+    def stalled(self) -> str | None:
+        """Why the exporter is considered dead (spans wait, nothing exported for too long), or None."""
+        with self._lock:
+            waiting, since = self.in_queue, self._wall() - self._progress_at
+        if self.enabled and waiting > 0 and since > self._stall_after:
+            return f"tracing: {waiting} spans waiting and no export for {since:.0f} s; the exporter has stopped"
+        return None
+
+    def failing(self) -> str | None:
+        """Exports that keep failing (the collector is down or refuses): not ready, but nothing to restart."""
+        failed = self.failed_in_a_row
+        return f"tracing: the last {failed} span exports failed" if failed >= 3 else None
 
     def attach(self, experiment: Experiment) -> None:
         """Trace this experiment: its sampled tasks and every fault (a no-op when disabled)."""
