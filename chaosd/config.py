@@ -35,6 +35,7 @@ __all__ = [
     "ServiceConfig",
     "Settings",
     "SinkConfig",
+    "SloConfig",
     "StageConfig",
     "StopCondition",
     "StorageConfig",
@@ -145,6 +146,9 @@ class StageConfig(_Model):
     next: tuple[str, ...] | None = Field(
         default=None, description="successors in order of preference; unset everywhere = a chain in list order"
     )
+    optional: bool = Field(
+        default=False, description="removed or breaker open: tasks skip the stage and complete degraded"
+    )
     # Kind-specific recovery (ignored by other kinds):
     degrade: bool = Field(default=True, description="tool: after the last retry, complete degraded")
     fallback: ServiceConfig | None = Field(default=None, description="llm: fallback model's service time")
@@ -209,9 +213,17 @@ class FaultsConfig(_Model):
 
 class RecoveryConfig(_Model):
     baseline_window: Seconds = Field(default=10.0, gt=0, description="fault-free time the baseline covers")
+    baseline_min: Seconds = Field(default=5.0, gt=0, description="fault-free time before a baseline counts")
     tolerance: float = Field(default=0.25, gt=0, description="relative distance from the baseline allowed")
     confirm: Seconds = Field(default=3.0, ge=0, description="how long the service must stay within it")
     limit: Seconds = Field(default=60.0, gt=0, description="after the fault ends; else the recovery failed")
+
+
+class SloConfig(_Model):
+    """Service-level objectives; where given, recovery is judged against them instead of the baseline."""
+
+    availability: float | None = Field(default=None, gt=0, le=1, description="goodput / offered, per window")
+    p95: Seconds | None = Field(default=None, gt=0, description="p95 sojourn of completed tasks")
 
 
 class ScoreConfig(_Model):
@@ -332,7 +344,7 @@ def _exp(mean: float) -> ServiceConfig:
 
 
 def _default_stages() -> tuple[StageConfig, ...]:
-    """A small agent workflow with an alternate path around its tool (config/chaosd.toml documents it)."""
+    """A small agent workflow where every stage has an alternate or may be skipped (config/chaosd.toml says why)."""
     return (
         StageConfig(
             name="plan",
@@ -340,13 +352,17 @@ def _default_stages() -> tuple[StageConfig, ...]:
             service=_exp(0.003),
             retries=2,
             next=("search", "search_backup"),
+            optional=True,
             fallback=_exp(0.005),
         ),
         StageConfig(name="search", kind="tool", service=_exp(0.003), timeout=0.05, retries=2, next=("recall",)),
         StageConfig(name="search_backup", kind="tool", service=_exp(0.004), timeout=0.05, retries=2, next=("recall",)),
-        StageConfig(name="recall", kind="memory", service=_exp(0.001), next=("context",)),
-        StageConfig(name="context", kind="mcp", service=_exp(0.001), retries=3, next=("answer",)),
+        StageConfig(name="recall", kind="memory", service=_exp(0.001), next=("context",), optional=True),
+        StageConfig(
+            name="context", kind="mcp", service=_exp(0.001), retries=3, next=("answer", "answer_backup"), optional=True
+        ),
         StageConfig(name="answer", kind="compute", service=_exp(0.002), next=()),
+        StageConfig(name="answer_backup", kind="compute", service=_exp(0.003), next=()),
     )
 
 
@@ -368,6 +384,7 @@ class Settings(BaseSettings):
     supervisor: SupervisorConfig = SupervisorConfig()
     faults: FaultsConfig = FaultsConfig()
     recovery: RecoveryConfig = RecoveryConfig()
+    slo: SloConfig = SloConfig()
     score: ScoreConfig = ScoreConfig()
     run: RunConfig = RunConfig()
     daemon: DaemonConfig = DaemonConfig()

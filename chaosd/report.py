@@ -75,14 +75,18 @@ def render_summary(r: Mapping[str, Any]) -> str:
         fs = r["faults_summary"]
         lines.append(
             f"  faults     {fs['injected']} injected · {fs['recovered']} recovered · {fs['failed']} failed · "
-            f"{fs['pending']} pending" + (f" · lever pulled: {fs['lever']}" if fs["lever"] else "")
+            f"{fs.get('unmeasured', 0)} unmeasured · {fs['pending']} pending"
+            + (f" · lever pulled: {fs['lever']}" if fs["lever"] else "")
         )
         for action, mean in fs["mean_recovery_s_by_action"].items():
             lines.append(f"             {action}: mean recovery {mean:.2f} s")
-        lines.append(
-            f"  score      {sc['total']:.1f} ({sc['grade']}) · availability {sc['availability']:.1f} · "
-            f"recovery {sc['recovery']:.1f} · consistency {sc['consistency']:.1f} · formula v{sc['version']}"
-        )
+        if sc["total"] is None:
+            lines.append(f"  score      none yet: nothing measured (formula v{sc['version']})")
+        else:
+            lines.append(
+                f"  score      {sc['total']:.1f} ({sc['grade']}) · availability {_dim(sc['availability'])} · "
+                f"recovery {_dim(sc['recovery'])} · consistency {_dim(sc['consistency'])} · formula v{sc['version']}"
+            )
         top = ", ".join(f"{d['cause']} {d['count']} ({d['share']:.0%})" for d in r["diagnostics"][:4])
         if top:
             lines.append(f"  causes     {top}")
@@ -97,3 +101,8 @@ def render_summary(r: Mapping[str, Any]) -> str:
     else:
         lines.append("  throttle   off")
     return "\n".join(lines)
+
+
+def _dim(value: float | None) -> str:
+    """A score dimension, or a dash where nothing was measured (no judged fault, nothing accepted)."""
+    return "—" if value is None else f"{value:.1f}"

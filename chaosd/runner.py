@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chaosd import __version__
-from chaosd.clock import Clock, LoopClock, new_event_loop
+from chaosd.clock import Clock, LoopClock, new_event_loop, wall_time
 from chaosd.config import Settings
 from chaosd.events import EventLog
 from chaosd.faults import Injector
@@ -75,6 +75,7 @@ class Experiment:
         self.injector = Injector(
             settings.faults,
             settings.recovery,
+            settings.slo,
             self.pipeline,
             Streams(settings.seed).stream("faults"),
             self.events,
@@ -289,24 +290,25 @@ class Experiment:
     def live_score(self, accounted: tuple[int, int, int] | None = None) -> Score:
         """The score so far, from the same measurements as the report (for progress lines and status).
 
-        ``accounted`` is ``ledger.unaccounted(holders)`` when the caller has just computed it.
+        ``accounted`` is ``ledger.unaccounted(holders)`` when the caller has just computed it. Faults still
+        active or recovering are pending (not judged yet, not failed); unmeasured ones have no verdict.
         """
         p = self.pipeline
         _, lost, in_flight = accounted if accounted is not None else p.ledger.unaccounted(p.holders())
         m = p.ledger.measured
-        recovered = [f for f in self.injector.faults if f.outcome == "recovered"]
+        judged = [f for f in self.injector.faults if f.outcome in ("recovered", "failed")]
+        times = tuple(t for f in judged if (t := f.recovery_s) is not None)
         return compute_score(
             ScoreInputs(
+                offered=m.offered - in_flight,
                 accepted=m.accepted - in_flight,
                 good=m.completed - m.late,
                 lost=lost,
                 duplicated=m.duplicated,
                 undetected_corruptions=sum(s.undetected_reads for s in p.memory.values()),
-                faults_injected=len(self.injector.faults),
-                faults_recovered=len(recovered),
-                recovery_times_s=tuple(
-                    f.service_recovered_at - f.injected_at for f in recovered if f.service_recovered_at is not None
-                ),
+                faults_judged=len(judged),
+                faults_recovered=len(times),
+                recovery_times_s=times,
             ),
             self._weights(),
         )
@@ -341,7 +343,7 @@ class Experiment:
         causes["lease_expired"] = p.dispatcher.lease_expired
         causes["corruption_undetected"] = undetected
         causes["degraded"] = sum(s.degraded for s in p.stages.values())
-        causes["faults_not_recovered"] = len(faults) - len(recovered)
+        causes["faults_failed"] = sum(1 for f in faults if f["outcome"] == "failed")
         by_action: dict[str, list[float]] = {}
         for f in recovered:
             by_action.setdefault(f["action"], []).append(f["recovery_s"])
@@ -351,8 +353,11 @@ class Experiment:
                 "injected": len(faults),
                 "recovered": len(recovered),
                 "failed": sum(1 for f in faults if f["outcome"] == "failed"),
+                "unmeasured": sum(1 for f in faults if f["outcome"] == "unmeasured"),
                 "pending": sum(1 for f in faults if f["outcome"] in ("active", "recovering")),
                 "mean_recovery_s_by_action": {a: sum(v) / len(v) for a, v in sorted(by_action.items())},
+                "baseline": baseline.as_dict() if (baseline := self.injector.baseline()) is not None else None,
+                "slo": self.settings.slo.model_dump(),
                 "lever": self.injector.lever,
             },
             "runtime": {
@@ -372,6 +377,32 @@ class Experiment:
         }
 
 
+class _Interrupt:
+    """The loop's handler for the stop signals: the first ends the run gently, so it still reports; a later one
+    cancels the run, report and all.
+
+    A second signal within ``_ECHO`` of the first is the same request delivered twice, not an insistence:
+    ``timeout -s INT`` signals the child and then its process group, and wrappers forward the terminal's Ctrl-C.
+    """
+
+    _ECHO = 1.0  # wall seconds
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.task: asyncio.Task[dict[str, Any]] | None = None
+        self.first: float | None = None
+        self.forced = False
+
+    def __call__(self) -> None:
+        now = wall_time()
+        if self.first is None:
+            self.first = now
+            self.stop.set()
+        elif now - self.first >= self._ECHO and self.task is not None:
+            self.forced = True
+            self.task.cancel()
+
+
 def run_offline(
     settings: Settings,
     *,
@@ -380,16 +411,40 @@ def run_offline(
     virtual: bool = True,
     scenario: str | None = None,
     plan: Callable[[Experiment], Coroutine[Any, Any, None]] | None = None,
+    on_tick: Callable[[Snapshot], None] | None = None,
+    stop_on: tuple[int, ...] = (),
 ) -> dict[str, Any]:
-    """Run one experiment on a fresh loop (virtual time unless ``virtual`` is False)."""
+    """Run one experiment on a fresh loop (virtual time unless ``virtual`` is False); return its report.
+
+    ``on_tick`` sees every telemetry snapshot (a progress display). A signal in ``stop_on`` ends the run at the
+    loop's next turn, however far ahead virtual time is, and the report covers what ran; another one a second or
+    more later abandons the run with ``KeyboardInterrupt``. ``report["interrupted"]`` says whether a signal ended
+    the run.
+    """
     loop = new_event_loop(virtual=virtual)
+    clock = LoopClock(loop)
+    stop = asyncio.Event()
+    interrupt = _Interrupt(stop)
+
+    async def main() -> dict[str, Any]:
+        experiment = Experiment(settings, clock, warmup=warmup, scenario=scenario, virtual=virtual)
+        if on_tick is not None:
+            experiment.telemetry.listen(on_tick)
+        return await experiment.run(duration, stop=stop, plan=plan)
+
     try:
-        clock = LoopClock(loop)
-
-        async def main() -> dict[str, Any]:
-            experiment = Experiment(settings, clock, warmup=warmup, scenario=scenario, virtual=virtual)
-            return await experiment.run(duration, plan=plan)
-
-        return loop.run_until_complete(main())
+        for sig in stop_on:
+            loop.add_signal_handler(sig, interrupt)
+        interrupt.task = loop.create_task(main(), name="experiment")
+        try:
+            report = loop.run_until_complete(interrupt.task)
+        except asyncio.CancelledError:
+            if interrupt.forced:
+                raise KeyboardInterrupt from None
+            raise
     finally:
+        for sig in stop_on:
+            loop.remove_signal_handler(sig)
         loop.close()
+    report["interrupted"] = interrupt.first is not None
+    return report

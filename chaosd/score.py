@@ -1,6 +1,7 @@
-"""The resilience score (DESIGN §5) and the failure breakdown by cause: pure functions over measured counts.
+"""The resilience score and the failure breakdown by cause: pure functions over measured counts.
 
-No I/O, no clock, no rounding: the report rounds what it prints.
+No I/O, no clock, no rounding: the report rounds what it prints. A dimension with nothing to measure
+is ``None`` (not a made-up 100 or 0), and the total is the weighted mean of the dimensions measured.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = [
     "grade",
 ]
 
-FORMULA_VERSION = "1"  # bump when the formula changes; reported with every score
+FORMULA_VERSION = "2"  # bump when the formula changes; reported with every score
 
 _WEIGHT_TOLERANCE = 1e-9
 # Lower edges, inclusive, highest first; anything below the last edge is "F".
@@ -64,40 +65,42 @@ class ScoreWeights:
 class ScoreInputs:
     """What the run measured. Validated on construction: an impossible count raises ``ValueError`` naming it.
 
-    Counts are >= 0; ``good + lost <= accepted`` (a lost task never completed); ``faults_recovered <=
-    faults_injected``; one finite, non-negative recovery time per recovered fault.
+    Counts are >= 0; ``accepted <= offered``; ``good + lost <= accepted`` (a lost task never completed);
+    ``faults_recovered <= faults_judged``; one finite, non-negative recovery time per recovered fault.
     """
 
+    offered: int  # offered tasks that reached an outcome: accepted (in flight excluded) or refused
     accepted: int  # accepted tasks that reached an outcome or were lost (exclude still in flight)
     good: int  # completed within deadline
     lost: int
     duplicated: int
     undetected_corruptions: int
-    faults_injected: int
+    faults_judged: int  # faults whose recovery was judged: recovered or failed (not pending, not unmeasured)
     faults_recovered: int  # service recovered within its limit
-    recovery_times_s: tuple[float, ...]  # service-recovery time of each recovered fault
+    recovery_times_s: tuple[float, ...]  # recovery time of each recovered fault (its clock: heal or restore)
 
     def __post_init__(self) -> None:
         for name in (
+            "offered",
             "accepted",
             "good",
             "lost",
             "duplicated",
             "undetected_corruptions",
-            "faults_injected",
+            "faults_judged",
             "faults_recovered",
         ):
             value = getattr(self, name)
             if value < 0:
                 raise ValueError(f"{name}: must be >= 0, got {value!r}")
+        if self.accepted > self.offered:
+            raise ValueError(f"accepted: {self.accepted} exceeds offered ({self.offered})")
         if self.good > self.accepted:
             raise ValueError(f"good: {self.good} exceeds accepted ({self.accepted})")
         if self.good + self.lost > self.accepted:
             raise ValueError(f"lost: good ({self.good}) + lost ({self.lost}) exceeds accepted ({self.accepted})")
-        if self.faults_recovered > self.faults_injected:
-            raise ValueError(
-                f"faults_recovered: {self.faults_recovered} exceeds faults_injected ({self.faults_injected})"
-            )
+        if self.faults_recovered > self.faults_judged:
+            raise ValueError(f"faults_recovered: {self.faults_recovered} exceeds faults_judged ({self.faults_judged})")
         if len(self.recovery_times_s) != self.faults_recovered:
             raise ValueError(
                 f"recovery_times_s: {len(self.recovery_times_s)} times for "
@@ -110,18 +113,18 @@ class ScoreInputs:
 
 @dataclass(frozen=True, slots=True)
 class Score:
-    """Each dimension and the total, 0–100 and unrounded, with the formula version that produced them."""
+    """Each dimension and the total, 0–100 and unrounded (``None`` where nothing was measured), and the version."""
 
-    total: float
-    grade: str
-    availability: float
-    recovery: float
-    recovery_rate: float
-    recovery_speed: float
-    consistency: float
+    total: float | None
+    grade: str | None
+    availability: float | None
+    recovery: float | None
+    recovery_rate: float | None
+    recovery_speed: float | None
+    consistency: float | None
     version: str
 
-    def as_dict(self) -> dict[str, float | str]:
+    def as_dict(self) -> dict[str, float | str | None]:
         return {
             "total": self.total,
             "grade": self.grade,
@@ -154,44 +157,53 @@ def _speed(mean_s: float, weights: ScoreWeights) -> float:
 
 
 def compute_score(inputs: ScoreInputs, weights: ScoreWeights = ScoreWeights()) -> Score:
-    """Score a run from its measured counts (DESIGN §5). Nothing is rounded here.
+    """Score a run from its measured counts (formula version 2). Nothing is rounded here.
 
-    - availability = 100·good/accepted.
-    - consistency = 100·(accepted − lost − duplicated − undetected_corruptions)/accepted, clamped at 0:
-      every loss, duplicate effect and undetected corruption counts against it.
-    - With ``accepted == 0`` nothing was served, so availability and consistency are 0 — an idle run is
-      not "available".
-    - recovery_rate = 100·faults_recovered/faults_injected; recovery_speed is the linear ramp on the mean of
-      ``recovery_times_s``; with faults injected but none recovered, speed is 0.
-    - With ``faults_injected == 0`` there was nothing to recover from: recovery, rate and speed are all 100.
-      This is the one defined (not measured) value; the caller reports ``faults_injected`` beside it.
-    - recovery = share·rate + (1 − share)·speed; total = weighted sum of the three dimensions.
+    - availability = 100·good/offered: refused, throttled and dropped work is unavailable service, so
+      shedding load never raises it. Nothing offered yet (warm-up): no score at all (every field None).
+    - consistency = 100·(accepted − lost − duplicated − undetected_corruptions)/accepted, clamped at 0;
+      None when nothing was accepted.
+    - recovery_rate = 100·faults_recovered/faults_judged; recovery_speed is the linear ramp on the mean of
+      ``recovery_times_s`` (0 when none recovered); recovery = share·rate + (1 − share)·speed. With no
+      judged fault (none injected, or all pending or unmeasured) recovery is None, not a free 100.
+    - total = the weighted mean of the dimensions that were measured (weights renormalised over them).
     """
-    if inputs.accepted == 0:
-        availability = 0.0
-        consistency = 0.0
-    else:
-        availability = 100.0 * inputs.good / inputs.accepted
+    if inputs.offered == 0:
+        return Score(None, None, None, None, None, None, None, FORMULA_VERSION)
+    availability = 100.0 * inputs.good / inputs.offered
+    consistency: float | None = None
+    if inputs.accepted > 0:
         kept = inputs.accepted - inputs.lost - inputs.duplicated - inputs.undetected_corruptions
         consistency = 100.0 * max(kept, 0) / inputs.accepted
 
-    if inputs.faults_injected == 0:
-        recovery_rate = 100.0
-        recovery_speed = 100.0
-    else:
-        recovery_rate = 100.0 * inputs.faults_recovered / inputs.faults_injected
+    recovery_rate: float | None = None
+    recovery_speed: float | None = None
+    recovery: float | None = None
+    if inputs.faults_judged > 0:
+        recovery_rate = 100.0 * inputs.faults_recovered / inputs.faults_judged
         if inputs.faults_recovered == 0:
             recovery_speed = 0.0
         else:
             mean_s = math.fsum(inputs.recovery_times_s) / len(inputs.recovery_times_s)
             recovery_speed = _speed(mean_s, weights)
-    share = weights.recovery_rate_share
-    recovery = share * recovery_rate + (1.0 - share) * recovery_speed
+        share = weights.recovery_rate_share
+        recovery = share * recovery_rate + (1.0 - share) * recovery_speed
 
-    total = weights.availability * availability + weights.recovery * recovery + weights.consistency * consistency
+    measured = [
+        (w, v)
+        for w, v in (
+            (weights.availability, availability),
+            (weights.recovery, recovery),
+            (weights.consistency, consistency),
+        )
+        if v is not None
+    ]
+    weight = math.fsum(w for w, _ in measured)
+    # Every measured dimension weighted 0 (a custom weighting): nothing the user counts was measured.
+    total = math.fsum(w * v for w, v in measured) / weight if weight > 0 else None
     return Score(
         total=total,
-        grade=grade(total),
+        grade=grade(total) if total is not None else None,
         availability=availability,
         recovery=recovery,
         recovery_rate=recovery_rate,

@@ -181,7 +181,8 @@ def _experiment_ctx(settings: Settings, report_path: Path) -> Callable[[web.Appl
             if snap.t >= next_score[0]:
                 next_score[0] += 5.0
                 live = exp.live_score()
-                exp.events.record(snap.t, "score", total=round(live.total, 3), grade=live.grade)
+                total = None if live.total is None else round(live.total, 3)
+                exp.events.record(snap.t, "score", total=total, grade=live.grade)
 
         exp.telemetry.listen(score_events)
         task = asyncio.create_task(exp.run(None, app[STOP]), name="experiment")

@@ -176,23 +176,33 @@ class ExperimentCollector(Collector):
         for f in faults:
             if f.mechanism_recovered_at is not None:
                 recovery[(f.action, "mechanism")].append(f.mechanism_recovered_at - f.injected_at)
-            if f.outcome == "recovered" and f.service_recovered_at is not None:
-                recovery[(f.action, "service")].append(f.service_recovered_at - f.injected_at)
+            if (t := f.recovery_s) is not None:  # the fault's own clock: heal (from injection) or restore
+                recovery[(f.action, "service")].append(t)
         yield injected
         yield active
         yield failed_faults
-        yield _histogram("chaosd_fault_recovery_seconds", "Injection to recovery", ["action", "kind"], recovery)
+        yield _histogram(
+            "chaosd_fault_recovery_seconds",
+            "Recovery time (mechanism: from injection; service: heal or restore clock)",
+            ["action", "kind"],
+            recovery,
+        )
         yield GaugeMetricFamily(
             "chaosd_safety_lever", "1 while the lever is pulled", value=1.0 if exp.injector.lever else 0.0
         )
 
         score = exp.live_score(accounted)
-        yield GaugeMetricFamily("chaosd_resilience_score", "Resilience score, 0-100", value=score.total)
+        # A dimension with nothing measured yet (warm-up, no judged fault) is NaN: no alert compares true on it.
+        score_total = math.nan if score.total is None else score.total
+        yield GaugeMetricFamily(
+            "chaosd_resilience_score", "Resilience score, 0-100 (NaN: not measured)", value=score_total
+        )
         components = GaugeMetricFamily(
-            "chaosd_resilience_score_component", "Score components, 0-100", labels=["component"]
+            "chaosd_resilience_score_component", "Score components, 0-100 (NaN: not measured)", labels=["component"]
         )
         for component in COMPONENTS:
-            components.add_metric([component], float(getattr(score, component)))
+            value = getattr(score, component)
+            components.add_metric([component], math.nan if value is None else float(value))
         yield components
         grade = GaugeMetricFamily("chaosd_resilience_grade", "Current grade (one-hot)", labels=["grade"])
         for g in GRADES:

@@ -1,12 +1,16 @@
 """The fault injector: applies catalogue actions as values with a TTL, watches their recovery, keeps us safe.
 
 Safety: a cap on concurrent faults; a lever that reverts every fault and refuses new ones until
-released; stop conditions that pull it. Recovery is observed: a fault's *mechanism* recovered when
-the runtime's own healing did its job (its action says when), and its *service* recovered when
-throughput, p95 sojourn and queue depth stayed within tolerance of the pre-fault baseline for the
-confirmation window, a stretch that reaches past the mechanism's recovery (a service that never
-left tolerance recovered at injection: it did not notice). Not recovered within ``limit`` of the
-fault's end: a failed recovery.
+released; stop conditions that pull it. Recovery is observed on what users feel: a fault's
+*mechanism* recovered when the runtime's own healing did its job (its action says when), and its
+*service* recovered when goodput, error rate, p95 sojourn and queue depth stayed within tolerance of
+the steady-state baseline (or within the configured SLO) for the confirmation window, a stretch that
+reaches past the mechanism's recovery. The baseline is fed only while no fault is active or
+recovering, and counts only once it covers ``recovery.baseline_min``; a fault with neither a baseline
+nor an SLO to judge against is ``unmeasured``, never recovered. Two clocks: faults a mechanism heals
+are timed from injection (time to heal); faults nothing heals, from the moment they are lifted (time
+to restore), with the seconds out of tolerance while active reported beside it (``impact_s``). Not
+recovered within ``limit`` of the fault's end: a failed recovery.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from chaosd.config import FaultsConfig, RecoveryConfig
+from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
 from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
 from chaosd.pipeline import Pipeline
 
-__all__ = ["FaultRecord", "Injector", "ServiceView"]
+__all__ = ["TERMINAL", "Baseline", "FaultRecord", "Injector", "ServiceView"]
+
+_ERROR_SLACK = 0.05  # the error rate may exceed the baseline's by 5 points (noise of a 1 s window)
 
 
 class ServiceView(Protocol):
@@ -48,10 +54,25 @@ class ServiceView(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Baseline:
-    throughput: float
+    """The steady state a fault is judged against: means (median p95) over fault-free ticks."""
+
+    goodput: float
+    error_rate: float
     sojourn_p95: float
     queue_depth: float
-    goodput: float
+    seconds: float  # how much fault-free time it covers
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "goodput": self.goodput,
+            "error_rate": self.error_rate,
+            "sojourn_p95": self.sojourn_p95,
+            "queue_depth": self.queue_depth,
+            "seconds": self.seconds,
+        }
+
+
+TERMINAL = ("recovered", "failed", "unmeasured")
 
 
 @dataclass(slots=True)
@@ -69,12 +90,23 @@ class FaultRecord:
     reverted_by: str | None = None  # "ttl" | "revert" | "lever" | "shutdown"
     mechanism_recovered_at: float | None = None
     service_recovered_at: float | None = None
-    outcome: str = "active"  # active → recovering → recovered | failed
+    outcome: str = "active"  # active → recovering → recovered | failed | unmeasured
+    heals: bool = False  # a mechanism heals it: timed from injection; else from when it is lifted
+    impact_s: float = 0.0  # seconds out of tolerance while the fault was active
     _streak_from: float | None = None
+    _last_tick: float | None = None
 
     @property
     def active(self) -> bool:
         return self.reverted_at is None
+
+    @property
+    def recovery_s(self) -> float | None:
+        """The fault's own clock: time to heal (from injection) or time to restore (from being lifted)."""
+        if self.outcome != "recovered" or self.service_recovered_at is None:
+            return None
+        start = self.injected_at if self.heals or self.reverted_at is None else self.reverted_at
+        return max(0.0, self.service_recovered_at - start)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -89,7 +121,10 @@ class FaultRecord:
             "reverted_by": self.reverted_by,
             "mechanism_recovered_at": self.mechanism_recovered_at,
             "service_recovered_at": self.service_recovered_at,
-            "recovery_s": (None if self.service_recovered_at is None else self.service_recovered_at - self.injected_at),
+            "clock": "heal" if self.heals else "restore",
+            "recovery_s": self.recovery_s,
+            "impact_s": self.impact_s,
+            "baseline": self.baseline.as_dict() if self.baseline is not None else None,
             "recovered": self.outcome == "recovered",
             "outcome": self.outcome,
         }
@@ -102,6 +137,7 @@ class Injector:
         self,
         cfg: FaultsConfig,
         recovery: RecoveryConfig,
+        slo: SloConfig,
         runtime: Pipeline,
         rng: random.Random,
         events: EventLog,
@@ -109,6 +145,9 @@ class Injector:
     ) -> None:
         self.cfg = cfg
         self.recovery = recovery
+        self.slo = slo
+        self._tick = tick
+        self._min_baseline = max(1, round(recovery.baseline_min / tick))
         self.rt = runtime
         self._rng = rng
         self._events = events
@@ -172,7 +211,8 @@ class Injector:
             params=checked,
             ttl=float(ttl),
             injected_at=now,
-            baseline=self._baseline(),
+            baseline=self.baseline(),
+            heals=spec.heals_itself,
         )
         record.memo = spec.apply(self.rt, targets, checked)
         self.faults.append(record)
@@ -216,36 +256,52 @@ class Injector:
 
     # --- observation --------------------------------------------------------------------------
 
-    def _baseline(self) -> Baseline | None:
-        window = list(self._window)
-        if not window:
-            return None
+    def baseline(self) -> Baseline | None:
+        """The fault-free steady state, or None until it covers ``recovery.baseline_min``."""
+        window = self._window
         n = len(window)
+        if n < self._min_baseline:
+            return None
         return Baseline(
-            throughput=sum(s.throughput for s in window) / n,
+            goodput=sum(s.goodput for s in window) / n,
+            error_rate=sum(s.error_rate for s in window) / n,
             sojourn_p95=sorted(s.sojourn_p95 for s in window)[n // 2],
             queue_depth=sum(s.queue_depth for s in window) / n,
-            goodput=sum(s.goodput for s in window) / n,
+            seconds=n * self._tick,
         )
 
-    def _within(self, s: ServiceView, b: Baseline) -> bool:
+    def _within(self, s: ServiceView, b: Baseline | None) -> bool | None:
+        """Whether the service is as good as its steady state (or its SLO); None with nothing to judge by."""
+        slo = self.slo
+        if b is None and slo.availability is None and slo.p95 is None:
+            return None
         tol = self.recovery.tolerance
+        ok = True
+        if slo.availability is not None:  # goodput over offered: refusals and failures both count
+            ok = s.arrival_rate <= 0 or s.goodput / s.arrival_rate >= slo.availability
+        elif b is not None:
+            ok = s.goodput >= (1 - tol) * b.goodput and s.error_rate <= b.error_rate + _ERROR_SLACK
         slack = 4 * s.mean_service  # tiny baselines (an idle queue) need an absolute margin
-        return (
-            s.throughput >= (1 - tol) * b.throughput
-            and s.sojourn_p95 <= (1 + tol) * b.sojourn_p95 + slack
-            and s.queue_depth <= (1 + tol) * b.queue_depth + len(self.rt.workers)
-        )
+        if slo.p95 is not None:
+            ok = ok and s.sojourn_p95 <= slo.p95
+        elif b is not None:
+            ok = ok and s.sojourn_p95 <= (1 + tol) * b.sojourn_p95 + slack
+        if b is not None:
+            ok = ok and s.queue_depth <= (1 + tol) * b.queue_depth + len(self.rt.workers)
+        return ok
 
     def on_tick(self, s: ServiceView) -> None:
         self._now = s.t
         for record in self.faults:
             if record.active and s.t >= record.injected_at + record.ttl:
                 self._revert(record, "ttl")
+        unsettled = False
         for record in self.faults:
             if record.outcome in ("active", "recovering"):
                 self._observe(record, s)
-        if all(f.action == "resume_agent" for f in self.active()):
+            # A resume is instantaneous; anything else still in play keeps the baseline unfed.
+            unsettled = unsettled or (record.outcome in ("active", "recovering") and record.action != "resume_agent")
+        if not unsettled:
             self._window.append(s)
         self._check_stop_conditions(s)
 
@@ -256,8 +312,16 @@ class Injector:
             if healed or (not record.active and spec.restored(self.rt, record.targets, record.memo)):
                 record.mechanism_recovered_at = s.t
                 self._events.record(s.t, "fault", id=record.id, action=record.action, state="mechanism_recovered")
-        baseline = record.baseline
-        within = baseline is None or self._within(s, baseline)
+        within = self._within(s, record.baseline)
+        end = record.reverted_at if record.reverted_at is not None else record.injected_at + record.ttl
+        if within is None:
+            if not record.active and (record.mechanism_recovered_at is not None or s.t > end + self.recovery.limit):
+                record.outcome = "unmeasured"  # nothing to judge the service against: no verdict, no time
+                self._events.record(s.t, "fault", id=record.id, action=record.action, state="unmeasured")
+            return
+        if record.active and not within and record._last_tick is not None:
+            record.impact_s += s.t - record._last_tick
+        record._last_tick = s.t
         if not within:
             record._streak_from = None
         elif record._streak_from is None:
@@ -269,18 +333,11 @@ class Injector:
             and s.t >= record.mechanism_recovered_at
         ):
             record.service_recovered_at = max(record._streak_from, record.injected_at)
-            if True:
-                record.outcome = "recovered"
-                self._events.record(
-                    s.t,
-                    "fault",
-                    id=record.id,
-                    action=record.action,
-                    state="recovered",
-                    recovery_s=record.service_recovered_at - record.injected_at,
-                )
+            record.outcome = "recovered"
+            self._events.record(
+                s.t, "fault", id=record.id, action=record.action, state="recovered", recovery_s=record.recovery_s
+            )
             return
-        end = record.reverted_at if record.reverted_at is not None else record.injected_at + record.ttl
         if s.t > end + self.recovery.limit:
             record.outcome = "failed"
             record.service_recovered_at = None
@@ -309,5 +366,5 @@ class Injector:
             return s.goodput / s.arrival_rate if s.arrival_rate > 0 else 1.0
         if metric == "error_rate":
             return s.error_rate
-        base = self._baseline()
+        base = self.baseline()
         return s.goodput / base.goodput if base is not None and base.goodput > 0 else 1.0

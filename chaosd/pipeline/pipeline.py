@@ -22,7 +22,7 @@ from chaosd.pipeline.resources import McpConnection, MemoryStore
 from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.supervisor import Supervisor
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.worker import BusyMeter, Worker
+from chaosd.pipeline.worker import BusyMeter, Walk, Worker
 from chaosd.rng import Streams
 
 __all__ = ["Pipeline"]
@@ -79,6 +79,8 @@ class Pipeline:
         self.dag = Dag(settings.stages)
         self.route: tuple[StageRunner, ...] | None = None
         self.route_names: tuple[str, ...] | None = None
+        self.bypassed: tuple[str, ...] = ()  # optional stages the route skips: tasks complete degraded
+        self._walk: Walk | None = None
         self.dag_dirty = False
         self.avoided: frozenset[str] = frozenset()  # stages whose breaker is open
         self._reroute()
@@ -136,13 +138,18 @@ class Pipeline:
 
     # --- routing ----------------------------------------------------------------------------------
 
-    def _current_route(self) -> tuple[StageRunner, ...] | None:
-        return self.route
+    def _current_route(self) -> Walk | None:
+        return self._walk
 
     def _reroute(self) -> None:
-        names = self.dag.route(self.avoided)
-        self.route_names = names
-        self.route = None if names is None else tuple(self.stages[n] for n in names)
+        found = self.dag.find(self.avoided)
+        stages = self.stages
+        if found is None:
+            self.route_names, self.route, self.bypassed, self._walk = None, None, (), None
+        else:
+            self.route_names, self.bypassed = found.stages, found.bypassed
+            self.route = tuple(stages[n] for n in found.stages)
+            self._walk = Walk(self.route, tuple(stages[n] for n in found.bypassed))
         self.dag_dirty = False
 
     def mark_dag_changed(self) -> None:
@@ -159,7 +166,13 @@ class Pipeline:
             self.events.record(now - self.t0, "breaker", open=sorted(avoided))
         if self.dag_dirty:
             self._reroute()
-            self.events.record(now - self.t0, "dag", state="rerouted", route=list(self.route_names or ()))
+            self.events.record(
+                now - self.t0,
+                "dag",
+                state="rerouted",
+                route=list(self.route_names or ()),
+                bypassed=list(self.bypassed),
+            )
         for store in self.memory.values():
             if store.scrub():
                 self.events.record(now - self.t0, "memory", stage=store.name, state="repaired")

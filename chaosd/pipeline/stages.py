@@ -82,6 +82,8 @@ class StageRunner:
         self.llm_down = False  # llm_failure: the primary model errors
         self.jitter = 0.0  # latency_jitter: extra delay drawn from [0, jitter]
         # Outcomes a recovery check can watch
+        # Degraded outcomes: a hung tool call given up on (the task goes on without it), or a task
+        # completed with this optional stage skipped while removed or open (the worker counts those).
         self.degraded = 0
         self.fallback_served = 0
         self.successes = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from chaosd.clock import Clock
 from chaosd.histogram import LogHistogram
@@ -15,10 +16,18 @@ from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import TaskTracer
 
-__all__ = ["BusyMeter", "Worker"]
+__all__ = ["BusyMeter", "Walk", "Worker"]
 
 # A worker whose stages never wait (zero service time) still lets others run this often.
 _YIELD_EVERY = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """The route as workers walk it: the stages to run, and the optional ones skipped, which make it degraded."""
+
+    stages: tuple[StageRunner, ...]
+    bypassed: tuple[StageRunner, ...] = ()
 
 
 class BusyMeter:
@@ -52,7 +61,7 @@ class Worker:
         self,
         *,
         agent: Agent,
-        route: Callable[[], tuple[StageRunner, ...] | None],
+        route: Callable[[], Walk | None],
         queue: IngressQueue,
         ledger: Ledger,
         dispatcher: Dispatcher,
@@ -143,15 +152,15 @@ class Worker:
                 wait_add(t - task.accepted_at)
             task.attempts += 1
             busy.start(t)
-            route = self._route()
+            walk = self._route()
             reason = None
             if task.trace is not None and self.tracer is not None:
-                reason = await self._traced(task, route, t)
-            elif route is None:
+                reason = await self._traced(task, None if walk is None else walk.stages, t)
+            elif walk is None:
                 reason = "no_route"
             else:
                 slow = agent.slow
-                for stage in route:
+                for stage in walk.stages:
                     if stage.simple:
                         service = stage.sample() * slow
                         if service > 0.0:
@@ -170,6 +179,10 @@ class Worker:
             if reason is None:
                 if task.id in in_flight:
                     sojourn_add(t - task.accepted_at)
+                    if walk is not None:
+                        # Completed without the skipped stages' results: degraded, like a tool given up on.
+                        for skipped in walk.bypassed:
+                            skipped.degraded += 1
                 ledger.complete(task, t)
             else:
                 ledger.fail(task, reason)

@@ -1,0 +1,147 @@
+"""Recovery is judged on what users feel, against a clean baseline, on each fault's own clock.
+
+These are the measurements that once said "fine" while users were failing: a 20 s outage reported as
+a 0.1 s recovery, a fault with no baseline counted as recovered, a baseline fed while an earlier
+fault was still recovering. Each test asserts the measured number, and builds the negative control.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import settings
+
+from chaosd.clock import LoopClock, new_event_loop
+from chaosd.runner import Experiment, run_offline
+
+# A chain with no alternate and no optional stage: removing the middle stage stops all work.
+CHAIN = {
+    "stages": [
+        {"name": "a", "service": {"mean": 0.002}, "next": ["b"]},
+        {"name": "b", "service": {"mean": 0.002}, "next": ["c"]},
+        {"name": "c", "service": {"mean": 0.002}, "next": []},
+    ]
+}
+
+
+def _run(plan: Any, *, duration: float, overlay: dict[str, Any] | None = None) -> tuple[Experiment, dict[str, Any]]:
+    loop = new_event_loop(virtual=True)
+    try:
+        clock = LoopClock(loop)
+
+        async def main() -> tuple[Experiment, dict[str, Any]]:
+            exp = Experiment(settings(overlay or {}), clock, warmup=0.0)
+            return exp, await exp.run(duration, plan=plan)
+
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+async def _at(exp: Experiment, t: float) -> None:
+    await exp.clock.sleep_until(exp.pipeline.t0 + t)
+
+
+def test_an_outage_recovers_no_sooner_than_the_service_came_back() -> None:
+    """remove_node on a stage with no way around it: every task fails for 20 s."""
+
+    async def plan(exp: Experiment) -> None:
+        await _at(exp, 15.05)
+        exp.injector.inject("remove_node", "b", ttl=20.0)
+
+    _, report = _run(plan, duration=70.0, overlay=CHAIN)
+    fault = report["faults"][0]
+    assert report["tasks"]["failed_by"].get("no_route", 0) > 3000  # the outage users felt
+    assert fault["outcome"] == "recovered"
+    assert fault["clock"] == "heal"  # a removal is timed from injection: nothing healed it before the TTL
+    assert fault["recovery_s"] >= 20.0  # not 0.1 s: the service was down for the whole TTL
+    assert fault["recovery_s"] < 20.0 + 5.0
+    assert fault["impact_s"] >= 19.0  # out of tolerance for (almost) the whole time it was active
+    assert report["score"]["recovery_speed"] == 0.0  # ≥ 10 s is the slowest speed band
+    assert report["score"]["availability"] < 75.0  # 20 s of 70 s failed
+
+
+def test_a_fault_the_service_absorbs_recovers_at_once_with_no_impact() -> None:
+    """The negative control: a slowdown of one producer, which the pipeline absorbs within tolerance."""
+
+    async def plan(exp: Experiment) -> None:
+        await _at(exp, 15.05)
+        exp.injector.inject("slow_agent", "producer-0", params={"factor": 1.2}, ttl=10.0)
+
+    _, report = _run(plan, duration=50.0)
+    fault = report["faults"][0]
+    assert fault["outcome"] == "recovered" and fault["clock"] == "restore"
+    assert fault["recovery_s"] == 0.0 and fault["impact_s"] < 1.0  # a tick of noise at most
+
+
+def test_time_to_restore_is_counted_from_when_the_fault_is_lifted_not_from_injection() -> None:
+    """Every worker held by something else for 10 s: nothing heals it, so its clock starts when it is lifted."""
+
+    async def plan(exp: Experiment) -> None:
+        await _at(exp, 15.05)
+        exp.injector.inject("pool_exhaustion", "100%", ttl=10.0)
+
+    _, report = _run(plan, duration=60.0)
+    fault = report["faults"][0]
+    assert fault["clock"] == "restore" and fault["outcome"] == "recovered"
+    # 10 s of arrivals pile up and drain after the TTL: that drain is the time to restore, counted from
+    # the revert. The TTL itself is not charged to it; the 10 s the fault was felt are its impact.
+    assert fault["recovery_s"] == pytest.approx(fault["service_recovered_at"] - fault["reverted_at"])
+    assert fault["recovery_s"] > 2.0  # the backlog's drain is counted, not hidden
+    assert fault["service_recovered_at"] - fault["injected_at"] >= fault["ttl"] + fault["recovery_s"] - 0.2
+    assert fault["impact_s"] >= 9.0
+
+
+def test_a_fault_before_any_baseline_is_unmeasured_not_recovered() -> None:
+    async def plan(exp: Experiment) -> None:
+        exp.injector.inject("kill_leader", ttl=5.0)  # at t = 0: no steady state to judge against
+
+    _, report = _run(plan, duration=30.0)
+    fault = report["faults"][0]
+    assert fault["outcome"] == "unmeasured" and fault["recovery_s"] is None and fault["baseline"] is None
+    assert report["faults_summary"]["unmeasured"] == 1 and report["faults_summary"]["recovered"] == 0
+    assert report["score"]["recovery"] is None  # no verdict: neither a free 100 nor a 0
+
+
+def test_with_a_configured_slo_a_fault_before_any_baseline_is_judged_against_it() -> None:
+    async def plan(exp: Experiment) -> None:
+        exp.injector.inject("kill_leader", ttl=5.0)
+
+    _, report = _run(plan, duration=30.0, overlay={"slo": {"availability": 0.9, "p95": 0.2}})
+    fault = report["faults"][0]
+    assert fault["outcome"] == "recovered" and fault["baseline"] is None
+    assert 0.0 < fault["recovery_s"] < 5.0  # the election, then the backlog back under the SLO
+    assert report["faults_summary"]["slo"] == {"availability": 0.9, "p95": 0.2}
+
+
+def test_the_baseline_is_not_fed_while_an_earlier_fault_is_still_recovering() -> None:
+    """A fault injected while another recovers is judged against the clean steady state before both."""
+    seen: dict[str, Any] = {}
+
+    async def plan(exp: Experiment) -> None:
+        await _at(exp, 15.05)
+        exp.injector.inject("pool_exhaustion", "100%", ttl=8.0)  # a backlog that takes time to drain
+        clean = exp.injector.baseline()
+        await _at(exp, 23.15)  # just lifted: the backlog is still draining
+        seen["during"] = exp.injector.baseline()
+        seen["clean"] = clean
+        exp.injector.inject("slow_agent", "worker-0", params={"factor": 3}, ttl=5.0)
+
+    _, report = _run(plan, duration=70.0)
+    assert seen["during"] == seen["clean"]  # nothing from the fault or its recovery went in
+    second = report["faults"][1]
+    assert second["baseline"]["queue_depth"] == seen["clean"].queue_depth
+    assert second["baseline"]["queue_depth"] < 5  # the clean queue, not 10 s of backlog
+
+
+def test_shedding_load_scores_f_not_a_plus() -> None:
+    """A queue of one task offered ten times what the workers can serve refuses nine tasks in ten."""
+    report = run_offline(settings({"queue": {"capacity": 1}, "load": {"rate": 4000.0}}), duration=30.0, warmup=3.0)
+    t, score = report["tasks"], report["score"]
+    assert t["rejected"] > 0.8 * t["offered"]
+    good = t["completed"] - t["late"]
+    assert score["availability"] == pytest.approx(100 * good / (t["offered"] - t["in_flight"]), abs=1e-3)
+    assert score["availability"] < 20.0
+    assert score["grade"] == "F"
+    assert {"refused:queue_full"} <= {d["cause"] for d in report["diagnostics"]}
