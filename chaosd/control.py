@@ -12,9 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaosd.errors import FaultError, ScenarioError
+from chaosd.errors import FaultError
 from chaosd.faults import CATALOGUE, FaultRecord
-from chaosd.plans import EXPECT_KEYS, check_actions, evaluate_expectations, scenario_plan, survival_plan
+from chaosd.plans import (
+    Tally,
+    check_actions,
+    check_expectations,
+    check_speed,
+    evaluate_expectations,
+    scenario_plan,
+    score_weights,
+    survival_plan,
+    window_report,
+)
 from chaosd.report import rounded
 from chaosd.runner import Experiment
 from chaosd.scenario import Scenario
@@ -38,6 +48,7 @@ class PlanRun:
     log: list[dict[str, Any]] = field(default_factory=list)
     expectations: list[dict[str, Any]] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
+    before: Tally | None = None  # a scenario's: the task counts when it started, to judge its window
 
     def fault_ids(self) -> set[int]:
         return {int(e["fault"]) for e in self.log if e.get("fault") is not None}
@@ -103,16 +114,22 @@ class Controller:
         return run
 
     def start_scenario(self, scenario: Scenario, speed: float, source: str) -> PlanRun:
+        """Run ``scenario`` against the live pipeline, ``speed`` times faster; refuse what cannot be judged.
+
+        Without ``duration`` it lasts until its last fault ends plus ``SETTLE_S``. A ``speed`` that leaves
+        a fault too little time to be seen recovering is refused (422 on ``speed``, naming the largest
+        that works). Its expectations are judged on its own window: see :meth:`plan_report`.
+        """
         self._refuse_if_stopping()
         if self.scenario is not None and self.scenario.state == "running":
             raise FaultError("scenario", f"scenario {self.scenario.name!r} is running; stop it first", status=409)
-        check_actions(scenario.actions, source, self.exp.settings.faults.max_ttl)
-        unknown = [k for k in scenario.expect if k not in EXPECT_KEYS]
-        if unknown:
-            raise ScenarioError(
-                [(source, f"expect.{unknown[0]}", f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})")]
-            )
-        run = PlanRun("scenario", scenario.name, self.exp.pipeline.elapsed(), scenario.duration / speed)
+        settings = self.exp.settings
+        check_actions(scenario.actions, source, settings.faults.max_ttl)
+        check_expectations(scenario.expect, source)
+        check_speed(scenario, speed, settings.faults.default_ttl, settings.recovery.confirm)
+        duration = scenario.run_duration(settings.faults.default_ttl) / speed
+        run = PlanRun("scenario", scenario.name, self.exp.pipeline.elapsed(), duration)
+        run.before = Tally.of(self.exp.report())
         plan = scenario_plan(scenario.actions, speed=speed, log=run.log)
         run.task = asyncio.create_task(self._drive(run, plan(self.exp), scenario.expect), name="scenario")
         self.scenario = run
@@ -150,12 +167,17 @@ class Controller:
         self.exp.events.record(run.ended_at, run.kind, name=run.name, state=run.state, reason=run.reason)
 
     def plan_report(self, run: PlanRun) -> dict[str, Any]:
-        """The live report narrowed to one plan's faults and actions (what its expectations judge)."""
+        """What a plan's expectations judge: its own window, not the daemon's whole lifetime.
+
+        Task counts and the score are the difference of the live report's counts between the plan's
+        start and now; faults and actions are the plan's own.
+        """
         report = self.exp.report()
-        ids = run.fault_ids()
-        report["faults"] = [f for f in report["faults"] if f["id"] in ids]
-        report["actions"] = list(run.log)
-        result: dict[str, Any] = rounded(report)
+        before = run.before or Tally()  # a plan without a snapshot: judged from the daemon's start
+        window = window_report(before, report, run.fault_ids(), score_weights(self.exp.settings.score))
+        window["window"] = {"start_s": run.started_at, "end_s": report["duration_s"]}
+        window["actions"] = list(run.log)
+        result: dict[str, Any] = rounded(window)
         return result
 
     async def stop_plan(self, run: PlanRun | None, what: str) -> PlanRun:

@@ -1,21 +1,38 @@
-"""Plans that drive faults beside a run: a scenario's ARES-form actions, and survival mode; plus `expect:`."""
+"""Plans that drive faults beside a run: a scenario's ARES-form actions, and survival mode; plus `expect:`.
+
+A scenario's expectations are judged on a report: the run's (``chaosd run``), or the window the scenario
+ran in on the daemon (:func:`window_report`, the difference of two :class:`Tally` snapshots).
+"""
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from chaosd.config import ScoreConfig
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError, ScenarioError
 from chaosd.faults import CATALOGUE
 from chaosd.runner import Experiment
-from chaosd.scenario import ScenarioAction
+from chaosd.scenario import CHECKS, Scenario, ScenarioAction
+from chaosd.score import ScoreInputs, ScoreWeights, compute_score
 
-__all__ = ["SURVIVAL_DEFAULT", "check_actions", "evaluate_expectations", "scenario_plan", "survival_plan"]
+__all__ = [
+    "EXPECT_KEYS",
+    "SURVIVAL_DEFAULT",
+    "Tally",
+    "check_actions",
+    "check_expectations",
+    "check_speed",
+    "evaluate_expectations",
+    "scenario_plan",
+    "survival_plan",
+    "window_report",
+]
 
-# Checks a scenario may interleave with its faults.
-CHECKS = ("verify_leader",)
 SURVIVAL_DEFAULT = tuple(sorted(CATALOGUE))
 Plan = Callable[[Experiment], Coroutine[Any, Any, None]]
 
@@ -174,44 +191,7 @@ def _survival_target(exp: Experiment, action: str, rng: random.Random) -> str | 
     return spec.default_target if spec.default_target not in ("worker",) else "random"
 
 
-def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Check a scenario's ``expect:`` against its report; each item passes or fails with the measured value."""
-    grades = ["F", "D", "C", "B", "A", "A+"]
-    results: list[dict[str, Any]] = []
-    faults = report.get("faults", [])
-    for key, wanted in expect.items():
-        if key == "min_grade":
-            actual: Any = report["score"]["grade"]
-            ok = grades.index(actual) >= grades.index(str(wanted))
-        elif key == "min_score":
-            actual = report["score"]["total"]
-            ok = actual >= float(wanted)
-        elif key == "max_recovery_s":
-            times = [f["recovery_s"] for f in faults if f["recovery_s"] is not None]
-            actual = max(times, default=0.0)
-            ok = actual <= float(parse_duration(wanted))  # type: ignore[arg-type]
-        elif key in ("lost_tasks", "max_lost"):
-            actual = report["tasks"]["lost"]
-            ok = actual <= int(wanted)
-        elif key in ("duplicated_tasks", "max_duplicated"):
-            actual = report["tasks"]["duplicated"]
-            ok = actual <= int(wanted)
-        elif key == "all_recovered":
-            actual = all(f["recovered"] for f in faults)
-            ok = actual == bool(wanted)
-        elif key == "checks_pass":
-            actual = all(a.get("ok", False) for a in report.get("actions", []))
-            ok = actual == bool(wanted)
-        elif key == "min_availability":
-            actual = report["score"]["availability"]
-            ok = actual >= float(wanted)
-        else:
-            raise ScenarioError(
-                [("scenario", f"expect.{key}", f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})")]
-            )
-        results.append({"expect": key, "wanted": wanted, "actual": actual, "passed": bool(ok)})
-    return results
-
+# --- expectations ----------------------------------------------------------------------------------
 
 EXPECT_KEYS = (
     "min_grade",
@@ -223,3 +203,214 @@ EXPECT_KEYS = (
     "checks_pass",
     "min_availability",
 )
+_GRADES = ("F", "D", "C", "B", "A", "A+")
+
+
+def check_expectations(expect: Mapping[str, Any], source: str) -> None:
+    """Refuse unknown keys and values that cannot be compared, before anything runs."""
+    problems: list[tuple[str, str, str]] = []
+    for key, wanted in expect.items():
+        problem = _expectation_problem(key, wanted)
+        if problem is not None:
+            problems.append((source, f"expect.{key}", problem))
+    if problems:
+        raise ScenarioError(problems)
+
+
+def _expectation_problem(key: str, wanted: object) -> str | None:
+    number = wanted if isinstance(wanted, int | float) and not isinstance(wanted, bool) else None
+    if key not in EXPECT_KEYS:
+        return f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})"
+    if key == "min_grade" and wanted not in _GRADES:
+        return f"must be a grade ({', '.join(_GRADES)})"
+    if key in ("min_score", "min_availability") and not (number is not None and 0 <= number <= 100):
+        return "must be a number from 0 to 100"
+    if key in ("lost_tasks", "duplicated_tasks") and not (
+        number is not None and math.isfinite(number) and number == int(number) >= 0
+    ):
+        return "must be a whole number ≥ 0 (the most tasks allowed)"
+    if key in ("all_recovered", "checks_pass") and not isinstance(wanted, bool):
+        return "must be true or false"
+    if key == "max_recovery_s":
+        try:
+            seconds = parse_duration(wanted)
+        except ValueError:
+            return "not a duration (use seconds, or a number with ms, s, m or h)"
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+            return "must be a duration ≥ 0"
+    return None
+
+
+def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Check ``expect:`` against a report (a run's, or a scenario's window): one entry per expectation.
+
+    Each entry has ``check`` (the key), ``expected`` (as written), ``measured`` and ``passed``; a
+    measurement the report does not have (no score yet: nothing was offered) is None and fails.
+    ``expect``, ``wanted`` and ``actual`` repeat the first three under their earlier names.
+    """
+    results: list[dict[str, Any]] = []
+    faults = report.get("faults", [])
+    score = report["score"]
+    for key, wanted in expect.items():
+        measured: Any
+        if key == "min_grade":
+            measured = score["grade"]
+            ok = measured in _GRADES and _GRADES.index(measured) >= _GRADES.index(str(wanted))
+        elif key == "min_score":
+            measured = score["total"]
+            ok = measured is not None and measured >= float(wanted)
+        elif key == "max_recovery_s":
+            times = [f["recovery_s"] for f in faults if f["recovery_s"] is not None]
+            measured = max(times, default=0.0)
+            ok = measured <= float(parse_duration(wanted))  # type: ignore[arg-type]
+        elif key in ("lost_tasks", "max_lost"):
+            measured = report["tasks"]["lost"]
+            ok = measured <= int(wanted)
+        elif key in ("duplicated_tasks", "max_duplicated"):
+            measured = report["tasks"]["duplicated"]
+            ok = measured <= int(wanted)
+        elif key == "all_recovered":
+            measured = all(f["recovered"] for f in faults)
+            ok = measured == bool(wanted)
+        elif key == "checks_pass":
+            measured = all(a.get("ok", False) for a in report.get("actions", []))
+            ok = measured == bool(wanted)
+        elif key == "min_availability":
+            measured = score["availability"]
+            ok = measured is not None and measured >= float(wanted)
+        else:
+            raise ScenarioError(
+                [("scenario", f"expect.{key}", f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})")]
+            )
+        results.append(
+            {
+                "check": key,
+                "expected": wanted,
+                "measured": measured,
+                "passed": bool(ok),
+                "expect": key,
+                "wanted": wanted,
+                "actual": measured,
+            }
+        )
+    return results
+
+
+# --- a scenario's window on the daemon ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """The live report's task counts at one instant; a scenario's window is the difference of two.
+
+    Counts are cumulative, bar ``in_flight`` and ``lost``: levels (measured tasks held now; nobody holds now).
+    ``Tally()`` is the daemon's start.
+    """
+
+    offered: int = 0
+    accepted: int = 0
+    completed: int = 0
+    late: int = 0
+    failed: int = 0
+    rejected: int = 0
+    duplicated: int = 0
+    lost: int = 0
+    in_flight: int = 0
+    corrupted: int = 0  # memory reads that returned corrupted data undetected
+
+    @classmethod
+    def of(cls, report: Mapping[str, Any]) -> Tally:
+        t = report["tasks"]
+        causes = {d["cause"]: d["count"] for d in report.get("diagnostics", [])}
+        return cls(
+            offered=t["offered"],
+            accepted=t["accepted"],
+            completed=t["completed"],
+            late=t["late"],
+            failed=t["failed"],
+            rejected=t["rejected"],
+            duplicated=t["duplicated"],
+            lost=t["lost"],
+            in_flight=t["in_flight"],
+            corrupted=causes.get("corruption_undetected", 0),
+        )
+
+
+def window_report(
+    before: Tally, report: Mapping[str, Any], fault_ids: Collection[int], weights: ScoreWeights
+) -> dict[str, Any]:
+    """What happened since ``before``, from the live ``report``: task counts, their score, the window's faults.
+
+    ``faults`` keeps only ``fault_ids`` (the scenario's). ``lost`` counts tasks that went missing in the
+    window and still are; the score uses the window's counts and faults, with the formula the report uses.
+    """
+    after = Tally.of(report)
+
+    def grew(field: str) -> int:
+        return max(0, int(getattr(after, field)) - int(getattr(before, field)))
+
+    lost = grew("lost")
+    good = max(0, (after.completed - after.late) - (before.completed - before.late))
+    # Settled = reached an outcome or went missing: accepted less what is still held, at each end.
+    accepted = max((after.accepted - after.in_flight) - (before.accepted - before.in_flight), good + lost)
+    offered = max((after.offered - after.in_flight) - (before.offered - before.in_flight), accepted)
+    faults = [f for f in report["faults"] if f["id"] in fault_ids]
+    judged = [f for f in faults if f["outcome"] in ("recovered", "failed")]
+    times = tuple(float(f["recovery_s"]) for f in judged if f["recovered"] and f["recovery_s"] is not None)
+    score = compute_score(
+        ScoreInputs(
+            offered=offered,
+            accepted=accepted,
+            good=good,
+            lost=lost,
+            duplicated=grew("duplicated"),
+            undetected_corruptions=grew("corrupted"),
+            faults_judged=len(judged),
+            faults_recovered=len(times),
+            recovery_times_s=times,
+        ),
+        weights,
+    )
+    tasks = {name: grew(name) for name in ("offered", "accepted", "completed", "late", "failed", "rejected")}
+    tasks.update(lost=lost, duplicated=grew("duplicated"), in_flight=after.in_flight)
+    return {"tasks": tasks, "score": score.as_dict(), "faults": faults}
+
+
+def score_weights(cfg: ScoreConfig) -> ScoreWeights:
+    """The configured score weights, as the report's score uses them."""
+    return ScoreWeights(
+        availability=cfg.availability,
+        recovery=cfg.recovery,
+        consistency=cfg.consistency,
+        recovery_rate_share=cfg.recovery_rate_share,
+        speed_best_s=cfg.speed_best,
+        speed_worst_s=cfg.speed_worst,
+    )
+
+
+def check_speed(scenario: Scenario, speed: float, default_ttl: float, confirm: float) -> None:
+    """Refuse a ``speed`` that leaves a fault less than ``confirm`` seconds to be seen recovering.
+
+    ``speed`` divides delays, TTLs and the duration, but not ``recovery.confirm``: a recovery is confirmed
+    no sooner than that long after the fault ends, so each fault must end at least ``confirm`` (real)
+    seconds before the scaled scenario does. A scenario that leaves less even at speed 1 runs at 1 only.
+    """
+    windows = scenario.fault_windows(default_ttl)
+    if speed <= 1 or confirm <= 0 or not windows:
+        return
+    duration = scenario.run_duration(default_ttl)
+    tightest = min(windows, key=lambda w: duration - w.end)
+    left = duration - tightest.end
+    limit = left / confirm
+    if speed <= limit:
+        return
+    if limit < 1:
+        fix = f"even at speed 1 it leaves {max(left, 0):g} s: run it at speed 1, or give it a longer duration"
+    else:
+        fix = f"the largest speed that leaves enough is {math.floor(limit * 100) / 100:g}"
+    raise FaultError(
+        "speed",
+        f"{speed:g} is too fast: actions.{tightest.index} ({tightest.action}) would end "
+        f"{max(left, 0) / speed:.2f} s before the scenario does, less than recovery.confirm ({confirm:g} s), "
+        f"the time a recovery takes to confirm; {fix}",
+    )

@@ -1,17 +1,22 @@
-"""Scenario files: YAML with a name, seed, duration, load phases, config overrides and actions.
+"""Scenario files, YAML or JSON: a name, actions in the ARES Arena form, and chaosd's own optional keys.
 
 ``actions`` use the ARES Arena form (``- delay: 8s`` then ``action: {type, target_id, metadata}``,
 delays relative to the previous action); they are validated here and executed by the fault injector.
+A scenario without ``duration`` runs until its last fault ends, plus :data:`SETTLE_S`.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from yaml.composer import Composer
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.error import MarkedYAMLError
@@ -22,11 +27,14 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from chaosd.config import Settings, deep_merge, load_settings
-from chaosd.durations import Seconds
+from chaosd.durations import Seconds, parse_duration
 from chaosd.errors import ConfigError, FaultError, ScenarioError
 
 __all__ = [
+    "CHECKS",
     "MAX_SCENARIO_BYTES",
+    "SETTLE_S",
+    "FaultWindow",
     "Scenario",
     "ScenarioAction",
     "find_scenario",
@@ -40,8 +48,15 @@ SHIPPED = Path(__file__).resolve().parent.parent / "scenarios"
 # The shipped scenarios are 1–2 KiB. Reading is synchronous: 64 KiB of dense YAML takes ~0.5 s.
 MAX_SCENARIO_BYTES = 64 * 1024
 
+# Time a scenario without ``duration`` runs after its last fault ends: enough to see the service recover
+# (recovery.confirm is 3 s; the shipped scenarios' slowest recovery is about 15 s) without waiting for
+# recovery.limit (60 s), the point at which a recovery counts as failed.
+SETTLE_S = 30.0
+# Actions that check the pipeline instead of injecting a fault: no TTL.
+CHECKS = ("verify_leader",)
+
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
-_SUFFIXES = (".yaml", ".yml")
+_SUFFIXES = (".yaml", ".yml", ".json")
 _MAX_DEPTH = 32
 _MAX_NODES = 100_000
 _MAX_ALIASES = 100
@@ -56,22 +71,81 @@ class ActionSpec(_Model):
     target_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    def ttl(self, default_ttl: float) -> float | None:
+        """How long the fault lasts: ``metadata.duration``, else ``default_ttl``; None for a check.
+
+        An unreadable ``metadata.duration`` counts as ``default_ttl`` here: ``check_actions`` refuses it.
+        """
+        if self.type in CHECKS:
+            return None
+        raw = self.metadata.get("duration")
+        try:
+            ttl = float(parse_duration(raw)) if raw is not None else default_ttl  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return default_ttl
+        return ttl if math.isfinite(ttl) and ttl > 0 else default_ttl
+
 
 class ScenarioAction(_Model):
-    delay: Seconds = Field(default=0.0, ge=0)
+    delay: Seconds = Field(default=0.0, ge=0, allow_inf_nan=False)
     action: ActionSpec
+
+
+@dataclass(frozen=True, slots=True)
+class FaultWindow:
+    """When one action's fault runs, in seconds from the scenario's start (unscaled)."""
+
+    index: int  # position in ``actions``
+    action: str
+    start: float
+    end: float
 
 
 class Scenario(_Model):
     name: str = Field(min_length=1)
     description: str = ""
+    # ARES metadata, accepted and carried; chaosd does nothing with it.
+    version: str | int | float | None = None
+    author: str | None = None
+    tags: tuple[str, ...] = ()
     seed: int | None = Field(default=None, ge=0)
-    duration: Seconds = Field(gt=0)
-    warmup: Seconds | None = Field(default=None, ge=0)
+    warmup: Seconds | None = Field(default=None, ge=0, allow_inf_nan=False)
     load: dict[str, Any] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
     actions: tuple[ScenarioAction, ...] = ()
+    # After ``actions``: its validator reads them. None → derived from the actions (``run_duration``).
+    duration: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False, validate_default=True)
     expect: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("duration")
+    @classmethod
+    def _derivable(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None and "actions" in info.data and not info.data["actions"]:
+            raise ValueError("Field required when the scenario has no actions (otherwise it is derived from them)")
+        return value
+
+    def fault_windows(self, default_ttl: float) -> tuple[FaultWindow, ...]:
+        """Each fault's start and end: delays add up; a fault lasts its TTL (``default_ttl`` when not given)."""
+        windows = []
+        at = 0.0
+        for i, item in enumerate(self.actions):
+            at += item.delay
+            ttl = item.action.ttl(default_ttl)
+            if ttl is not None:
+                windows.append(FaultWindow(i, item.action.type, at, at + ttl))
+        return tuple(windows)
+
+    def run_duration(self, default_ttl: float) -> float:
+        """``duration`` as written; without one, when the last fault ends (or the last action runs) plus ``SETTLE_S``.
+
+        ``default_ttl`` is the configured ``faults.default_ttl``, the TTL of an action without
+        ``metadata.duration``.
+        """
+        if self.duration is not None:
+            return self.duration
+        last_action = sum(item.delay for item in self.actions)
+        last_fault = max((w.end for w in self.fault_windows(default_ttl)), default=0.0)
+        return max(last_action, last_fault) + SETTLE_S
 
     def overlay(self) -> dict[str, Any]:
         """The scenario's changes to the configuration, in the config file's shape."""
@@ -82,18 +156,22 @@ class Scenario(_Model):
 
 
 def find_scenario(name_or_path: str) -> Path:
-    """A path as given, or a shipped scenario by name (``baseline`` → ``scenarios/baseline.yaml``).
+    """A path as given if it exists or has a slash; else a scenario in ``./scenarios``, then the shipped ones.
 
-    For the command line only: a local user may name any file they can read. Names from the network
-    go through :func:`resolve_scenario_name`.
+    ``baseline`` → ``scenarios/baseline.yaml`` (or ``.yml``, ``.json``); ``cascading_storm.yaml`` with no
+    such file in the working directory → ``scenarios/cascading_storm.yaml``. Nothing found: the path as
+    given, for the loader to report. For the command line only: a local user may name any file they can
+    read. Names from the network go through :func:`resolve_scenario_name`.
     """
     path = Path(name_or_path)
-    if path.exists() or path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+    if path.exists() or "/" in name_or_path:
         return path
+    names = [name_or_path] if path.suffix in _SUFFIXES else [f"{name_or_path}{s}" for s in _SUFFIXES]
     for folder in (Path("scenarios"), SHIPPED):
-        candidate = folder / f"{name_or_path}.yaml"
-        if candidate.exists():
-            return candidate
+        for name in names:
+            candidate = folder / name
+            if candidate.is_file():
+                return candidate
     return path
 
 
@@ -101,9 +179,9 @@ def resolve_scenario_name(name: str) -> Path:
     """The resolved path of the scenario called ``name`` in ``./scenarios`` or the shipped directory.
 
     ``name`` is a name, never a path: 1–100 letters, digits, ``_`` or ``-``, optionally ending in
-    ``.yaml`` or ``.yml``. A file (or symlink) that resolves outside the directory it was found in is
-    refused, not skipped. Raises :class:`FaultError` on ``name``: 422 for a malformed name, 404 when
-    there is no such scenario.
+    ``.yaml``, ``.yml`` or ``.json``; without one, the first of those that exists. A file (or symlink)
+    that resolves outside the directory it was found in is refused, not skipped. Raises
+    :class:`FaultError` on ``name``: 422 for a malformed name, 404 when there is no such scenario.
     """
     suffix = next((s for s in _SUFFIXES if name.endswith(s)), "")
     stem = name.removesuffix(suffix) if suffix else name
@@ -111,7 +189,8 @@ def resolve_scenario_name(name: str) -> Path:
         # The name is not echoed: it failed the pattern, so it may hold anything.
         raise FaultError(
             "name",
-            "must be a scenario name (1–100 letters, digits, '_' or '-', optionally ending in .yaml), not a path",
+            "must be a scenario name (1–100 letters, digits, '_' or '-', optionally ending in .yaml, .yml or .json), "
+            "not a path",
             status=422,
         )
     for folder in (Path("scenarios"), SHIPPED):
@@ -146,7 +225,11 @@ def load_scenario(path: Path, *, max_bytes: int | None = None) -> Scenario:
 
 
 def parse_scenario(text: str | bytes, source: str, *, max_bytes: int | None = None) -> Scenario:
-    """A scenario from YAML; every problem names ``source``, the field and what is wrong.
+    """A scenario from YAML or JSON; every problem names ``source``, the field and what is wrong.
+
+    A document that starts with ``{`` and is valid JSON is read as JSON (PyYAML reads YAML 1.1, which
+    misreads some JSON: ``1e3`` as text, ``\\ud83d\\ude00`` escapes as errors); one that is not, as YAML
+    (``{name: x}`` is a YAML flow mapping), unless ``source`` ends in ``.json``.
 
     Safe for untrusted input: bytes must be UTF-8, the document at most ``max_bytes`` (UTF-8) bytes,
     at most 32 collections deep and at most 100,000 nodes with each alias counted at the size of
@@ -168,17 +251,19 @@ def parse_scenario(text: str | bytes, source: str, *, max_bytes: int | None = No
         line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
         problem = f"unacceptable character #x{ord(unprintable[0]):04x}"
         raise ScenarioError([(source, "", f"not valid YAML at line {line}, column {column}: {problem}")])
-    loader = _BoundedLoader(text)
-    try:
-        raw = loader.get_single_data()
-    except _Refused as exc:
-        raise ScenarioError([(source, "", _describe(exc, "refused"))]) from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError([(source, "", _describe(exc, "not valid YAML"))]) from None
-    finally:
-        loader.dispose()
+    raw = _json_document(text, source)
+    if raw is _NOT_JSON:
+        loader = _BoundedLoader(text)
+        try:
+            raw = loader.get_single_data()
+        except _Refused as exc:
+            raise ScenarioError([(source, "", _describe(exc, "refused"))]) from None
+        except yaml.YAMLError as exc:
+            raise ScenarioError([(source, "", _describe(exc, "not valid YAML"))]) from None
+        finally:
+            loader.dispose()
     if not isinstance(raw, dict):
-        raise ScenarioError([(source, "", "a scenario is a mapping with at least name and duration")])
+        raise ScenarioError([(source, "", "a scenario is a mapping with a name, and actions or a duration")])
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
@@ -190,21 +275,77 @@ def parse_scenario(text: str | bytes, source: str, *, max_bytes: int | None = No
         raise ScenarioError(problems) from None
 
 
-def settings_for(scenario: Scenario, path: Path, config_path: Path | None) -> Settings:
-    """The config file overlaid with the scenario; errors in the overlay name the scenario file."""
-    overlay = scenario.overlay()
+def settings_for(
+    scenario: Scenario, path: Path, config_path: Path | None, overrides: Mapping[str, Any] | None = None
+) -> Settings:
+    """The config file overlaid with the scenario, then ``overrides`` (the command line's, e.g. ``seed``).
+
+    ``run.duration`` is the scenario's duration: as written, or derived from its actions and the
+    configured ``faults.default_ttl`` when it gives none. Errors in the overlay name the scenario file.
+    """
+    overlay = deep_merge(scenario.overlay(), dict(overrides or {}))
     try:
-        return load_settings(config_path, overlay, overlay_source=str(path))
+        settings = load_settings(config_path, overlay, overlay_source=str(path))
     except ConfigError as exc:
         problems = [
             (src, _scenario_field(field) if src == str(path) else field, msg) for src, field, msg in exc.problems
         ]
         raise ScenarioError(problems) from None
+    duration = scenario.run_duration(settings.faults.default_ttl)
+    return settings.model_copy(update={"run": settings.run.model_copy(update={"duration": duration})})
 
 
 def _scenario_field(field: str) -> str:
     # Keys the scenario sets under `load:` are reported where the user wrote them.
     return field if field.startswith("load") or field == "seed" else f"config.{field}"
+
+
+# --- JSON ------------------------------------------------------------------------------------------
+
+_NOT_JSON = object()
+
+
+def _json_document(text: str, source: str) -> Any:
+    """The JSON document in ``text``, held to the YAML limits; ``_NOT_JSON`` if it is not JSON (read it as YAML)."""
+    body = text.removeprefix("\ufeff")
+    if not body.lstrip(" \t\r\n").startswith("{"):
+        return _NOT_JSON
+    try:
+        raw = json.loads(body, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        if not source.endswith(".json"):
+            return _NOT_JSON
+        # JSON's messages are fixed phrases ("Expecting ',' delimiter"): they quote nothing.
+        raise ScenarioError(
+            [(source, "", f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")]
+        ) from None
+    except RecursionError:
+        raise ScenarioError([(source, "", f"refused: nested deeper than {_MAX_DEPTH} levels")]) from None
+    except ValueError:  # NaN or Infinity, or an integer longer than Python converts
+        raise ScenarioError([(source, "", "not valid JSON: NaN, Infinity or a number too long to read")]) from None
+    _check_shape(raw, source)
+    return raw
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _check_shape(document: Any, source: str) -> None:
+    """The YAML limits on a parsed JSON document: 32 collections deep, 100,000 nodes."""
+    nodes = 0
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if nodes > _MAX_NODES:
+            raise ScenarioError([(source, "", f"refused: more than {_MAX_NODES} nodes")])
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        if depth > _MAX_DEPTH:
+            raise ScenarioError([(source, "", f"refused: nested deeper than {_MAX_DEPTH} levels")])
+        stack.extend((child, depth + 1) for child in children)
 
 
 # --- bounded YAML -----------------------------------------------------------------------------------

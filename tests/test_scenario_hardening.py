@@ -1,7 +1,8 @@
-"""Scenario names and documents from the network: strict names, bounded YAML, messages that quote nothing."""
+"""Scenario names and documents from the network: strict names, bounded YAML and JSON, messages that quote nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,8 @@ def test_a_name_that_is_not_a_plain_name_is_refused_without_being_echoed(name: s
         resolve_scenario_name(name)
     assert caught.value.status == 422 and caught.value.field == "name"
     assert caught.value.message == (
-        "must be a scenario name (1–100 letters, digits, '_' or '-', optionally ending in .yaml), not a path"
+        "must be a scenario name (1–100 letters, digits, '_' or '-', optionally ending in .yaml, .yml or .json), "
+        "not a path"
     )
 
 
@@ -63,9 +65,13 @@ def test_the_working_directory_scenarios_come_first(tmp_path: Path, monkeypatch:
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "scenarios" / "baseline.yaml").write_text(VALID)
     (tmp_path / "scenarios" / "mine.yml").write_text(VALID)
+    (tmp_path / "scenarios" / "profile.json").write_text('{"name": "x", "duration": 10}')
     monkeypatch.chdir(tmp_path)
     assert resolve_scenario_name("baseline") == (tmp_path / "scenarios" / "baseline.yaml").resolve()
     assert resolve_scenario_name("mine") == (tmp_path / "scenarios" / "mine.yml").resolve()
+    assert resolve_scenario_name("profile") == (tmp_path / "scenarios" / "profile.json").resolve()
+    assert resolve_scenario_name("profile.json") == (tmp_path / "scenarios" / "profile.json").resolve()
+    assert load_scenario(resolve_scenario_name("profile.json")).duration == 10
 
 
 def test_an_unknown_name_is_404_and_quotes_the_checked_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -292,3 +298,42 @@ def test_every_shipped_scenario_parses_as_plain_safe_load_would(
         assert load_scenario(path) == expected
         assert load_scenario(path, max_bytes=64 * 1024) == expected
         assert resolve_scenario_name(path.stem) == path.resolve()
+
+
+# --- JSON ----------------------------------------------------------------------------------------------
+
+
+def test_json_that_yaml_would_misread_is_read_as_json() -> None:
+    # json.dumps escapes non-ASCII as \uXXXX surrogate pairs, which PyYAML refuses; 1.5e2 is text to YAML 1.1.
+    text = json.dumps({"name": "x", "description": "café ☕ 😀", "duration": 1e1, "load": {"rate": 1.5e2}})
+    scenario = parse_scenario(text, "upload")
+    assert (scenario.description, scenario.duration, scenario.load) == ("café ☕ 😀", 10.0, {"rate": 150.0})
+    # A YAML flow mapping is not JSON and is still read as YAML, unless the source says it is JSON.
+    assert parse_scenario("{name: x, duration: 10s}", "upload").duration == 10.0
+    assert _problem_from("{name: x, duration: 10s}", "x.json") == (
+        "x.json: not valid JSON at line 1, column 2: Expecting property name enclosed in double quotes"
+    )
+
+
+def _problem_from(text: str, source: str) -> str:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(text, source)
+    return "; ".join(caught.value.lines())
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"name": "x", "duration": NaN}', "not valid JSON: NaN, Infinity or a number too long to read"),
+        ('{"name": "x", "seed": ' + "9" * 5000 + "}", "not valid JSON: NaN, Infinity or a number too long to read"),
+        ('{"name": "x", "load": {"a": ' + "[" * 31 + "]" * 31 + "}}", "refused: nested deeper than 32 levels"),
+        ('{"name": "x", "load": {"a": ' + "[" * 5000 + "]" * 5000 + "}}", "refused: nested deeper than 32 levels"),
+        ('{"name": "x", "load": {"a": [' + ",".join(["1"] * 100_001) + "]}}", "refused: more than 100000 nodes"),
+        (f'{{"name": "{MARKER}", "duration": [1, }}', "not valid JSON at line 1, column "),
+    ],
+    ids=["nan", "huge-int", "deep", "very-deep", "many-nodes", "syntax"],
+)
+def test_json_is_held_to_the_yaml_limits_and_quotes_nothing(text: str, problem: str) -> None:
+    said = _problem_from(text, "s.json")
+    assert said.startswith(f"s.json: {problem}"), said
+    assert MARKER not in said

@@ -18,8 +18,9 @@ def _scenario(name: str, **overlay: object) -> dict:
     settings = settings_for(scenario, path, None)
     if overlay:
         settings = settings.model_copy(update=overlay)
-    warmup = scenario.warmup if scenario.warmup is not None else scenario.duration / 10
-    return run_offline(settings, duration=scenario.duration, warmup=warmup, scenario=scenario.name)
+    duration = settings.run.duration  # the scenario's, as settings_for gives it
+    warmup = scenario.warmup if scenario.warmup is not None else duration / 10
+    return run_offline(settings, duration=duration, warmup=warmup, scenario=scenario.name)
 
 
 def test_every_shipped_scenario_loads() -> None:
@@ -29,7 +30,7 @@ def test_every_shipped_scenario_loads() -> None:
         path = ROOT / "scenarios" / f"{name}.yaml"
         scenario = load_scenario(path)
         assert scenario.name == name and scenario.description
-        settings_for(scenario, path, None)
+        assert settings_for(scenario, path, None).run.duration == scenario.duration
 
 
 def test_retry_storm_without_throttle_stays_collapsed_after_the_spike() -> None:
