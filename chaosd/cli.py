@@ -1,25 +1,28 @@
 """Command line: ``chaosd [serve] --config FILE``, ``chaosd run [SCENARIO] …`` and the client commands.
 
-The only module that exits the process: bad input → a message naming the field, exit code 2.
+The only module that exits the process: bad input → a message naming the field, exit code 2; Ctrl-C during
+``chaosd run`` → the partial report, exit code 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chaosd import __version__
 from chaosd.client import COMMANDS, add_client_commands, run_client_command
 from chaosd.clock import wall_time
-from chaosd.config import Settings, deep_merge, load_settings
+from chaosd.config import Settings, load_settings
 from chaosd.durations import parse_duration
 from chaosd.errors import ConfigError, FaultError
 from chaosd.plans import (
-    EXPECT_KEYS,
     SURVIVAL_DEFAULT,
     check_actions,
+    check_expectations,
     evaluate_expectations,
     scenario_plan,
     survival_plan,
@@ -27,11 +30,16 @@ from chaosd.plans import (
 from chaosd.report import render_summary, write_report
 from chaosd.runner import Experiment, run_offline
 from chaosd.scenario import Scenario, find_scenario, load_scenario, settings_for
+from chaosd.telemetry.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 __all__ = ["main"]
 
 EXIT_USAGE = 2
 EXIT_EXPECTATION = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C
 
 
 def _duration(text: str) -> float:
@@ -73,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=_duration, help="initial time excluded from the report (default 10 %%)")
     run.add_argument("--report", type=Path, help="where to write the JSON report")
     run.add_argument("--realtime", action="store_true", help="run on the real clock instead of virtual time")
-    run.add_argument("--quiet", action="store_true", help="print no summary")
+    run.add_argument("--quiet", action="store_true", help="show no progress and print no summary")
     run.add_argument("--survival", action="store_true", help="inject random faults every --interval")
     run.add_argument("--interval", type=_duration, default=10.0, help="survival: seconds between faults (10)")
     run.add_argument("--actions", help="survival: comma-separated subset of the catalogue (default: every action)")
@@ -91,6 +99,60 @@ def _out(line: str) -> None:
     print(line, flush=True)
 
 
+class _ProgressBar:
+    """Clock time against the duration, and its speed, as a bar on the terminal; called every telemetry tick.
+
+    Redrawn a few times a wall second at most, and only from the tick: no thread, nothing read from the run
+    but the snapshot, so the report stays the same bytes. Runs shorter than ``_DELAY`` never show it.
+    """
+
+    _DELAY = 0.5  # wall seconds
+    _EVERY = 0.25  # wall seconds between redraws
+
+    def __init__(self, duration: float, *, virtual: bool) -> None:
+        self._duration = duration
+        self._virtual = virtual
+        self._started = wall_time()
+        self._due = self._started + self._DELAY
+        self._bar: tuple[Progress, TaskID] | None = None
+
+    def __call__(self, snap: Snapshot) -> None:
+        now = wall_time()
+        if now < self._due:
+            return
+        self._due = now + self._EVERY
+        if self._bar is None:
+            self._bar = self._start()
+        bar, task = self._bar
+        speed = snap.t / (now - self._started)
+        shown = f"{speed:,.0f}×" if speed >= 10 else f"{speed:.2f}×"
+        bar.update(task, completed=min(snap.t, self._duration), speed=shown, refresh=True)
+
+    def _start(self) -> tuple[Progress, TaskID]:
+        # rich only once a bar is due: every other command starts without it.
+        from rich.progress import BarColumn, Progress, TextColumn  # noqa: PLC0415
+
+        clock = "simulated" if self._virtual else "real clock"
+        bar = Progress(
+            BarColumn(bar_width=None),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TextColumn(f"t={{task.completed:,.0f}} / {{task.total:,.0f}} s {clock}"),
+            TextColumn("· {task.fields[speed]} real time"),
+            auto_refresh=False,  # no refresh thread: redrawn from the tick
+            expand=True,  # the bar takes what the text leaves of the terminal's width
+            transient=True,
+            redirect_stderr=False,
+            get_time=wall_time,
+        )
+        task = bar.add_task("run", total=self._duration, speed="")
+        bar.start()
+        return bar, task
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar[0].stop()
+
+
 def _run(args: argparse.Namespace) -> int:
     scenario: Scenario | None = None
     overlay: dict[str, object] = {}
@@ -99,13 +161,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.scenario is not None:
         path = find_scenario(args.scenario)
         scenario = load_scenario(path)
-        settings: Settings = settings_for(scenario, path, args.config)
+        # The command line's overrides (the seed) go on top, keeping the scenario's (derived) duration.
+        settings: Settings = settings_for(scenario, path, args.config, overlay)
         check_actions(scenario.actions, str(path), settings.faults.max_ttl)
-        unknown = [k for k in scenario.expect if k not in EXPECT_KEYS]
-        if unknown:
-            return _fail([f"{path}: expect.{unknown[0]}: unknown expectation (valid: {', '.join(EXPECT_KEYS)})"])
-        if overlay:
-            settings = load_settings(args.config, deep_merge(scenario.overlay(), overlay), str(path))
+        check_expectations(scenario.expect, str(path))  # values too, before anything runs
     else:
         settings = load_settings(args.config, overlay, "command line")
     duration = args.duration or (scenario.duration if scenario else None) or settings.run.duration
@@ -130,9 +189,10 @@ def _run(args: argparse.Namespace) -> int:
             if args.quiet or len(exp.plan_log) % every:
                 return
             live = exp.live_score()
+            score = "none yet" if live.total is None else f"{live.total:.1f} ({live.grade})"  # nothing measured
             _out(
                 f"  survival   t={exp.pipeline.elapsed():7.1f}s actions={len(exp.plan_log)} "
-                f"active={len(exp.injector.active())} score={live.total:.1f} ({live.grade})"
+                f"active={len(exp.injector.active())} score={score}"
             )
 
         ttl = min(settings.faults.max_ttl, max(settings.faults.default_ttl, 2 * args.interval))
@@ -141,23 +201,41 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(["--actions: only with --survival"])
     elif scenario is not None and scenario.actions:
         plan = scenario_plan(scenario.actions)
+    bar = None if args.quiet or not sys.stdout.isatty() else _ProgressBar(duration, virtual=not args.realtime)
     started = wall_time()
-    report = run_offline(
-        settings,
-        duration=duration,
-        warmup=warmup,
-        virtual=not args.realtime,
-        scenario=scenario.name if scenario else None,
-        plan=plan,
-    )
+    try:
+        report = run_offline(
+            settings,
+            duration=duration,
+            warmup=warmup,
+            virtual=not args.realtime,
+            scenario=scenario.name if scenario else None,
+            plan=plan,
+            on_tick=bar,
+            stop_on=(signal.SIGINT,),
+        )
+    except KeyboardInterrupt:  # a second Ctrl-C while the first one's report was being built
+        print("chaosd: interrupted again; no report written", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    finally:
+        if bar is not None:
+            bar.close()
     wall = wall_time() - started
     if scenario is not None and scenario.expect:
         report["expectations"] = evaluate_expectations(scenario.expect, report)
     write_report(report, report_path)
     if not args.quiet:
         _out(render_summary(report))
-        speed = f" ({duration / wall:.0f}× real time)" if not args.realtime and wall > 0 else ""
+        speed = f" ({report['duration_s'] / wall:.0f}× real time)" if not args.realtime and wall > 0 else ""
         _out(f"  report     {report_path} · {wall:.2f} s wall{speed}")
+    if report["interrupted"]:
+        clock = "real clock" if args.realtime else "simulated"
+        print(
+            f"chaosd: interrupted at t={report['duration_s']:.1f} s ({clock}); partial report written to {report_path}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_INTERRUPTED
     if any(not e["passed"] for e in report.get("expectations", [])):
         return EXIT_EXPECTATION
     return 0
@@ -170,7 +248,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "run":
-            return _run(args)
+            try:
+                return _run(args)
+            except KeyboardInterrupt:  # before the run started, or while the report was being written
+                print("chaosd: interrupted", file=sys.stderr, flush=True)
+                return EXIT_INTERRUPTED
         if args.command in COMMANDS:
             return run_client_command(args, _out, lambda line: print(line, file=sys.stderr))
         from chaosd.daemon import serve  # noqa: PLC0415 - aiohttp only for the daemon
