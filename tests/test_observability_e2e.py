@@ -157,6 +157,14 @@ def test_every_dashboard_panel_query_parses_and_returns_data(stack: dict[str, An
     daemon, prom = stack["daemon"], stack["prom"]
     expr = 'sum(chaosd_fault_recovery_seconds_count{action="kill_agent",kind="service"})'
     before = float(_query(prom, expr)[0]["value"][1])
+
+    # Earlier tests' faults (a 4× spike, a leader kill) must have their verdicts first: a fault injected
+    # while they still recover would join their incident and carry no recovery time of its own.
+    def settled() -> bool:
+        faults = daemon.get("/api/v1/faults")[1]["faults"]
+        return not any(f["outcome"] in ("active", "recovering") for f in faults)
+
+    wait_for(settled, 150, "earlier faults to reach a verdict")
     assert daemon.request("POST", "/api/v1/faults", {"action": "kill_agent", "ttl": 2})[0] == 201
     wait_for(lambda: float(_query(prom, expr)[0]["value"][1]) > before, 30, "a recovered fault")
     empty = []

@@ -145,3 +145,34 @@ def test_shedding_load_scores_f_not_a_plus() -> None:
     assert score["availability"] < 20.0
     assert score["grade"] == "F"
     assert {"refused:queue_full"} <= {d["cause"] for d in report["diagnostics"]}
+
+
+def test_overlapping_faults_form_one_incident_and_no_fault_borrows_its_recovery() -> None:
+    """A second blow while the first is still felt: one incident, one recovery, from the last blow."""
+
+    async def plan(exp: Experiment) -> None:
+        await _at(exp, 15.05)
+        exp.injector.inject("pool_exhaustion", "100%", ttl=6.0)  # a backlog that drains after 21.05
+        await _at(exp, 20.05)
+        exp.injector.inject("kill_leader", ttl=5.0)  # while the first is still active
+        await _at(exp, 45.05)
+        exp.injector.inject("slow_agent", "producer-0", params={"factor": 1.2}, ttl=5.0)  # alone, later
+
+    _, report = _run(plan, duration=80.0)
+    first, second, third = report["faults"]
+    incidents = report["incidents"]
+    assert [i["faults"] for i in incidents] == [[1, 2], [3]]
+    assert first["incident"] == second["incident"] == 1 and third["incident"] == 2
+    shared = incidents[0]
+    assert shared["outcome"] == "recovered"
+    # Neither fault carries a time of its own: the service came back once, for both.
+    assert first["recovery_s"] is None and second["recovery_s"] is None
+    assert first["outcome"] == second["outcome"] == "recovered"
+    # The incident's clock starts at its last blow: the later of the kill (heals: from injection, 20.05)
+    # and the exhaustion lifted (restore: from its revert, 21.1).
+    back = max(first["service_recovered_at"], second["service_recovered_at"])
+    assert shared["recovery_s"] == pytest.approx(back - max(second["injected_at"], first["reverted_at"]))
+    assert incidents[1]["recovery_s"] == third["recovery_s"]  # a lone fault is its own incident
+    assert report["faults_summary"]["incidents"] == 2
+    # Scored per incident: two judged, both recovered.
+    assert report["score"]["recovery_rate"] == 100.0

@@ -24,6 +24,7 @@ from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
 from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
+from chaosd.faults.incidents import Incident
 from chaosd.pipeline import Pipeline
 
 __all__ = ["TERMINAL", "Baseline", "FaultRecord", "Injector", "ServiceView"]
@@ -93,6 +94,8 @@ class FaultRecord:
     outcome: str = "active"  # active → recovering → recovered | failed | unmeasured
     heals: bool = False  # a mechanism heals it: timed from injection; else from when it is lifted
     impact_s: float = 0.0  # seconds out of tolerance while the fault was active
+    incident: int = 0  # the incident it belongs to
+    shared: bool = False  # its incident has other faults: the recovery is the incident's, not its own
     _streak_from: float | None = None
     _last_tick: float | None = None
 
@@ -102,8 +105,11 @@ class FaultRecord:
 
     @property
     def recovery_s(self) -> float | None:
-        """The fault's own clock: time to heal (from injection) or time to restore (from being lifted)."""
-        if self.outcome != "recovered" or self.service_recovered_at is None:
+        """The fault's own clock: time to heal (from injection) or time to restore (from being lifted).
+
+        None in a shared incident: the service came back once for all its faults (see the incident).
+        """
+        if self.outcome != "recovered" or self.service_recovered_at is None or self.shared:
             return None
         start = self.injected_at if self.heals or self.reverted_at is None else self.reverted_at
         return max(0.0, self.service_recovered_at - start)
@@ -127,6 +133,7 @@ class FaultRecord:
             "baseline": self.baseline.as_dict() if self.baseline is not None else None,
             "recovered": self.outcome == "recovered",
             "outcome": self.outcome,
+            "incident": self.incident,
         }
 
 
@@ -152,6 +159,7 @@ class Injector:
         self._rng = rng
         self._events = events
         self.faults: list[FaultRecord] = []
+        self.incidents: list[Incident] = []
         self.lever: str | None = None  # why the safety lever is pulled, or None
         self.closed: str | None = None  # why no fault is accepted any more (shutdown), or None
         self._window: deque[ServiceView] = deque(maxlen=max(1, round(recovery.baseline_window / tick)))
@@ -216,8 +224,24 @@ class Injector:
         )
         record.memo = spec.apply(self.rt, targets, checked)
         self.faults.append(record)
+        self._join_incident(record)
         self._events.record(now, "fault", id=record.id, action=action, state="injected", targets=list(targets))
         return record
+
+    def _join_incident(self, record: FaultRecord) -> None:
+        """Injected while another fault is still active or recovering: one incident, judged together."""
+        if record.action == "resume_agent":  # an instantaneous remedy, not a blow of its own
+            record.incident = self.incidents[-1].id if self.incidents else 0
+            return
+        if self.incidents and self.incidents[-1].open:
+            incident = self.incidents[-1]
+            incident.members.append(record)
+            for member in incident.members:
+                member.shared = True
+        else:
+            incident = Incident(len(self.incidents) + 1, [record])
+            self.incidents.append(incident)
+        record.incident = incident.id
 
     def revert(self, fault_id: int) -> FaultRecord:
         record = self.get(fault_id)

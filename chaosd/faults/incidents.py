@@ -1,0 +1,64 @@
+"""Incidents: faults whose effects overlap, judged together.
+
+A fault injected while another is still active or recovering joins that fault's incident. The
+service comes back once for all of them, so the incident carries the recovery: its clock starts at
+the last blow (the latest injection of a fault a mechanism heals, or the latest lifting of one that
+nothing heals) and stops when the service is back. A fault in a shared incident carries no recovery
+time of its own: no fault borrows another's recovery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chaosd.faults.injector import FaultRecord
+
+__all__ = ["Incident"]
+
+PENDING = ("active", "recovering")
+
+
+@dataclass(slots=True)
+class Incident:
+    id: int
+    members: list[FaultRecord] = field(default_factory=list)
+
+    @property
+    def open(self) -> bool:
+        return any(m.outcome in PENDING for m in self.members)
+
+    @property
+    def outcome(self) -> str:
+        """pending while any member is; failed if any failed; unmeasured if none could be judged; else recovered."""
+        outcomes = {m.outcome for m in self.members}
+        if outcomes & set(PENDING):
+            return "recovering"
+        if "failed" in outcomes:
+            return "failed"
+        if outcomes == {"unmeasured"}:
+            return "unmeasured"
+        return "recovered"
+
+    @property
+    def recovery_s(self) -> float | None:
+        if self.outcome != "recovered":
+            return None
+        judged = [m for m in self.members if m.outcome == "recovered" and m.service_recovered_at is not None]
+        if not judged:
+            return None
+        start = max(m.injected_at if m.heals or m.reverted_at is None else m.reverted_at for m in self.members)
+        back = max(m.service_recovered_at for m in judged if m.service_recovered_at is not None)
+        return max(0.0, back - start)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "faults": [m.id for m in self.members],
+            "actions": [m.action for m in self.members],
+            "started_at": min(m.injected_at for m in self.members),
+            "outcome": self.outcome,
+            "recovery_s": self.recovery_s,
+            "impact_s": sum(m.impact_s for m in self.members),
+        }
