@@ -26,6 +26,7 @@ from chaosd.plans import (
     evaluate_expectations,
     scenario_plan,
     survival_plan,
+    survival_timing,
 )
 from chaosd.report import render_summary, write_report
 from chaosd.runner import Experiment, run_offline
@@ -85,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--survival", action="store_true", help="inject random faults every --interval")
     run.add_argument("--interval", type=_duration, default=10.0, help="survival: seconds between faults (10)")
     run.add_argument("--actions", help="survival: comma-separated subset of the catalogue (default: every action)")
+    run.add_argument(
+        "--overlap", action="store_true", help="survival: faults last 2×interval and stack (default: one at a time)"
+    )
     add_client_commands(sub)
     return parser
 
@@ -183,6 +187,13 @@ def _run(args: argparse.Namespace) -> int:
         subset = tuple(a.strip() for a in args.actions.split(",") if a.strip()) if args.actions else SURVIVAL_DEFAULT
         if args.interval <= 0:
             return _fail([f"--interval: must be > 0 (got {args.interval:g})"])
+        ttl, room = survival_timing(
+            args.interval,
+            default_ttl=settings.faults.default_ttl,
+            max_ttl=settings.faults.max_ttl,
+            confirm=settings.recovery.confirm,
+            overlap=args.overlap,
+        )
         every = max(1, round(60 / args.interval))  # a progress line about once a simulated minute
 
         def progress(exp: Experiment) -> None:
@@ -191,14 +202,15 @@ def _run(args: argparse.Namespace) -> int:
             live = exp.live_score()
             score = "none yet" if live.total is None else f"{live.total:.1f} ({live.grade})"  # nothing measured
             _out(
-                f"  survival   t={exp.pipeline.elapsed():7.1f}s actions={len(exp.plan_log)} "
+                f"  survival   t={exp.pipeline.elapsed():7.1f}s actions={sum(1 for e in exp.plan_log if e.get('ok'))} "
                 f"active={len(exp.injector.active())} score={score}"
             )
 
-        ttl = min(settings.faults.max_ttl, max(settings.faults.default_ttl, 2 * args.interval))
-        plan = survival_plan(args.interval, subset, settings.seed, ttl=ttl, last_at=duration - ttl, progress=progress)
-    elif args.actions:
-        return _fail(["--actions: only with --survival"])
+        plan = survival_plan(
+            args.interval, subset, settings.seed, ttl=ttl, room=room, last_at=duration - ttl, progress=progress
+        )
+    elif args.actions or args.overlap:
+        return _fail([f"--{'actions' if args.actions else 'overlap'}: only with --survival"])
     elif scenario is not None and scenario.actions:
         plan = scenario_plan(scenario.actions)
     bar = None if args.quiet or not sys.stdout.isatty() else _ProgressBar(duration, virtual=not args.realtime)

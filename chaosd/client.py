@@ -190,6 +190,7 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--duration", default="30m", help="how long to run (30m)")
     p.add_argument("--interval", default="10s", help="time between faults (10s)")
     p.add_argument("--actions", help="comma-separated subset of the catalogue (default: the daemon's)")
+    p.add_argument("--overlap", action="store_true", help="faults last 2×interval and stack (default: one at a time)")
 
     p = sub.add_parser("inspect", parents=[common], help="score, recoveries per action and causes so far")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
@@ -332,6 +333,8 @@ def _survival(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
         body["actions"] = [a.strip() for a in args.actions.split(",") if a.strip()]
         if not body["actions"]:
             raise ClientError(EXIT_USAGE, f"--actions: no action named in {args.actions!r}")
+    if args.overlap:
+        body["overlap"] = True
     status = client.request("POST", "/api/v1/survival", body)
     live = _LiveLine(out, sys.stdout if sys.stdout.isatty() else None)
     try:

@@ -23,6 +23,7 @@ from chaosd.plans import (
     scenario_plan,
     score_weights,
     survival_plan,
+    survival_timing,
     window_report,
 )
 from chaosd.report import rounded
@@ -92,7 +93,14 @@ class Controller:
 
     # --- survival and scenarios ------------------------------------------------------------------
 
-    def start_survival(self, interval: float, duration: float, actions: tuple[str, ...] | None) -> PlanRun:
+    def start_survival(
+        self, interval: float, duration: float, actions: tuple[str, ...] | None, *, overlap: bool = False
+    ) -> PlanRun:
+        """Inject a random fault every ``interval`` for ``duration``; see :func:`survival_plan`.
+
+        By default faults do not overlap (an ``interval`` too short for that is refused, 422 on
+        ``interval``); ``overlap`` lets each last twice the interval, so they stack.
+        """
         self._refuse_if_stopping()
         if self.survival is not None and self.survival.state == "running":
             raise FaultError("survival", "survival mode is already running; stop it first", status=409)
@@ -100,17 +108,31 @@ class Controller:
         unknown = [a for a in chosen if a not in CATALOGUE]
         if unknown:
             raise FaultError("actions", f"unknown action {unknown[0]!r} (valid: {', '.join(sorted(CATALOGUE))})")
+        cfg = self.exp.settings.faults
+        ttl, room = survival_timing(
+            interval,
+            default_ttl=cfg.default_ttl,
+            max_ttl=cfg.max_ttl,
+            confirm=self.exp.settings.recovery.confirm,
+            overlap=overlap,
+        )
         if self.exp.injector.lever is not None:
             raise FaultError("survival", f"the safety lever is pulled ({self.exp.injector.lever})", status=409)
-        cfg = self.exp.settings.faults
-        ttl = min(cfg.max_ttl, max(cfg.default_ttl, 2 * interval))
         run = PlanRun("survival", "survival", self.exp.pipeline.elapsed(), duration)
         plan = survival_plan(
-            interval, chosen, self.exp.settings.seed, ttl=ttl, last_at=max(0.0, duration - ttl), log=run.log
+            interval,
+            chosen,
+            self.exp.settings.seed,
+            ttl=ttl,
+            room=room,
+            last_at=max(0.0, duration - ttl),
+            log=run.log,
         )
         run.task = asyncio.create_task(self._drive(run, plan(self.exp)), name="survival")
         self.survival = run
-        self.exp.events.record(run.started_at, "survival", state="started", interval=interval, duration=duration)
+        self.exp.events.record(
+            run.started_at, "survival", state="started", interval=interval, duration=duration, overlap=overlap
+        )
         return run
 
     def start_scenario(self, scenario: Scenario, speed: float, source: str) -> PlanRun:
@@ -157,8 +179,10 @@ class Controller:
             return
         if run.kind == "scenario" and expect:
             run.expectations = evaluate_expectations(expect, self.plan_report(run))
-        if self.exp.injector.lever is not None and run.kind == "survival":
-            run.reason = f"stop condition: {self.exp.injector.lever}"
+        if run.kind == "survival":
+            if self.exp.injector.lever is not None:
+                run.reason = f"stop condition: {self.exp.injector.lever}"
+            self.revert_faults(run)  # normally none left: each ends by its TTL before the run does
         run.state = "finished"
         self._finish(run)
 
@@ -187,7 +211,20 @@ class Controller:
             run.reason = "stopped by request"
             run.task.cancel()
             await asyncio.gather(run.task, return_exceptions=True)
+        if run.kind == "survival":
+            reverted = self.revert_faults(run)
+            if reverted:
+                run.log.append({"at": self.exp.pipeline.elapsed(), "action": "stop", "reverted": reverted})
         return run
+
+    def revert_faults(self, run: PlanRun) -> list[int]:
+        """Revert the faults ``run`` injected that are still active; their ids."""
+        reverted = []
+        for fault_id in sorted(run.fault_ids()):
+            if self.exp.injector.get(fault_id).active:
+                self.revert(fault_id)
+                reverted.append(fault_id)
+        return reverted
 
     def plan_status(self, run: PlanRun | None) -> dict[str, Any]:
         if run is None:

@@ -15,7 +15,8 @@ from typing import Any
 from chaosd.config import ScoreConfig
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError, ScenarioError
-from chaosd.faults import CATALOGUE
+from chaosd.faults import CATALOGUE, FaultRecord
+from chaosd.faults.injector import TERMINAL
 from chaosd.runner import Experiment
 from chaosd.scenario import CHECKS, Scenario, ScenarioAction
 from chaosd.score import ScoreInputs, ScoreWeights, compute_score
@@ -23,6 +24,8 @@ from chaosd.score import ScoreInputs, ScoreWeights, compute_score
 __all__ = [
     "EXPECT_KEYS",
     "SURVIVAL_DEFAULT",
+    "SURVIVAL_MARGIN",
+    "SURVIVAL_MIN_TTL",
     "Tally",
     "check_actions",
     "check_expectations",
@@ -30,6 +33,7 @@ __all__ = [
     "evaluate_expectations",
     "scenario_plan",
     "survival_plan",
+    "survival_timing",
     "window_report",
 ]
 
@@ -111,12 +115,42 @@ def scenario_plan(
     return plan
 
 
+SURVIVAL_MIN_TTL = 1.0  # seconds: the shortest fault survival injects
+SURVIVAL_MARGIN = 1.0  # seconds left beyond recovery.confirm for a recovery to show before the next fault
+
+
+def survival_timing(
+    interval: float, *, default_ttl: float, max_ttl: float, confirm: float, overlap: bool = False
+) -> tuple[float, float | None]:
+    """Survival's fault TTL for ``interval``, and the room left after each fault (None when faults overlap).
+
+    By default a fault lasts ``interval`` less the room (``confirm`` + :data:`SURVIVAL_MARGIN`), so its
+    recovery can be confirmed before the next one starts; an interval too short for
+    :data:`SURVIVAL_MIN_TTL` plus the room is refused, naming ``interval``. With ``overlap`` faults last
+    twice the interval (at least ``default_ttl``), so consecutive faults stack.
+    """
+    if overlap:
+        return min(max_ttl, max(default_ttl, 2 * interval)), None
+    room = confirm + SURVIVAL_MARGIN
+    shortest = SURVIVAL_MIN_TTL + room
+    if not interval >= shortest:
+        raise FaultError(
+            "interval",
+            f"{interval:g} s is too short for faults that do not overlap: each needs at least "
+            f"{SURVIVAL_MIN_TTL:g} s, then {room:g} s (recovery.confirm {confirm:g} s + {SURVIVAL_MARGIN:g} s) "
+            f"for its recovery to show before the next; use an interval of at least {shortest:g} s, "
+            "or let faults overlap",
+        )
+    return min(max_ttl, interval - room), room
+
+
 def survival_plan(
     interval: float,
     actions: Sequence[str],
     seed: int,
     *,
     ttl: float | None = None,
+    room: float | None = None,
     last_at: float | None = None,
     progress: Callable[[Experiment], None] | None = None,
     log: list[dict[str, Any]] | None = None,
@@ -124,11 +158,17 @@ def survival_plan(
     """Every ``interval``: the next action of a shuffled round of ``actions``, on a random valid target.
 
     Rounds use every action once, so a long run exercises the whole subset; the run ends early
-    when the safety lever is pulled.
+    when the safety lever is pulled. No fault starts after ``last_at`` (the run's end less the TTL),
+    so every fault ends by its TTL.
 
-    Faults last ``ttl`` (the configured default when None), so consecutive faults overlap when it
-    exceeds the interval — that is what gives ``resume_agent`` a paused agent to resume. No fault
-    starts after ``last_at`` (the run's end less the TTL), so every fault ends by its TTL.
+    With ``room`` (see :func:`survival_timing`) faults do not overlap: each ends ``room`` seconds before
+    the next slot, and the next waits for the previous one's verdict (recovered, failed, unmeasured).
+    It starts no later than leaves it :data:`SURVIVAL_MIN_TTL` before that end, its TTL shortened to
+    keep the schedule; if the previous fault is still recovering by then, the slot is skipped and logged
+    as ``skipped: previous fault still recovering``.
+
+    Without ``room`` faults last ``ttl`` (the configured default when None), so consecutive faults
+    overlap when it exceeds the interval — that is what gives ``resume_agent`` a paused agent to resume.
     """
     unknown = [a for a in actions if a not in CATALOGUE]
     if unknown:
@@ -140,16 +180,36 @@ def survival_plan(
         t0 = clock.now()
         entries = exp.plan_log if log is None else log
         queue: list[str] = []
+        previous: FaultRecord | None = None
         k = 0
         while True:
             k += 1
             if last_at is not None and k * interval > last_at:
                 return
-            await clock.sleep_until(t0 + k * interval)
+            slot = t0 + k * interval
+            await clock.sleep_until(slot)
             if exp.injector.lever is not None:
                 entries.append({"at": exp.pipeline.elapsed(), "action": "stop", "reason": exp.injector.lever})
                 exp.stop.set()
                 return
+            fault_ttl = ttl
+            if room is not None:
+                end_by = slot + interval - room
+                if previous is not None and not await _settled(exp, previous, end_by - SURVIVAL_MIN_TTL):
+                    entries.append(
+                        {
+                            "at": exp.pipeline.elapsed(),
+                            "action": "skip",
+                            "ok": False,
+                            "reason": "skipped: previous fault still recovering",
+                            "previous": previous.id,
+                        }
+                    )
+                    if progress is not None:
+                        progress(exp)
+                    continue
+                late = max(0.0, clock.now() - slot)  # waited for the previous verdict: the fault ends on time
+                fault_ttl = min(exp.settings.faults.default_ttl if ttl is None else ttl, interval - room - late)
             for _ in range(len(actions)):  # an action that cannot apply now yields to the next one
                 if not queue:
                     queue = _round(actions, rng)
@@ -158,9 +218,10 @@ def survival_plan(
                 if target is None:
                     continue
                 try:
-                    record = exp.injector.inject(action, target, ttl=ttl)
+                    record = exp.injector.inject(action, target, ttl=fault_ttl)
                 except FaultError:
                     continue
+                previous = record
                 entries.append(
                     {"at": record.injected_at, "action": action, "target": target, "ok": True, "fault": record.id}
                 )
@@ -169,6 +230,16 @@ def survival_plan(
                 progress(exp)
 
     return plan
+
+
+async def _settled(exp: Experiment, record: FaultRecord, latest: float) -> bool:
+    """Wait, a telemetry tick at a time, until ``record`` has its verdict or the clock passes ``latest``."""
+    step = exp.settings.telemetry.tick
+    while record.outcome not in TERMINAL:
+        if exp.clock.now() + step > latest + 1e-6:  # summed steps drift; the last one still fits
+            return False
+        await exp.clock.sleep(step)
+    return True
 
 
 def _round(actions: Sequence[str], rng: random.Random) -> list[str]:
@@ -260,7 +331,10 @@ def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) 
             measured = score["total"]
             ok = measured is not None and measured >= float(wanted)
         elif key == "max_recovery_s":
-            times = [f["recovery_s"] for f in faults if f["recovery_s"] is not None]
+            # Per incident: overlapping faults share one recovery (a lone fault is its own incident).
+            ids = {f["id"] for f in faults}
+            incidents = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
+            times = [i["recovery_s"] for i in incidents if i["recovery_s"] is not None]
             measured = max(times, default=0.0)
             ok = measured <= float(parse_duration(wanted))  # type: ignore[arg-type]
         elif key in ("lost_tasks", "max_lost"):
@@ -355,8 +429,11 @@ def window_report(
     accepted = max((after.accepted - after.in_flight) - (before.accepted - before.in_flight), good + lost)
     offered = max((after.offered - after.in_flight) - (before.offered - before.in_flight), accepted)
     faults = [f for f in report["faults"] if f["id"] in fault_ids]
-    judged = [f for f in faults if f["outcome"] in ("recovered", "failed")]
-    times = tuple(float(f["recovery_s"]) for f in judged if f["recovered"] and f["recovery_s"] is not None)
+    # Judged per incident, as the run's score is: the scenario's incidents are those holding its faults.
+    ids = set(fault_ids)
+    mine = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
+    judged = [i for i in mine if i["outcome"] in ("recovered", "failed")]
+    times = tuple(float(i["recovery_s"]) for i in judged if i["outcome"] == "recovered" and i["recovery_s"] is not None)
     score = compute_score(
         ScoreInputs(
             offered=offered,

@@ -104,7 +104,7 @@ def test_the_flow_a_user_scripts(daemon: Daemon) -> None:
     assert daemon.request("DELETE", "/api/v1/lever")[0] == 200
     assert daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 1})[0] == 201
 
-    code, survival = daemon.request("POST", "/api/v1/survival", {"interval": "1s", "duration": "10m"})
+    code, survival = daemon.request("POST", "/api/v1/survival", {"interval": "1s", "duration": "10m", "overlap": True})
     assert code == 201 and survival["state"] == "running"
     wait_for(lambda: daemon.get("/api/v1/survival")[1]["actions"] >= 2, 15, "survival to inject")
     code, survival = daemon.request("DELETE", "/api/v1/survival")

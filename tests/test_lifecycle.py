@@ -81,7 +81,7 @@ def test_shutdown_stops_plans_and_reverts_faults_before_streams_close_and_the_pi
     d = Daemon(tmp_path)
     try:
         assert d.request("POST", "/api/v1/faults", {"action": "latency_jitter", "ttl": 300})[0] == 201
-        code, _ = d.request("POST", "/api/v1/survival", {"interval": "0.5s", "duration": "10m"})
+        code, _ = d.request("POST", "/api/v1/survival", {"interval": "0.5s", "duration": "10m", "overlap": True})
         assert code == 201
         wait_for(lambda: d.get("/api/v1/survival")[1]["actions"] >= 1, 15, "survival to inject")
         ready, lines = [False], []

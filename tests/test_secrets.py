@@ -55,7 +55,10 @@ def test_the_token_is_found_nowhere_after_a_run_that_used_it(tmp_path: Path) -> 
             answers.append(json.dumps(refused))
         assert d.request("POST", "/api/v1/lever", {"reason": "drill"}, token=token)[0] == 200
         assert d.request("DELETE", "/api/v1/lever", token=token)[0] == 200
-        assert d.request("POST", "/api/v1/survival", {"interval": "1s", "duration": "3s"}, token=token)[0] == 201
+        assert (
+            d.request("POST", "/api/v1/survival", {"interval": "1s", "duration": "3s", "overlap": True}, token=token)[0]
+            == 201
+        )
         wait_for(lambda: d.get("/api/v1/survival")[1]["state"] != "running", 20, "survival to finish")
         # Every GET route of the OpenAPI document, with real ids.
         code, doc = d.get("/api/v1/openapi.json")

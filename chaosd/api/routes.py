@@ -220,7 +220,9 @@ async def release_lever(request: web.Request) -> web.Response:
 async def start_survival(request: web.Request) -> web.Response:
     body = await _body(request, SurvivalRequest, optional=True)
     ctl = request.app[CONTROLLER]
-    run = ctl.start_survival(body.interval, body.duration, tuple(body.actions) if body.actions else None)
+    run = ctl.start_survival(
+        body.interval, body.duration, tuple(body.actions) if body.actions else None, overlap=body.overlap
+    )
     return _ok(ctl.plan_status(run), 201)
 
 
@@ -277,10 +279,7 @@ async def scenario_status(request: web.Request) -> web.Response:
 async def stop_scenario(request: web.Request) -> web.Response:
     ctl = request.app[CONTROLLER]
     run = await ctl.stop_plan(ctl.scenario, "scenario")
-    for fault_id in run.fault_ids():
-        record = ctl.exp.injector.get(fault_id)
-        if record.active:
-            ctl.revert(fault_id)
+    ctl.revert_faults(run)
     return _ok(ctl.plan_status(run))
 
 

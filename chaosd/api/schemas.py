@@ -32,6 +32,7 @@ class SurvivalRequest(_Body):
     interval: Seconds = Field(default=10.0, gt=0, le=3600)
     duration: Seconds = Field(default=1800.0, gt=0, le=7 * 86400)
     actions: list[str] | None = Field(default=None, min_length=1, max_length=64)
+    overlap: bool = Field(default=False, strict=True, description="let faults last 2×interval and stack")
 
 
 class ScenarioRunRequest(_Body):
