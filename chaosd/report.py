@@ -44,6 +44,10 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
 
+def _latency(block: Mapping[str, Any]) -> str:
+    return f"mean {_ms(block['mean'])} · p50 {_ms(block['p50'])} · p95 {_ms(block['p95'])} · p99 {_ms(block['p99'])}"
+
+
 def render_summary(r: Mapping[str, Any]) -> str:
     t = r["tasks"]
     q = r["queue"]
@@ -55,21 +59,25 @@ def render_summary(r: Mapping[str, Any]) -> str:
         f"chaosd run: {r['scenario'] or 'config load'} · seed {r['seed']} · {r['clock']} clock · "
         f"{r['duration_s']:g} s (warm-up {r['warmup_s']:g} s excluded)",
         f"  load       offered ρ {r['load']['offered_rho']:.3f} · {r['load']['base_rate']:g} tasks/s base, "
-        f"{r['load']['peak_rate']:g} peak · utilisation {r['utilisation']:.3f}",
+        f"{r['load']['peak_rate']:g} peak (ρ {r['load']['peak_rho']:.3f}) · utilisation {r['utilisation']:.3f}",
         f"  tasks      offered {t['offered']} · accepted {t['accepted']} · completed {t['completed']} · "
         f"failed {t['failed']} · rejected {t['rejected']} · in flight {t['in_flight']} · "
         f"lost {t['lost']} · duplicated {t['duplicated']}",
         f"  throughput {r['throughput']['completed_per_s']:.1f}/s completed · "
         f"{r['throughput']['goodput_per_s']:.1f}/s goodput",
-        f"  queue      mean depth {q['mean_depth']:.2f} · max {q['max_depth']} of {q['capacity']}",
-        f"  wait       mean {_ms(w['mean'])} · p50 {_ms(w['p50'])} · p95 {_ms(w['p95'])} · p99 {_ms(w['p99'])}",
-        f"  sojourn    mean {_ms(s['mean'])} · p50 {_ms(s['p50'])} · p95 {_ms(s['p95'])} · p99 {_ms(s['p99'])}",
+        f"  queue      mean depth {q['mean_depth']:.2f} · max {q['max_depth']} of {q['capacity']}"
+        + (f" (+{q['max_over_capacity']} over capacity)" if q.get("max_over_capacity") else "")
+        + (f" · up to {q['max_blocked']} producer(s) blocked" if q.get("max_blocked") else ""),
+        f"  wait       {_latency(w)} · over {w['count']} started after warm-up",
+        f"  sojourn    {_latency(s)} · over {s['count']} completed after warm-up",
         f"  collapse   {c['count']} episode(s), {c['time_collapsed_s']:.1f} s collapsed · "
         f"final state {c['final_state']}",
     ]
     for e in c["episodes"]:
-        cleared = "not cleared" if e["cleared_at"] is None else f"cleared at {e['cleared_at']:.1f} s"
-        lines.append(f"             detected at {e['detected_at']:.1f} s ({e['reason']}), {cleared}")
+        cleared = "not cleared by the end" if e["cleared_at"] is None else f"cleared at {e['cleared_at']:.1f} s"
+        lines.append(
+            f"             detected at {e['detected_at']:.1f} s ({e['reason']}), {cleared} · {e['duration_s']:.1f} s"
+        )
     if "score" in r:
         sc = r["score"]
         fs = r["faults_summary"]

@@ -22,7 +22,7 @@ from chaosd.pipeline import Pipeline
 from chaosd.report import latency_block, rounded
 from chaosd.rng import Streams
 from chaosd.score import Score, ScoreInputs, ScoreWeights, compute_score, diagnose
-from chaosd.telemetry.detector import CollapseDetector, DetectorState
+from chaosd.telemetry.detector import CollapseDetector
 from chaosd.telemetry.engine import Telemetry
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.telemetry.throttle import Throttle
@@ -68,7 +68,6 @@ class Experiment:
         tick = settings.telemetry.tick
         self.detector = CollapseDetector(settings.detector, tick)
         self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)
-        self._collapsed_time = 0.0
         self._timeline: list[dict[str, Any]] = []
         self._next_sample = settings.run.timeline
         self._warm: _Mark | None = None
@@ -101,8 +100,6 @@ class Experiment:
         )
 
     def _on_tick(self, snap: Snapshot) -> None:
-        if self.detector.state is DetectorState.COLLAPSED and snap.t >= self.warmup:
-            self._collapsed_time += self.settings.telemetry.tick
         if self.settings.detector.enabled:
             transition = self.detector.update(snap)
             if transition is not None:
@@ -166,7 +163,7 @@ class Experiment:
                     on_start()
                 await self._until(self.warmup, self.stop)
                 self._warm = self._mark()
-                p.queue.max_depth = p.queue.depth
+                p.queue.reset_peaks()
                 self.events.record(self._warm.t, "run", state="measuring")
                 await self._until(duration, self.stop)
                 self.injector.revert_all("shutdown")
@@ -207,15 +204,23 @@ class Experiment:
         lost_all, lost_measured, in_flight = p.ledger.unaccounted(p.holders())
         workers = s.workers.count
         mean_service = p.mean_service
+        # What producers offered at most in the measured window: phases (spikes too) times any load_spike surge.
+        surges = [
+            (f.injected_at, f.reverted_at, f.params["factor"]) for f in self.injector.faults if f.action == "load_spike"
+        ]
+        peak = p.shape.peak(warm.t, end.t, surges)
+        # Rounded before they are summed, so the time collapsed is exactly their sum in the report too;
+        # an episode still open counts up to the end of the run.
         episodes = [
             {
                 "detected_at": e.detected_at,
                 "cleared_at": e.cleared_at,
                 "reason": e.reason,
-                "duration_s": (e.cleared_at if e.cleared_at is not None else end.t) - e.detected_at,
+                "duration_s": round((e.cleared_at if e.cleared_at is not None else end.t) - e.detected_at, 6),
             }
             for e in self.detector.episodes
         ]
+        queue = p.queue
         actions = self.throttle.actions
         report: dict[str, Any] = {
             "chaosd_version": __version__,
@@ -228,11 +233,11 @@ class Experiment:
                 "arrival": s.load.arrival,
                 "producers": s.load.producers,
                 "base_rate": s.load.rate,
-                "peak_rate": p.shape.peak(),
+                "peak_rate": peak,
                 "workers": workers,
                 "mean_service_s": mean_service,
                 "offered_rho": s.load.rate * mean_service / workers,
-                "peak_rho": p.shape.peak() * mean_service / workers,
+                "peak_rho": peak * mean_service / workers,
             },
             "tasks": {
                 "offered": measured.offered,
@@ -257,7 +262,9 @@ class Experiment:
                 "capacity": s.queue.capacity,
                 "when_full": s.queue.when_full,
                 "mean_depth": (end.queue_area - warm.queue_area) / span if span else 0.0,
-                "max_depth": p.queue.max_depth,
+                "max_depth": min(queue.max_depth, queue.capacity),
+                "max_over_capacity": max(0, queue.max_depth - queue.capacity),
+                "max_blocked": queue.max_blocked,
             },
             "utilisation": (end.busy_area - warm.busy_area) / (span * workers) if span else 0.0,
             "latency": {
@@ -268,7 +275,7 @@ class Experiment:
                 "detector": s.detector.enabled,
                 "count": len(episodes),
                 "episodes": episodes,
-                "time_collapsed_s": self._collapsed_time,
+                "time_collapsed_s": sum(e["duration_s"] for e in episodes),
                 "final_state": self.detector.state.value,
             },
             "throttle": {
@@ -296,8 +303,9 @@ class Experiment:
         p = self.pipeline
         _, lost, in_flight = accounted if accounted is not None else p.ledger.unaccounted(p.holders())
         m = p.ledger.measured
-        judged = [f for f in self.injector.faults if f.outcome in ("recovered", "failed")]
-        times = tuple(t for f in judged if (t := f.recovery_s) is not None)
+        # Judged per incident: overlapping faults share one recovery, an isolated fault is its own incident.
+        judged = [i for i in self.injector.incidents if i.outcome in ("recovered", "failed")]
+        times = tuple(t for i in judged if (t := i.recovery_s) is not None)
         return compute_score(
             ScoreInputs(
                 offered=m.offered - in_flight,
@@ -346,10 +354,15 @@ class Experiment:
         causes["faults_failed"] = sum(1 for f in faults if f["outcome"] == "failed")
         by_action: dict[str, list[float]] = {}
         for f in recovered:
-            by_action.setdefault(f["action"], []).append(f["recovery_s"])
+            if f["recovery_s"] is not None:  # a fault in a shared incident has no time of its own
+                by_action.setdefault(f["action"], []).append(f["recovery_s"])
+        incidents = [i.as_dict() for i in self.injector.incidents]
         return {
             "faults": faults,
+            "incidents": incidents,
             "faults_summary": {
+                "incidents": len(incidents),
+                "incidents_recovered": sum(1 for i in incidents if i["outcome"] == "recovered"),
                 "injected": len(faults),
                 "recovered": len(recovered),
                 "failed": sum(1 for f in faults if f["outcome"] == "failed"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,9 +70,36 @@ class LoadShape:
         i = bisect.bisect_right(self._starts, t)
         return self._starts[i] if i < len(self._starts) else None
 
-    def peak(self) -> float:
-        ends = [s.rate for s in self._segments]
-        ends += [
-            s.rate + s.slope * (n.start - s.start) for s, n in zip(self._segments, self._segments[1:], strict=False)
-        ]
-        return max(ends)
+    def peak(
+        self,
+        start: float = 0.0,
+        end: float | None = None,
+        surges: Sequence[tuple[float, float | None, float]] = (),
+    ) -> float:
+        """The highest offered rate over ``[start, end]`` (``end`` None: every phase, however late).
+
+        Spike and step phases count like any other; each surge ``(from, until, factor)`` (a load spike,
+        ``until`` None while it lasts) multiplies the rate while it is on, as producers apply it.
+        """
+        last = self._starts[-1]
+        stop = max(start, last if end is None else end)
+        cuts = {start, stop}
+        cuts.update(t for t in self._starts if start < t < stop)
+        for begun, until, _ in surges:
+            cuts.update(t for t in (begun, until) if t is not None and start < t < stop)
+        points = sorted(cuts)
+
+        def surge(t: float) -> float:
+            factor = 1.0
+            for begun, until, f in surges:
+                if begun <= t and (until is None or t < until):
+                    factor *= f
+            return factor
+
+        # The rate is linear and the surge constant between cuts: a maximum sits at a cut or just before one.
+        best = self.rate_at(stop) * surge(stop)
+        for a, b in itertools.pairwise(points):
+            seg = self._segments[bisect.bisect_right(self._starts, a) - 1]
+            before_b = max(0.0, seg.rate + seg.slope * (b - seg.start))
+            best = max(best, max(self.rate_at(a), before_b) * surge(a))
+        return best

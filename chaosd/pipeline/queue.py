@@ -16,7 +16,9 @@ class IngressQueue:
 
     A worker already waiting receives a task directly, so the queue holds only tasks that wait.
     ``when_full``: ``block`` makes the producer wait for room; ``drop`` and ``reject`` refuse the
-    newest task (the caller counts it with the reason).
+    newest task (the caller counts it with the reason). Admission never fills it beyond ``capacity``,
+    but a task already accepted is never refused: one put back for re-dispatch, or admitted from a
+    producer cancelled while blocked, may wait beyond it.
     """
 
     def __init__(self, capacity: int, when_full: str, clock: Clock) -> None:
@@ -31,7 +33,9 @@ class IngressQueue:
         self.dispatching = True
         # Tasks handed to a waiting worker that has not resumed yet: still ours to account for.
         self._handed: dict[int, Task] = {}
+        # Peaks since the last reset_peaks(): tasks waiting (over capacity included), producers blocked.
         self.max_depth = 0
+        self.max_blocked = 0
         # Integral of depth over clock time; its slope is the time-average depth.
         self.area = 0.0
         self._t = clock.now()
@@ -51,19 +55,29 @@ class IngressQueue:
     def area_now(self) -> float:
         return self.area + len(self._items) * (self._clock.now() - self._t)
 
+    def reset_peaks(self) -> None:
+        """Start the peaks afresh from the present (the end of the warm-up)."""
+        self.max_depth = len(self._items)
+        self.max_blocked = len(self.blocked)
+
+    def _push(self, task: Task, *, head: bool = False) -> None:
+        items = self._items
+        now = self._clock.now()
+        self.area += len(items) * (now - self._t)
+        self._t = now
+        if head:
+            items.appendleft(task)
+        else:
+            items.append(task)
+        self.max_depth = max(self.max_depth, len(items))
+
     def offer(self, task: Task) -> bool:
         """Enqueue without waiting; False when the queue is full."""
         if self.dispatching and self._hand(task):
             return True
-        items = self._items
-        n = len(items)
-        if n >= self.capacity:
+        if len(self._items) >= self.capacity:
             return False
-        now = self._clock.now()
-        self.area += n * (now - self._t)
-        self._t = now
-        items.append(task)
-        self.max_depth = max(self.max_depth, n + 1)
+        self._push(task)
         return True
 
     def _hand(self, task: Task) -> bool:
@@ -80,11 +94,7 @@ class IngressQueue:
         """Put a task back at the head, over capacity if need be: re-dispatch never refuses."""
         if self.dispatching and self._hand(task):
             return
-        now = self._clock.now()
-        self.area += len(self._items) * (now - self._t)
-        self._t = now
-        self._items.appendleft(task)
-        self.max_depth = max(self.max_depth, len(self._items))
+        self._push(task, head=True)
 
     def pause_dispatch(self) -> None:
         self.dispatching = False
@@ -104,12 +114,13 @@ class IngressQueue:
             waiter = asyncio.get_running_loop().create_future()
             self._putters.append(waiter)
             self.blocked.append(task)
+            self.max_blocked = max(self.max_blocked, len(self.blocked))
             try:
                 await waiter
             except asyncio.CancelledError:
                 # The producer died holding an accepted task: admit it over capacity rather than lose it.
                 self.blocked.remove(task)
-                self._items.append(task)
+                self._push(task)
                 raise
             self.blocked.remove(task)
 
@@ -142,7 +153,7 @@ class IngressQueue:
             if getter.done() and not getter.cancelled():
                 task = getter.result()
                 del self._handed[task.id]
-                self._items.appendleft(task)
+                self._push(task, head=True)
             raise
         del self._handed[task.id]
         return task
