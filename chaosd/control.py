@@ -21,7 +21,6 @@ from chaosd.plans import (
     check_speed,
     evaluate_expectations,
     scenario_plan,
-    score_weights,
     survival_plan,
     survival_timing,
     window_report,
@@ -29,6 +28,7 @@ from chaosd.plans import (
 from chaosd.report import rounded
 from chaosd.runner import Experiment
 from chaosd.scenario import Scenario
+from chaosd.score import ScoreWeights
 
 __all__ = ["Controller", "PlanRun"]
 
@@ -198,7 +198,7 @@ class Controller:
         """
         report = self.exp.report()
         before = run.before or Tally()  # a plan without a snapshot: judged from the daemon's start
-        window = window_report(before, report, run.fault_ids(), score_weights(self.exp.settings.score))
+        window = window_report(before, report, run.fault_ids(), ScoreWeights.from_config(self.exp.settings.score))
         window["window"] = {"start_s": run.started_at, "end_s": report["duration_s"]}
         window["actions"] = list(run.log)
         result: dict[str, Any] = rounded(window)

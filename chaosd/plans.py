@@ -12,7 +12,6 @@ from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chaosd.config import ScoreConfig
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError, ScenarioError
 from chaosd.faults import CATALOGUE, FaultRecord
@@ -451,18 +450,6 @@ def window_report(
     tasks = {name: grew(name) for name in ("offered", "accepted", "completed", "late", "failed", "rejected")}
     tasks.update(lost=lost, duplicated=grew("duplicated"), in_flight=after.in_flight)
     return {"tasks": tasks, "score": score.as_dict(), "faults": faults}
-
-
-def score_weights(cfg: ScoreConfig) -> ScoreWeights:
-    """The configured score weights, as the report's score uses them."""
-    return ScoreWeights(
-        availability=cfg.availability,
-        recovery=cfg.recovery,
-        consistency=cfg.consistency,
-        recovery_rate_share=cfg.recovery_rate_share,
-        speed_best_s=cfg.speed_best,
-        speed_worst_s=cfg.speed_worst,
-    )
 
 
 def check_speed(scenario: Scenario, speed: float, default_ttl: float, confirm: float) -> None:

@@ -318,18 +318,7 @@ class Experiment:
                 faults_recovered=len(times),
                 recovery_times_s=times,
             ),
-            self._weights(),
-        )
-
-    def _weights(self) -> ScoreWeights:
-        cfg = self.settings.score
-        return ScoreWeights(
-            availability=cfg.availability,
-            recovery=cfg.recovery,
-            consistency=cfg.consistency,
-            recovery_rate_share=cfg.recovery_rate_share,
-            speed_best_s=cfg.speed_best,
-            speed_worst_s=cfg.speed_worst,
+            ScoreWeights.from_config(self.settings.score),
         )
 
     def _resilience(self, report: dict[str, Any]) -> dict[str, Any]:

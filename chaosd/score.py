@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from chaosd.config import ScoreConfig
+
 __all__ = [
     "FORMULA_VERSION",
     "Cause",
@@ -42,6 +44,18 @@ class ScoreWeights:
     recovery_rate_share: float = 0.7  # within recovery; speed gets 1 - this
     speed_best_s: float = 1.0  # mean service-recovery time scoring 100
     speed_worst_s: float = 10.0  # … scoring 0
+
+    @classmethod
+    def from_config(cls, cfg: ScoreConfig) -> ScoreWeights:
+        """The weights ``[score]`` configures (the report, the live score and a scenario's window use them)."""
+        return cls(
+            availability=cfg.availability,
+            recovery=cfg.recovery,
+            consistency=cfg.consistency,
+            recovery_rate_share=cfg.recovery_rate_share,
+            speed_best_s=cfg.speed_best,
+            speed_worst_s=cfg.speed_worst,
+        )
 
     def __post_init__(self) -> None:
         for name in ("availability", "recovery", "consistency", "recovery_rate_share"):

@@ -172,6 +172,9 @@ def test_overlapping_faults_form_one_incident_and_no_fault_borrows_its_recovery(
     # and the exhaustion lifted (restore: from its revert, 21.1).
     back = max(first["service_recovered_at"], second["service_recovered_at"])
     assert shared["recovery_s"] == pytest.approx(back - max(second["injected_at"], first["reverted_at"]))
+    # The time felt is counted once for the incident, however many of its faults were active.
+    assert max(first["impact_s"], second["impact_s"]) <= shared["impact_s"]
+    assert shared["impact_s"] < first["impact_s"] + second["impact_s"]
     assert incidents[1]["recovery_s"] == third["recovery_s"]  # a lone fault is its own incident
     assert report["faults_summary"]["incidents"] == 2
     # Scored per incident: two judged, both recovered.

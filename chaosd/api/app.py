@@ -35,7 +35,7 @@ from chaosd.api.keys import (
     TRACING,
 )
 from chaosd.api.routes import check_query, routes
-from chaosd.api.server import HttpStats, Limits, error_body, request_ended, request_started
+from chaosd.api.server import HttpStats, error_body, request_ended, request_started
 from chaosd.api.sse import Broker
 from chaosd.clock import unix_time
 from chaosd.config import Settings
@@ -267,18 +267,15 @@ def build_app(
     middlewares: list[Middleware] = [front, errors, _auth(api.token_value()), durable]
     if tracing is not None and tracing.enabled:
         middlewares.insert(1, _traced(tracing))
-        app_tracing: Tracing | None = tracing
-    else:
-        app_tracing = None
     app = web.Application(client_max_size=api.max_body_bytes, middlewares=middlewares)
     app[CONTROLLER] = controller
     app[STOP] = asyncio.Event()
     app[RUN_ID] = run_id
     app[STARTED] = unix_time()
     app[REPORT] = {}  # filled with the final report once the pipeline has stopped
-    if app_tracing is not None:
-        app[TRACING] = app_tracing
-    app[LIMITS] = Limits.from_config(api)
+    if tracing is not None and tracing.enabled:
+        app[TRACING] = tracing
+    app[LIMITS] = api
     broker = Broker(controller.exp.events, api.heartbeat, max_subscribers=api.max_sse_subscribers)
     app[BROKER] = broker
     app[HTTP_STATS] = stats = HttpStats(lambda: broker.subscribers, lambda: broker.refused)

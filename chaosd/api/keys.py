@@ -7,8 +7,9 @@ import asyncio
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from chaosd.api.server import HttpStats, Limits
+from chaosd.api.server import HttpStats
 from chaosd.api.sse import Broker
+from chaosd.config import ApiConfig
 from chaosd.control import Controller
 from chaosd.exporters.tracing import Tracing
 from chaosd.storage import Storage
@@ -36,5 +37,5 @@ STOP = web.AppKey("stop", asyncio.Event)  # ends the pipeline (the last step of 
 REPORT = web.AppKey("report", dict)  # empty until the run ends cleanly
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 HTTP_STATS = web.AppKey("http_stats", HttpStats)
-LIMITS = web.AppKey("limits", Limits)
+LIMITS = web.AppKey("limits", ApiConfig)  # the [api] limits the server enforces
 TRACING = web.AppKey("tracing", Tracing)  # present when the daemon traces

@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -23,23 +22,10 @@ from aiohttp.http_exceptions import LineTooLong
 from chaosd.config import ApiConfig
 from chaosd.exporters.metrics import REFUSAL_REASONS
 
-__all__ = ["FrontDoor", "HttpStats", "Limits", "error_body", "request_ended", "request_started"]
+__all__ = ["FrontDoor", "HttpStats", "error_body", "request_ended", "request_started"]
 
 log = logging.getLogger("chaosd.api")
 _LINGER = 1.0  # seconds a refused client gets to read its answer after we stop writing
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_connections: int
-    max_header_bytes: int
-    max_body_bytes: int
-    request_timeout: float
-    idle_timeout: float
-
-    @classmethod
-    def from_config(cls, api: ApiConfig) -> Limits:
-        return cls(api.max_connections, api.max_header_bytes, api.max_body_bytes, api.request_timeout, api.idle_timeout)
 
 
 class HttpStats:
@@ -204,7 +190,7 @@ class _Connection(web.RequestHandler):
 class FrontDoor:
     """Listens for the app's runner with the limits above; ``close()`` stops listening."""
 
-    def __init__(self, runner: web.AppRunner, limits: Limits, stats: HttpStats) -> None:
+    def __init__(self, runner: web.AppRunner, limits: ApiConfig, stats: HttpStats) -> None:
         self.limits = limits
         self.stats = stats
         self.loop = asyncio.get_running_loop()

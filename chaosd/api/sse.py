@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from chaosd.api.server import error_body
 from chaosd.errors import FaultError
 from chaosd.events import Event, EventLog
 
@@ -236,7 +237,7 @@ class Broker:
 
     def _refusal(self) -> web.Response:
         message = f"too many event streams open (at most {self._max_subscribers}); retry later"
-        body = {"error": {"status": 429, "field": None, "message": message}}
+        body = error_body(429, message)
         # A vanished client's slot is freed by its next heartbeat at the latest.
         retry_after = str(max(1, math.ceil(self._heartbeat)))
         return web.json_response(body, status=429, headers={"Retry-After": retry_after})

@@ -24,6 +24,7 @@ PENDING = ("active", "recovering")
 class Incident:
     id: int
     members: list[FaultRecord] = field(default_factory=list)
+    impact_s: float = 0.0  # seconds out of tolerance while any member was active (overlaps counted once)
 
     @property
     def open(self) -> bool:
@@ -60,5 +61,5 @@ class Incident:
             "started_at": min(m.injected_at for m in self.members),
             "outcome": self.outcome,
             "recovery_s": self.recovery_s,
-            "impact_s": sum(m.impact_s for m in self.members),
+            "impact_s": self.impact_s,
         }

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
@@ -64,13 +64,7 @@ class Baseline:
     seconds: float  # how much fault-free time it covers
 
     def as_dict(self) -> dict[str, float]:
-        return {
-            "goodput": self.goodput,
-            "error_rate": self.error_rate,
-            "sojourn_p95": self.sojourn_p95,
-            "queue_depth": self.queue_depth,
-            "seconds": self.seconds,
-        }
+        return asdict(self)
 
 
 TERMINAL = ("recovered", "failed", "unmeasured")
@@ -97,7 +91,6 @@ class FaultRecord:
     incident: int = 0  # the incident it belongs to
     shared: bool = False  # its incident has other faults: the recovery is the incident's, not its own
     _streak_from: float | None = None
-    _last_tick: float | None = None
 
     @property
     def active(self) -> bool:
@@ -320,16 +313,21 @@ class Injector:
             if record.active and s.t >= record.injected_at + record.ttl:
                 self._revert(record, "ttl")
         unsettled = False
+        felt: set[int] = set()  # incidents out of tolerance this tick: counted once however many faults
         for record in self.faults:
-            if record.outcome in ("active", "recovering"):
-                self._observe(record, s)
+            if record.outcome in ("active", "recovering") and self._observe(record, s):
+                felt.add(record.incident)
             # A resume is instantaneous; anything else still in play keeps the baseline unfed.
             unsettled = unsettled or (record.outcome in ("active", "recovering") and record.action != "resume_agent")
+        for incident in felt:
+            if incident:  # 0: a resume with no incident before it
+                self.incidents[incident - 1].impact_s += self._tick
         if not unsettled:
             self._window.append(s)
         self._check_stop_conditions(s)
 
-    def _observe(self, record: FaultRecord, s: ServiceView) -> None:
+    def _observe(self, record: FaultRecord, s: ServiceView) -> bool:
+        """Advance one fault's verdict; True when the service was out of tolerance while it was active."""
         spec = CATALOGUE[record.action]
         if record.mechanism_recovered_at is None:
             healed = spec.heals_itself and spec.healed(self.rt, record.targets, record.memo)
@@ -342,10 +340,10 @@ class Injector:
             if not record.active and (record.mechanism_recovered_at is not None or s.t > end + self.recovery.limit):
                 record.outcome = "unmeasured"  # nothing to judge the service against: no verdict, no time
                 self._events.record(s.t, "fault", id=record.id, action=record.action, state="unmeasured")
-            return
-        if record.active and not within and record._last_tick is not None:
-            record.impact_s += s.t - record._last_tick
-        record._last_tick = s.t
+            return False
+        felt = record.active and not within
+        if felt:
+            record.impact_s += self._tick
         if not within:
             record._streak_from = None
         elif record._streak_from is None:
@@ -361,11 +359,12 @@ class Injector:
             self._events.record(
                 s.t, "fault", id=record.id, action=record.action, state="recovered", recovery_s=record.recovery_s
             )
-            return
+            return felt
         if s.t > end + self.recovery.limit:
             record.outcome = "failed"
             record.service_recovered_at = None
             self._events.record(s.t, "fault", id=record.id, action=record.action, state="failed")
+        return felt
 
     def _check_stop_conditions(self, s: ServiceView) -> None:
         if self.lever is not None:
