@@ -55,6 +55,8 @@ def render_summary(r: Mapping[str, Any]) -> str:
     s = r["latency"]["sojourn"]
     c = r["collapse"]
     th = r["throttle"]
+    # The audit names the first few duplicated task ids in the `duplicated` diagnostics entry.
+    named = next((d.get("examples") for d in r.get("diagnostics", ()) if d["cause"] == "duplicated"), None)
     lines = [
         f"chaosd run: {r['scenario'] or 'config load'} · seed {r['seed']} · {r['clock']} clock · "
         f"{r['duration_s']:g} s (warm-up {r['warmup_s']:g} s excluded)",
@@ -62,7 +64,8 @@ def render_summary(r: Mapping[str, Any]) -> str:
         f"{r['load']['peak_rate']:g} peak (ρ {r['load']['peak_rho']:.3f}) · utilisation {r['utilisation']:.3f}",
         f"  tasks      offered {t['offered']} · accepted {t['accepted']} · completed {t['completed']} · "
         f"failed {t['failed']} · rejected {t['rejected']} · in flight {t['in_flight']} · "
-        f"lost {t['lost']} · duplicated {t['duplicated']}",
+        f"lost {t['lost']} · duplicated {t['duplicated']}"
+        + (f" (first task ids: {', '.join(map(str, named))})" if named else ""),
         f"  throughput {r['throughput']['completed_per_s']:.1f}/s completed · "
         f"{r['throughput']['goodput_per_s']:.1f}/s goodput",
         f"  queue      mean depth {q['mean_depth']:.2f} · max {q['max_depth']} of {q['capacity']}"

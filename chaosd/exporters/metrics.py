@@ -140,7 +140,7 @@ class ExperimentCollector(Collector):
         yield failed
         accounted = p.ledger.unaccounted(p.holders())  # one walk over the holders serves both uses
         yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=accounted[0])
-        yield CounterMetricFamily("chaosd_tasks_duplicated", "Duplicate effects at the sink", value=total.duplicated)
+        yield CounterMetricFamily("chaosd_tasks_duplicated", "Duplicate effects at the sink", value=p.audit.total.count)
         yield CounterMetricFamily(
             "chaosd_tasks_deduplicated", "Second outcomes suppressed by the sink", value=p.ledger.deduplicated
         )

@@ -1,0 +1,59 @@
+"""The effect audit: every accepted task owes one effect at the sink; any effect beyond it is a duplicate.
+
+It keeps its own books, apart from the sink it audits: the ledger's ``in_flight`` dict is also the idempotent
+sink's memory of which tasks already ended, so a duplicate the sink lets through would go unseen there. The
+audit is told of each acceptance and of each effect the sink applies, and counts an effect it was not owed.
+
+Memory is bounded by the tasks still owed an effect (in flight, or lost), plus a few example ids: an id is
+forgotten once its effect is settled, and a duplicate is counted, never stored, beyond ``examples``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chaosd.pipeline.task import Task
+
+__all__ = ["EXAMPLES", "Audit", "Duplicates"]
+
+EXAMPLES = 5  # duplicated task ids kept per cohort to name in diagnostics
+
+
+@dataclass(slots=True)
+class Duplicates:
+    """Duplicated effects for one cohort (all tasks, or those offered after the warm-up)."""
+
+    count: int = 0
+    examples: list[int] = field(default_factory=list)  # the first few distinct task ids, at most ``EXAMPLES``
+
+
+class Audit:
+    """Owes one effect per accepted task; counts every effect it was not owed as a duplicate."""
+
+    __slots__ = ("_limit", "_owed", "measured", "total")
+
+    def __init__(self, examples: int = EXAMPLES) -> None:
+        self._owed: set[int] = set()
+        self._limit = examples
+        self.total = Duplicates()
+        self.measured = Duplicates()
+
+    def owe(self, task: Task) -> None:
+        """The task was accepted: the sink owes it exactly one effect."""
+        self._owed.add(task.id)
+
+    def effect(self, task: Task) -> None:
+        """The sink applied an effect for the task: settle what it owed, or count a duplicate."""
+        owed = self._owed
+        if task.id in owed:
+            owed.remove(task.id)
+            return
+        for dup in (self.total, self.measured) if task.measured else (self.total,):
+            dup.count += 1
+            if len(dup.examples) < self._limit and task.id not in dup.examples:
+                dup.examples.append(task.id)
+
+    @property
+    def owing(self) -> int:
+        """Tasks still owed an effect (in flight, or lost): the audit's whole per-task state."""
+        return len(self._owed)
