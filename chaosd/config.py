@@ -164,8 +164,8 @@ class StageConfig(_Model):
 
 class OrchestratorConfig(_Model):
     replicas: int = Field(default=3, ge=1, le=99)
-    lease_ttl: Seconds = Field(default=1.0, gt=0, description="dispatch lease; a standby takes over after it")
-    renew_interval: Seconds = Field(default=0.25, gt=0)
+    lease_ttl: Seconds = Field(default=0.5, gt=0, description="dispatch lease; a standby takes over after it")
+    renew_interval: Seconds = Field(default=0.125, gt=0)
     checkpoint_interval: Seconds = Field(default=2.0, gt=0)
     task_lease: Seconds = Field(default=2.0, gt=0, description="a worker's lease on a task; then redelivered")
 
@@ -275,7 +275,7 @@ class DetectorConfig(_Model):
 
 
 class ThrottleConfig(_Model):
-    enabled: bool = False
+    enabled: bool = True
     decrease: float = Field(default=0.5, gt=0, lt=1)
     increase: float = Field(default=0.05, gt=0, le=1)
     interval: Seconds = Field(default=1.0, gt=0)

@@ -97,8 +97,8 @@ def scenario_plan(
             spec = item.action
             entry: dict[str, Any] = {"at": exp.pipeline.elapsed(), "action": spec.type, "target": spec.target_id}
             if spec.type == "verify_leader":
-                leader = exp.pipeline.dispatcher.leader_id
-                entry.update(ok=leader is not None, leader=leader)
+                leader, waited = await _leader_within_failover(exp)
+                entry.update(ok=leader is not None, leader=leader, waited_s=waited)
                 entries.append(entry)
                 continue
             ttl, params = _split_metadata(spec.metadata)
@@ -112,6 +112,21 @@ def scenario_plan(
             entries.append(entry)
 
     return plan
+
+
+async def _leader_within_failover(exp: Experiment) -> tuple[str | None, float]:
+    """The leader, waiting for one up to the failover bound (``lease_ttl + renew_interval``); and the wait.
+
+    A standby can take over only once the dead leader's lease has run out: a check closer than that to
+    a kill (a scenario run at ``--speed``) asks what the runtime never promised. The bound is not scaled.
+    """
+    cfg = exp.settings.orchestrator
+    clock, dispatcher = exp.clock, exp.pipeline.dispatcher
+    start = clock.now()
+    deadline = start + cfg.lease_ttl + cfg.renew_interval
+    while dispatcher.leader_id is None and clock.now() < deadline:
+        await clock.sleep(min(cfg.renew_interval / 5, deadline - clock.now()))
+    return dispatcher.leader_id, clock.now() - start
 
 
 SURVIVAL_MIN_TTL = 1.0  # seconds: the shortest fault survival injects
@@ -384,6 +399,7 @@ class Tally:
     accepted: int = 0
     completed: int = 0
     late: int = 0
+    degraded: int = 0
     failed: int = 0
     rejected: int = 0
     duplicated: int = 0
@@ -400,6 +416,7 @@ class Tally:
             accepted=t["accepted"],
             completed=t["completed"],
             late=t["late"],
+            degraded=t.get("degraded", 0),
             failed=t["failed"],
             rejected=t["rejected"],
             duplicated=t["duplicated"],
@@ -423,7 +440,7 @@ def window_report(
         return max(0, int(getattr(after, field)) - int(getattr(before, field)))
 
     lost = grew("lost")
-    good = max(0, (after.completed - after.late) - (before.completed - before.late))
+    good = max(0, (after.completed - after.late - after.degraded) - (before.completed - before.late - before.degraded))
     # Settled = reached an outcome or went missing: accepted less what is still held, at each end.
     accepted = max((after.accepted - after.in_flight) - (before.accepted - before.in_flight), good + lost)
     offered = max((after.offered - after.in_flight) - (before.offered - before.in_flight), accepted)
@@ -444,6 +461,7 @@ def window_report(
             faults_judged=len(judged),
             faults_recovered=len(times),
             recovery_times_s=times,
+            faults_inconsistent=sum(1 for i in judged if not i.get("consistent", True)),
         ),
         weights,
     )

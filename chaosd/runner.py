@@ -244,11 +244,12 @@ class Experiment:
                 "accepted": measured.accepted,
                 "completed": measured.completed,
                 "late": measured.late,
+                "degraded": measured.degraded,
                 "failed": measured.failed,
                 "rejected": measured.rejected,
                 "in_flight": in_flight,
                 "lost": lost_measured,
-                "duplicated": measured.duplicated,
+                "duplicated": p.audit.measured.count,
                 "rejected_by": dict(sorted(measured.rejected_by.items())),
                 "failed_by": dict(sorted(measured.failed_by.items())),
                 "lost_all_cohorts": lost_all,
@@ -310,13 +311,14 @@ class Experiment:
             ScoreInputs(
                 offered=m.offered - in_flight,
                 accepted=m.accepted - in_flight,
-                good=m.completed - m.late,
+                good=m.completed - m.late - m.degraded,
                 lost=lost,
-                duplicated=m.duplicated,
+                duplicated=p.audit.measured.count,
                 undetected_corruptions=sum(s.undetected_reads for s in p.memory.values()),
                 faults_judged=len(judged),
                 faults_recovered=len(times),
                 recovery_times_s=times,
+                faults_inconsistent=sum(1 for i in judged if not i.consistent),
             ),
             ScoreWeights.from_config(self.settings.score),
         )
@@ -339,8 +341,22 @@ class Experiment:
         causes["duplicated"] = t["duplicated"]
         causes["lease_expired"] = p.dispatcher.lease_expired
         causes["corruption_undetected"] = undetected
-        causes["degraded"] = sum(s.degraded for s in p.stages.values())
+        causes["degraded"] = t["degraded"]  # completed in time without a stage's result: not good
         causes["faults_failed"] = sum(1 for f in faults if f["outcome"] == "failed")
+        dead = sorted(a.id for a in p.agents.values() if not a.alive)
+        causes["agents_dead"] = len(dead)
+        collapse = report["collapse"]
+        causes["collapsed_s"] = round(collapse["time_collapsed_s"])
+        diagnostics: list[dict[str, Any]] = [
+            {"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)
+        ]
+        for d in diagnostics:
+            if d["cause"] == "duplicated":
+                d["examples"] = list(p.audit.measured.examples)  # the audit names the first few task ids
+            elif d["cause"] == "agents_dead":
+                d["agents"] = dead  # still dead at the end: the supervisor is off, or gave up on them
+            elif d["cause"] == "collapsed_s":  # seconds in congestion collapse, and whether it outlived the run
+                d["episodes"], d["final_state"] = len(collapse["episodes"]), collapse["final_state"]
         by_action: dict[str, list[float]] = {}
         for f in recovered:
             if f["recovery_s"] is not None:  # a fault in a shared incident has no time of its own
@@ -373,7 +389,7 @@ class Experiment:
                 "route": list(p.route_names or ()),
             },
             "score": score.as_dict(),
-            "diagnostics": [{"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)],
+            "diagnostics": diagnostics,
             "actions": self.plan_log,
             "expectations": self.expectations,
         }

@@ -92,6 +92,7 @@ class ScoreInputs:
     faults_judged: int  # faults whose recovery was judged: recovered or failed (not pending, not unmeasured)
     faults_recovered: int  # service recovered within its limit
     recovery_times_s: tuple[float, ...]  # recovery time of each recovered fault (its clock: heal or restore)
+    faults_inconsistent: int = 0  # judged incidents during which an effect was duplicated or corrupted
 
     def __post_init__(self) -> None:
         for name in (
@@ -103,6 +104,7 @@ class ScoreInputs:
             "undetected_corruptions",
             "faults_judged",
             "faults_recovered",
+            "faults_inconsistent",
         ):
             value = getattr(self, name)
             if value < 0:
@@ -113,6 +115,10 @@ class ScoreInputs:
             raise ValueError(f"good: {self.good} exceeds accepted ({self.accepted})")
         if self.good + self.lost > self.accepted:
             raise ValueError(f"lost: good ({self.good}) + lost ({self.lost}) exceeds accepted ({self.accepted})")
+        if self.faults_inconsistent > self.faults_judged:
+            raise ValueError(
+                f"faults_inconsistent: {self.faults_inconsistent} exceeds faults_judged ({self.faults_judged})"
+            )
         if self.faults_recovered > self.faults_judged:
             raise ValueError(f"faults_recovered: {self.faults_recovered} exceeds faults_judged ({self.faults_judged})")
         if len(self.recovery_times_s) != self.faults_recovered:
@@ -175,7 +181,9 @@ def compute_score(inputs: ScoreInputs, weights: ScoreWeights = ScoreWeights()) -
 
     - availability = 100·good/offered: refused, throttled and dropped work is unavailable service, so
       shedding load never raises it. Nothing offered yet (warm-up): no score at all (every field None).
-    - consistency = 100·(accepted − lost − duplicated − undetected_corruptions)/accepted, clamped at 0;
+    - consistency = 100·(accepted − lost − duplicated − undetected_corruptions)/accepted, clamped at 0,
+      or, if lower, the share of judged incidents that kept every effect exactly once (100·(judged −
+      inconsistent)/judged): a sink that double-applies after every failover is not 99.99 % consistent.
       None when nothing was accepted.
     - recovery_rate = 100·faults_recovered/faults_judged; recovery_speed is the linear ramp on the mean of
       ``recovery_times_s`` (0 when none recovered); recovery = share·rate + (1 − share)·speed. With no
@@ -189,6 +197,9 @@ def compute_score(inputs: ScoreInputs, weights: ScoreWeights = ScoreWeights()) -
     if inputs.accepted > 0:
         kept = inputs.accepted - inputs.lost - inputs.duplicated - inputs.undetected_corruptions
         consistency = 100.0 * max(kept, 0) / inputs.accepted
+        if inputs.faults_judged > 0:
+            clean = 100.0 * (inputs.faults_judged - inputs.faults_inconsistent) / inputs.faults_judged
+            consistency = min(consistency, clean)
 
     recovery_rate: float | None = None
     recovery_speed: float | None = None

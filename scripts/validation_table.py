@@ -14,12 +14,14 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# (label, scenario, environment): the throttle is on by default; retry_storm and saturation turn it off.
 RUNS = [
-    ("baseline", {}),
-    ("saturation", {}),
-    ("overload", {}),
-    ("retry_storm", {}),
-    ("retry_storm", {"CHAOSD_THROTTLE__ENABLED": "true"}),
+    ("baseline", "baseline", {}),
+    ("saturation", "saturation", {}),
+    ("overload", "overload", {}),
+    ("overload − throttle", "overload", {"CHAOSD_THROTTLE__ENABLED": "false"}),
+    ("retry_storm", "retry_storm", {}),
+    ("retry_storm + throttle", "retry_storm", {"CHAOSD_THROTTLE__ENABLED": "true"}),
 ]
 
 
@@ -33,9 +35,8 @@ def main() -> None:
         "collapse episodes | throttle actions | final state |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for name, env in RUNS:
-        label = name + (" + throttle" if env else "")
-        report_path = args.out / f"{label.replace(' + ', '-')}.json"
+    for label, name, env in RUNS:
+        report_path = args.out / f"{label.replace(' ', '')}.json"
         subprocess.run(
             [sys.executable, "-m", "chaosd", "run", name, "--quiet", "--report", str(report_path)],
             check=True,

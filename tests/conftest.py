@@ -23,6 +23,7 @@ def mmc(rate: float, workers: int, mean: float = 0.01, **extra: Any) -> dict[str
         "workers": {"count": workers},
         "queue": {"capacity": 100_000, "when_full": "reject"},
         "stages": [{"name": "work", "service": {"distribution": "exponential", "mean": mean}}],
+        "throttle": {"enabled": False},  # no faults and no throttle: the textbook M/M/c queue
     }
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(overlay.get(key), dict):

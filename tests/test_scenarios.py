@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from chaosd.config import ThrottleConfig, load_settings
 from chaosd.runner import run_offline
 from chaosd.scenario import find_scenario, load_scenario, settings_for
 
@@ -43,6 +44,20 @@ def test_retry_storm_without_throttle_stays_collapsed_after_the_spike() -> None:
     assert report["collapse"]["final_state"] == "collapsed"
     assert report["queue"]["max_depth"] == report["queue"]["capacity"]
     assert report["tasks"]["lost"] == 0 and report["tasks"]["duplicated"] == 0
+    # Shedding nine tasks in ten is not availability: the score is below C, and says why.
+    score = report["score"]
+    assert score["total"] < 70 and score["grade"] in ("D", "F")
+    t = report["tasks"]
+    assert score["availability"] < 20 and t["rejected_by"]["queue_full"] > 0.8 * t["offered"]
+    causes = {d["cause"]: d for d in report["diagnostics"]}
+    assert report["diagnostics"][0]["cause"] == "refused:queue_full"
+    collapsed = causes["collapsed_s"]
+    assert collapsed["final_state"] == "collapsed" and collapsed["episodes"] == 1
+    assert collapsed["count"] >= scenario_duration("retry_storm") - spike_end - 10
+
+
+def scenario_duration(name: str) -> float:
+    return load_scenario(ROOT / "scenarios" / f"{name}.yaml").duration
 
 
 def test_retry_storm_with_throttle_drains_and_returns_to_healthy() -> None:
@@ -59,13 +74,37 @@ def test_retry_storm_with_throttle_drains_and_returns_to_healthy() -> None:
     tail = [p for p in report["timeline"] if p["t"] >= scenario.duration - 60]
     assert all(p["queue_depth"] < 50 for p in tail)
     assert all(p["goodput_per_s"] > 0.8 * p["offered_per_s"] for p in tail)
+    # The throttle refuses work too, and availability counts it: recovered, yet not an A.
+    causes = {d["cause"]: d for d in report["diagnostics"]}
+    assert causes["refused:throttled"]["count"] == report["throttle"]["refused"]
+    assert causes["collapsed_s"]["final_state"] == "healthy"
+    assert 70 <= report["score"]["total"] < 90
 
 
-def test_overload_is_detected_during_the_ramp_and_cleared_after() -> None:
+def test_the_throttle_is_on_by_default_and_a_scenario_can_turn_it_off() -> None:
+    assert load_settings().throttle.enabled is True
+    path = ROOT / "scenarios" / "retry_storm.yaml"
+    assert settings_for(load_scenario(path), path, None).throttle.enabled is False
+
+
+def test_overload_is_detected_during_the_ramp_throttled_and_cleared_after() -> None:
     report = _scenario("overload")
     episodes = report["collapse"]["episodes"]
-    assert len(episodes) == 1
+    assert len(episodes) >= 1
     # Capacity (400/s) is crossed at t ≈ 67.5 s on the ramp; the load drops at 120 s.
+    assert 67.5 <= episodes[0]["detected_at"] <= 75
+    assert all(e["cleared_at"] is not None for e in episodes)
+    assert report["collapse"]["final_state"] == "healthy"
+    # The throttle (on by default) cut admission while collapsed and gave it back after.
+    throttle = report["throttle"]
+    assert throttle["enabled"] and throttle["decreases"] >= 1 and throttle["refused"] > 0
+    assert throttle["final_factor"] == 1.0
+
+
+def test_overload_without_the_throttle_stays_collapsed_until_the_load_drops() -> None:
+    report = _scenario("overload", throttle=ThrottleConfig(enabled=False))
+    episodes = report["collapse"]["episodes"]
+    assert len(episodes) == 1
     assert 67.5 <= episodes[0]["detected_at"] <= 75
     assert episodes[0]["cleared_at"] is not None and episodes[0]["cleared_at"] > 120
 

@@ -523,3 +523,30 @@ def test_diagnose_empty_and_all_zero() -> None:
 def test_diagnose_rejects_a_negative_count_naming_the_cause() -> None:
     with pytest.raises(ValueError, match=r"^queue_full:"):
         diagnose({"tool_timeout": 1, "queue_full": -2})
+
+
+def test_incidents_that_duplicated_an_effect_pull_consistency_down_to_their_share() -> None:
+    # 10 duplicates among 100,000 tasks is 99.99 % by task, but 3 of 30 incidents double-applied an effect.
+    base = dict(offered=100_000, accepted=100_000, good=99_000, lost=0, duplicated=10, undetected_corruptions=0)
+    recovered = dict(faults_judged=30, faults_recovered=30, recovery_times_s=(0.5,) * 30)
+    clean = compute_score(ScoreInputs(**base, **recovered))
+    dirty = compute_score(ScoreInputs(**base, **recovered, faults_inconsistent=3))
+    assert clean.consistency == approx(99.99)
+    assert dirty.consistency == approx(90.0)
+    assert dirty.total is not None and clean.total is not None and dirty.total < clean.total - 2.9
+
+
+def test_more_inconsistent_incidents_than_judged_is_refused() -> None:
+    with pytest.raises(ValueError, match="faults_inconsistent"):
+        ScoreInputs(
+            offered=10,
+            accepted=10,
+            good=10,
+            lost=0,
+            duplicated=0,
+            undetected_corruptions=0,
+            faults_judged=1,
+            faults_recovered=1,
+            recovery_times_s=(1.0,),
+            faults_inconsistent=2,
+        )

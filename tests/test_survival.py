@@ -66,6 +66,28 @@ def test_overlap_stacks_faults_that_last_twice_the_interval(stacked: dict[str, A
     assert stacked["tasks"]["lost"] == 0 and stacked["tasks"]["duplicated"] == 0
 
 
+def test_overlapping_survival_faults_are_grouped_into_incidents(stacked: dict[str, Any]) -> None:
+    faults = {f["id"]: f for f in stacked["faults"]}
+    incidents = stacked["incidents"]
+    assert {f["action"] for f in faults.values()} >= {"kill_leader", "load_spike", "pool_exhaustion"}  # all 17
+    shared = [i for i in incidents if len(i["faults"]) > 1]
+    assert shared and len(incidents) < len(faults)
+    for incident in shared:
+        members = [faults[i] for i in incident["faults"]]
+        # Its members came one after another, each while the incident was still open …
+        assert [m["injected_at"] for m in members] == sorted(m["injected_at"] for m in members)
+        # … so none carries a recovery time of its own: the incident does.
+        assert all(m["recovery_s"] is None for m in members)
+        for kind in ("late", "failed", "refused", "degraded"):
+            assert incident["impact_tasks"][kind] >= max(m["impact_tasks"][kind] for m in members)
+    # … and an incident begins only once the one before it is over: the service was back for all its faults.
+    for before, after in itertools.pairwise(incidents):
+        first = faults[after["faults"][0]]
+        if before["outcome"] == "recovered" and first["action"] != "resume_agent":
+            back = max(faults[i]["service_recovered_at"] or 0.0 for i in before["faults"])
+            assert first["injected_at"] >= back
+
+
 def test_a_slot_whose_previous_fault_is_still_recovering_is_skipped_and_logged(tmp_path: Path) -> None:
     # An SLO no run can meet: every fault stays out of tolerance until recovery.limit (60 s) fails it.
     slo = "[load]\nrate = 50.0\n[slo]\np95 = 0.000001\n"

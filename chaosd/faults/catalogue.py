@@ -86,8 +86,16 @@ class Action:
     def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         """Undo what apply changed (idempotent)."""
 
+    def heals(self, rt: Pipeline, targets: tuple[str, ...]) -> bool:
+        """Whether a mechanism of the runtime heals this fault on these targets (its clock: heal or restore)."""
+        return self.heals_itself
+
     def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
         """The runtime's own mechanism has repaired the damage (for actions that heal themselves)."""
+        return False
+
+    def lifted(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        """For a fault nothing heals: has something ended it before its TTL (a resume ends a pause)?"""
         return False
 
     def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
@@ -225,9 +233,10 @@ class KillAgent(Action):
 class PauseAgent(Action):
     name = "pause_agent"
     description = "Pause workers or producers until resumed or the TTL ends."
-    heals_itself = True  # resume_agent (an operator's remedy) ends the pause early
+    # Nothing in the runtime heals a pause: it is endured, and timed from when it is lifted (the TTL,
+    # or an operator's resume_agent, whichever comes first).
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def lifted(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
         return all(not a.paused for a in _agents(rt, targets))
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
@@ -276,11 +285,20 @@ class SlowAgent(Action):
 class NetworkPartition(Action):
     name = "network_partition"
     description = "Cut workers or producers off: no dispatch, outcomes and offers lost; task leases expire."
-    heals_itself = False
+
+    def heals(self, rt: Pipeline, targets: tuple[str, ...]) -> bool:
+        # Cut-off workers: task leases expire and other workers take their tasks over (time to heal).
+        # Nothing reconnects a cut-off producer: its offers are lost until the partition is lifted.
+        return all(rt.agents[t].kind == "worker" for t in targets)
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        held = sum(1 for w in rt.workers if w.agent.id in targets and w.current is not None)
         _flag(rt, targets, "partitioned", True)
-        return {}
+        return {"held": held, "expired": rt.dispatcher.lease_expired}
+
+    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+        # The tasks the cut-off workers held have been taken back (their leases expired).
+        return bool(rt.dispatcher.lease_expired - memo["expired"] >= memo["held"])
 
     def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         _flag(rt, targets, "partitioned", False)
@@ -434,7 +452,7 @@ class ToolTimeout(StageAction):
     name = "tool_timeout"
     description = "Tool calls hang until their timeout; retried, then degraded."
     kinds = ("tool",)
-    default_target = "tool"
+    default_target = "random"  # one tool: the breaker routes around it; "tool" hangs every tool stage
     params = {"timeout": Param(0.0, 0.0, 60.0, "seconds a hung call waits (0 = the stage's timeout)", seconds=True)}
     heals_itself = True
 
@@ -506,14 +524,22 @@ class MemoryCorrupt(StageAction):
 
 class McpDisconnect(StageAction):
     name = "mcp_disconnect"
-    description = "Drop the MCP connection and keep the server down for the TTL; the client reconnects with backoff."
+    description = (
+        "Drop the MCP connection; the server is unreachable for `outage` seconds (at most the TTL), "
+        "and the client reconnects with backoff."
+    )
     kinds = ("mcp",)
     default_target = "mcp"
+    params = {
+        "outage": Param(
+            1.0, 0.0, 600.0, "seconds the server stays unreachable; the TTL ends an outage longer than it", seconds=True
+        )
+    }
     heals_itself = True
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for name in targets:
-            rt.mcp[name].drop()
+            rt.mcp[name].drop(params["outage"])
         return {}
 
     def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:

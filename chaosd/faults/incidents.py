@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from chaosd.faults.injector import FaultRecord
 
-__all__ = ["Incident"]
+__all__ = ["IMPACT_KINDS", "Incident", "TaskImpact", "impact_between"]
+
+TaskImpact = dict[str, int]
+# What users felt, counted in tasks, and effects the audit found wrong (applied twice, or corrupted).
+IMPACT_KINDS = ("late", "failed", "refused", "degraded", "duplicated", "corrupted")
+
+
+def impact_between(start: tuple[int, ...], now: tuple[int, ...]) -> TaskImpact:
+    """The tasks of each kind in :data:`IMPACT_KINDS` that ended badly between two tallies."""
+    return {kind: b - a for kind, a, b in zip(IMPACT_KINDS, start, now, strict=True)}
+
 
 PENDING = ("active", "recovering")
 
@@ -25,6 +35,13 @@ class Incident:
     id: int
     members: list[FaultRecord] = field(default_factory=list)
     impact_s: float = 0.0  # seconds out of tolerance while any member was active (overlaps counted once)
+    tasks: TaskImpact = field(default_factory=dict)  # tasks by kind from its first injection until its verdict
+    tally_from: tuple[int, ...] = ()  # the task tally when it began
+
+    @property
+    def consistent(self) -> bool:
+        """No effect was applied twice or read corrupted while it lasted."""
+        return not (self.tasks.get("duplicated", 0) or self.tasks.get("corrupted", 0))
 
     @property
     def open(self) -> bool:
@@ -49,7 +66,7 @@ class Incident:
         judged = [m for m in self.members if m.outcome == "recovered" and m.service_recovered_at is not None]
         if not judged:
             return None
-        start = max(m.injected_at if m.heals or m.reverted_at is None else m.reverted_at for m in self.members)
+        start = max(m.clock_start for m in self.members)
         back = max(m.service_recovered_at for m in judged if m.service_recovered_at is not None)
         return max(0.0, back - start)
 
@@ -62,4 +79,6 @@ class Incident:
             "outcome": self.outcome,
             "recovery_s": self.recovery_s,
             "impact_s": self.impact_s,
+            "impact_tasks": dict(self.tasks),
+            "consistent": self.consistent,
         }

@@ -24,7 +24,7 @@ from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
 from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
-from chaosd.faults.incidents import Incident
+from chaosd.faults.incidents import Incident, TaskImpact, impact_between
 from chaosd.pipeline import Pipeline
 
 __all__ = ["TERMINAL", "Baseline", "FaultRecord", "Injector", "ServiceView"]
@@ -87,7 +87,10 @@ class FaultRecord:
     service_recovered_at: float | None = None
     outcome: str = "active"  # active → recovering → recovered | failed | unmeasured
     heals: bool = False  # a mechanism heals it: timed from injection; else from when it is lifted
+    lifted_at: float | None = None  # a fault nothing heals, ended before its TTL (a resume ends a pause)
     impact_s: float = 0.0  # seconds out of tolerance while the fault was active
+    impact_tasks: TaskImpact = field(default_factory=dict)  # tasks late, failed, refused, degraded while active
+    tally_from: tuple[int, ...] = ()  # the task tally at injection
     incident: int = 0  # the incident it belongs to
     shared: bool = False  # its incident has other faults: the recovery is the incident's, not its own
     _streak_from: float | None = None
@@ -104,8 +107,15 @@ class FaultRecord:
         """
         if self.outcome != "recovered" or self.service_recovered_at is None or self.shared:
             return None
-        start = self.injected_at if self.heals or self.reverted_at is None else self.reverted_at
-        return max(0.0, self.service_recovered_at - start)
+        return max(0.0, self.service_recovered_at - self.clock_start)
+
+    @property
+    def clock_start(self) -> float:
+        """Where the fault's clock starts: its injection (heal), or when it was lifted (restore)."""
+        if self.heals:
+            return self.injected_at
+        ends = [t for t in (self.lifted_at, self.reverted_at) if t is not None]
+        return min(ends) if ends else self.injected_at
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +133,7 @@ class FaultRecord:
             "clock": "heal" if self.heals else "restore",
             "recovery_s": self.recovery_s,
             "impact_s": self.impact_s,
+            "impact_tasks": dict(self.impact_tasks),
             "baseline": self.baseline.as_dict() if self.baseline is not None else None,
             "recovered": self.outcome == "recovered",
             "outcome": self.outcome,
@@ -213,8 +224,10 @@ class Injector:
             ttl=float(ttl),
             injected_at=now,
             baseline=self.baseline(),
-            heals=spec.heals_itself,
+            heals=spec.heals(self.rt, targets),
+            tally_from=self.tally(),
         )
+        record.impact_tasks = impact_between(record.tally_from, record.tally_from)
         record.memo = spec.apply(self.rt, targets, checked)
         self.faults.append(record)
         self._join_incident(record)
@@ -232,7 +245,8 @@ class Injector:
             for member in incident.members:
                 member.shared = True
         else:
-            incident = Incident(len(self.incidents) + 1, [record])
+            incident = Incident(len(self.incidents) + 1, [record], tally_from=record.tally_from)
+            incident.tasks = dict(record.impact_tasks)
             self.incidents.append(incident)
         record.incident = incident.id
 
@@ -263,8 +277,19 @@ class Injector:
         self.lever = None
         self._events.record(self.rt.elapsed(), "lever", state="released")
 
+    def tally(self) -> tuple[int, ...]:
+        """Counts so far by kind (see ``IMPACT_KINDS``): a fault's impact is the difference of two tallies."""
+        total = self.rt.ledger.total
+        corrupted = sum(store.undetected_reads for store in self.rt.memory.values())
+        return total.late, total.failed, total.rejected, total.degraded, self.rt.audit.total.count, corrupted
+
     def _revert(self, record: FaultRecord, why: str) -> None:
         CATALOGUE[record.action].revert(self.rt, record.targets, record.params, record.memo)
+        tally = self.tally()
+        record.impact_tasks = impact_between(record.tally_from, tally)
+        if record.incident and record.action != "resume_agent":
+            incident = self.incidents[record.incident - 1]
+            incident.tasks = impact_between(incident.tally_from, tally)
         record.reverted_at = self.rt.elapsed()
         record.reverted_by = why
         if record.outcome == "active":
@@ -314,7 +339,15 @@ class Injector:
                 self._revert(record, "ttl")
         unsettled = False
         felt: set[int] = set()  # incidents out of tolerance this tick: counted once however many faults
+        tally: tuple[int, ...] | None = None
         for record in self.faults:
+            if record.outcome in ("active", "recovering"):
+                tally = tally or self.tally()
+                if record.active:
+                    record.impact_tasks = impact_between(record.tally_from, tally)
+                if record.incident and record.action != "resume_agent":  # until its verdict
+                    open_incident = self.incidents[record.incident - 1]
+                    open_incident.tasks = impact_between(open_incident.tally_from, tally)
             if record.outcome in ("active", "recovering") and self._observe(record, s):
                 felt.add(record.incident)
             # A resume is instantaneous; anything else still in play keeps the baseline unfed.
@@ -329,9 +362,13 @@ class Injector:
     def _observe(self, record: FaultRecord, s: ServiceView) -> bool:
         """Advance one fault's verdict; True when the service was out of tolerance while it was active."""
         spec = CATALOGUE[record.action]
+        lifting = record.active and record.lifted_at is None and not record.heals
+        if lifting and spec.lifted(self.rt, record.targets, record.memo):
+            record.lifted_at = s.t
         if record.mechanism_recovered_at is None:
-            healed = spec.heals_itself and spec.healed(self.rt, record.targets, record.memo)
-            if healed or (not record.active and spec.restored(self.rt, record.targets, record.memo)):
+            healed = record.heals and spec.healed(self.rt, record.targets, record.memo)
+            lifted = not record.active or record.lifted_at is not None
+            if healed or (lifted and spec.restored(self.rt, record.targets, record.memo)):
                 record.mechanism_recovered_at = s.t
                 self._events.record(s.t, "fault", id=record.id, action=record.action, state="mechanism_recovered")
         within = self._within(s, record.baseline)

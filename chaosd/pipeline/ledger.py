@@ -1,10 +1,11 @@
-"""The sink's ledger: every accepted task ends exactly once, and the ledger can prove it."""
+"""The sink's ledger: every accepted task ends once; lost ones are found here, duplicated effects by the audit."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from chaosd.pipeline.audit import Audit
 from chaosd.pipeline.task import Task
 
 __all__ = ["Counts", "Ledger"]
@@ -18,27 +19,33 @@ class Counts:
     accepted: int = 0
     completed: int = 0
     late: int = 0
+    degraded: int = 0  # completed in time but degraded (late ones count as late): not good either
     failed: int = 0
     rejected: int = 0
-    duplicated: int = 0
     rejected_by: dict[str, int] = field(default_factory=dict)
     failed_by: dict[str, int] = field(default_factory=dict)
 
 
 class Ledger:
-    """Counts offers, refusals and outcomes; tracks in-flight tasks by id to find loss and duplicates."""
+    """Counts offers, refusals and outcomes; tracks in-flight tasks by id to find loss and second outcomes.
 
-    def __init__(self, deadline: float, idempotent: bool = True) -> None:
+    It is also the sink: it applies each outcome's effect, and tells ``audit`` of every effect it applies.
+    Duplicated effects are the audit's to count, not the ledger's: ``in_flight`` is the idempotent sink's own
+    memory, so it cannot be the proof that the sink works.
+    """
+
+    def __init__(self, deadline: float, idempotent: bool = True, audit: Audit | None = None) -> None:
         self.deadline = deadline
         self.idempotent = idempotent
+        self.audit = audit if audit is not None else Audit()
         self.total = Counts()
         self.measured = Counts()
         self.in_flight: dict[int, Task] = {}
         self.retries = 0
         # Second outcomes for a task that already ended (at-least-once delivery), suppressed by the
-        # idempotent sink. ``duplicated`` counts duplicate *effects*, which idempotence prevents.
+        # idempotent sink: no effect is applied, so the audit hears nothing of them.
         self.deduplicated = 0
-        # Completions within the deadline (all of them when there is no deadline): goodput.
+        # Completions within the deadline (all of them when there is no deadline) and not degraded: goodput.
         self.good = 0
 
     def offer(self, task: Task) -> None:
@@ -48,6 +55,7 @@ class Ledger:
 
     def accept(self, task: Task) -> None:
         self.in_flight[task.id] = task
+        self.audit.owe(task)
         self.total.accepted += 1
         if task.measured:
             self.measured.accepted += 1
@@ -57,39 +65,46 @@ class Ledger:
             counts.rejected += 1
             counts.rejected_by[reason] = counts.rejected_by.get(reason, 0) + 1
 
-    def complete(self, task: Task, now: float) -> None:
+    def complete(self, task: Task, now: float, degraded: bool = False) -> None:
+        """A completion; good when within the deadline and not degraded (a stage skipped or given up on)."""
         if self.in_flight.pop(task.id, None) is None:
-            self._duplicate(task)
+            self._again(task)
             return
+        self.audit.effect(task)
         late = self.deadline > 0 and now - task.accepted_at > self.deadline
-        if not late:
+        bad = late or degraded
+        if not bad:
             self.good += 1
         total = self.total
         total.completed += 1
         if late:
             total.late += 1
+        elif degraded:
+            total.degraded += 1
         if task.measured:
             measured = self.measured
             measured.completed += 1
             if late:
                 measured.late += 1
+            elif degraded:
+                measured.degraded += 1
 
     def fail(self, task: Task, reason: str) -> None:
         if self.in_flight.pop(task.id, None) is None:
-            self._duplicate(task)
+            self._again(task)
             return
+        self.audit.effect(task)
         for counts in (self.total, self.measured) if task.measured else (self.total,):
             counts.failed += 1
             counts.failed_by[reason] = counts.failed_by.get(reason, 0) + 1
 
-    def _duplicate(self, task: Task) -> None:
+    def _again(self, task: Task) -> None:
+        """A second outcome for a task that already ended."""
         if self.idempotent:
             self.deduplicated += 1
             return
-        # A sink without idempotence applies the effect again: a duplicate the ledger must own up to.
-        self.total.duplicated += 1
-        if task.measured:
-            self.measured.duplicated += 1
+        # A sink without idempotence applies the effect again; the audit, owed nothing more, counts it.
+        self.audit.effect(task)
 
     def unaccounted(self, holders: Iterable[Task]) -> tuple[int, int, int]:
         """(lost among all tasks, lost among measured ones, measured still held).

@@ -12,6 +12,7 @@ from chaosd.config import Settings
 from chaosd.events import EventLog
 from chaosd.histogram import LogHistogram
 from chaosd.pipeline.agents import Agent
+from chaosd.pipeline.audit import Audit
 from chaosd.pipeline.dag import Dag
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.ledger import Ledger
@@ -54,7 +55,9 @@ class Pipeline:
         streams = Streams(settings.seed)
         load = settings.load
         self.shape = LoadShape(load.rate, load.phases)
-        self.ledger = Ledger(load.deadline, settings.sink.idempotent)
+        # The audit keeps its own books of effects owed and applied: it measures duplicates, the sink suppresses them.
+        self.audit = Audit()
+        self.ledger = Ledger(load.deadline, settings.sink.idempotent, self.audit)
         self.queue = IngressQueue(settings.queue.capacity, settings.queue.when_full, clock)
         self.busy = BusyMeter(self.t0)
         self.wait = LogHistogram()
@@ -75,7 +78,9 @@ class Pipeline:
                 )
                 self.mcp[stage.name] = mcp
             rng = streams.stream(f"service:{stage.name}")
-            self.stages[stage.name] = StageRunner(stage, rng, self.queue, self.ledger, clock, memory=memory, mcp=mcp)
+            runner = StageRunner(stage, rng, self.queue, self.ledger, clock, memory=memory, mcp=mcp)
+            runner.on_trip = self._breaker_tripped
+            self.stages[stage.name] = runner
         self.dag = Dag(settings.stages)
         self.route: tuple[StageRunner, ...] | None = None
         self.route_names: tuple[str, ...] | None = None
@@ -156,12 +161,31 @@ class Pipeline:
         """The DAG changed; the leader reroutes on its next heartbeat."""
         self.dag_dirty = True
 
+    def _breaker_tripped(self) -> None:
+        """A stage's breaker opened: the leader (if there is one) steers around it now."""
+        if self.dispatcher.leader_id is not None:
+            self._update_route(self.clock.now())
+
     def _heartbeat(self, now: float) -> None:
         if self.dispatcher.leader_id is None:
             return
-        avoided = frozenset(n for n, s in self.stages.items() if s.kind != "llm" and s.is_open(now))
+        self._update_route(now)
+        for store in self.memory.values():
+            if store.scrub():
+                self.events.record(now - self.t0, "memory", stage=store.name, state="repaired")
+
+    def _update_route(self, now: float) -> None:
+        walked = self.route_names or ()
+        avoided: set[str] = set()
+        for name, stage in self.stages.items():
+            if stage.kind == "llm":  # an open llm breaker sends calls to the fallback model instead
+                continue
+            if stage.is_open(now):
+                avoided.add(name)
+            elif name in self.avoided and name not in walked and not stage.probe(now):
+                avoided.add(name)  # half-open, and the health check failed: open again
         if avoided != self.avoided:
-            self.avoided = avoided
+            self.avoided = frozenset(avoided)
             self.dag_dirty = True
             self.events.record(now - self.t0, "breaker", open=sorted(avoided))
         if self.dag_dirty:
@@ -173,9 +197,6 @@ class Pipeline:
                 route=list(self.route_names or ()),
                 bypassed=list(self.bypassed),
             )
-        for store in self.memory.values():
-            if store.scrub():
-                self.events.record(now - self.t0, "memory", stage=store.name, state="repaired")
 
     # --- agents -----------------------------------------------------------------------------------
 

@@ -78,13 +78,21 @@ class McpConnection:
         self._rng = rng
         self._events = events
         self._lost = asyncio.Event()
+        self._up_at: float | None = None  # when an outage ends by itself
         self._t0 = clock.now()
 
-    def drop(self) -> None:
+    def drop(self, outage: float | None = None) -> None:
+        """Lose the connection; the server is unreachable for ``outage`` seconds (None: until it is brought up)."""
         self.connected = False
         self.server_up = False
+        self._up_at = None if outage is None else self._clock.now() + outage
         self.reconnected_at = None
         self._lost.set()
+
+    def _reachable(self) -> bool:
+        if not self.server_up and self._up_at is not None and self._clock.now() >= self._up_at:
+            self.server_up = True
+        return self.server_up
 
     async def run(self) -> None:
         while True:
@@ -93,7 +101,7 @@ class McpConnection:
             while not self.connected:
                 attempt += 1
                 await self._clock.sleep(backoff_delay(self._backoff, attempt, self._rng))
-                if self.server_up:
+                if self._reachable():
                     self.connected = True
                     self.reconnected_at = self._clock.now() - self._t0
                     self._events.record(self.reconnected_at, "mcp", stage=self.name, state="reconnected")

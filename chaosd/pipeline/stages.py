@@ -18,7 +18,10 @@ from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.resources import McpConnection, MemoryStore
 
-__all__ = ["StageRunner", "make_sampler"]
+__all__ = ["DEGRADED", "StageRunner", "make_sampler"]
+
+# What ``StageRunner.run`` returns when the stage gave up but the task goes on without its result.
+DEGRADED = "degraded"
 
 # A tool call hanging under a tool_timeout fault, when the stage sets no timeout of its own.
 DEFAULT_HANG_TIMEOUT = 0.1
@@ -94,6 +97,7 @@ class StageRunner:
         self.open_until = float("-inf")
         self.trips = 0  # times the breaker opened
         self._open_for = cfg.breaker_reset  # doubles while trials keep failing, up to 16 ×
+        self.on_trip: Callable[[], None] | None = None  # the orchestrator reroutes at once, not at its next beat
         self.simple = True
         self.refresh()
 
@@ -125,12 +129,37 @@ class StageRunner:
         self._fail_streak += 1
         threshold = self.cfg.breaker_threshold
         if threshold and self._fail_streak >= threshold and not self.is_open(self._now()):
-            self.open_until = self._now() + self._open_for
-            self._open_for = min(self._open_for * 2, 16 * self.cfg.breaker_reset)
-            self.trips += 1
+            self._open(self._now())
+            if self.on_trip is not None:
+                self.on_trip()
+
+    def _open(self, now: float) -> None:
+        self.open_until = now + self._open_for
+        self._open_for = min(self._open_for * 2, 16 * self.cfg.breaker_reset)
+        self.trips += 1
+        self._fail_streak = 0
+
+    def healthy(self) -> bool:
+        """One trial call by a health check: would an attempt succeed now? (Draws from the stage's stream.)"""
+        if self.removed or self.hang or self.llm_down or (self.mcp is not None and not self.mcp.connected):
+            return False
+        p = self.failure_probability()
+        return not (p > 0.0 and self._rng.random() < p)
+
+    def probe(self, now: float) -> bool:
+        """Half-open while the route goes around the stage: a health check, not users' tasks, tries it.
+
+        Healthy closes the breaker; otherwise it opens again for twice as long (up to 16 × the reset).
+        """
+        if self.removed or self.healthy():  # a removed stage is out of the DAG: nothing to probe
             self._fail_streak = 0
+            self._open_for = self.cfg.breaker_reset
+            return True
+        self._open(now)
+        return False
 
     async def run(self, slow: float = 1.0) -> str | None:
+        """None when the stage served the task; :data:`DEGRADED` when it went on without; else why it failed."""
         cfg = self.cfg
         timeout = cfg.timeout
         sleep = self._sleep
@@ -153,7 +182,7 @@ class StageRunner:
             if attempt > cfg.retries:
                 if reason == "tool_timeout" and cfg.degrade:
                     self.degraded += 1
-                    return None
+                    return DEGRADED
                 return reason
             self._ledger.retries += 1
             await sleep(backoff_delay(cfg.backoff, attempt, rng))

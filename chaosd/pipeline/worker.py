@@ -12,7 +12,7 @@ from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
-from chaosd.pipeline.stages import StageRunner
+from chaosd.pipeline.stages import DEGRADED, StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import TaskTracer
 
@@ -102,15 +102,18 @@ class Worker:
         now = self._clock.now
         handle = tracer.started(task, self.agent.id, t)
         reason = None if route is not None else "no_route"
+        degraded = False
         for stage in route or ():
             begun = now()
             reason = await stage.run(self.agent.slow)
             tracer.stage(handle, stage.name, stage.kind, begun, now(), reason)
-            if reason is not None:
+            if reason == DEGRADED:
+                degraded, reason = True, None
+            elif reason is not None:
                 break
         outcome = reason or ("lost_to_partition" if self.agent.partitioned else "completed")
         tracer.ended(handle, now(), outcome)
-        return reason
+        return DEGRADED if reason is None and degraded else reason
 
     async def _loop(self) -> None:
         agent = self.agent
@@ -153,9 +156,12 @@ class Worker:
             task.attempts += 1
             busy.start(t)
             walk = self._route()
-            reason = None
+            reason: str | None = None
+            degraded = False  # a stage gave up and the task went on without its result
             if task.trace is not None and self.tracer is not None:
                 reason = await self._traced(task, None if walk is None else walk.stages, t)
+                if reason == DEGRADED:
+                    degraded, reason = True, None
             elif walk is None:
                 reason = "no_route"
             else:
@@ -167,7 +173,9 @@ class Worker:
                             await sleep(service)
                         continue
                     reason = await stage.run(slow)
-                    if reason is not None:
+                    if reason == DEGRADED:
+                        degraded, reason = True, None
+                    elif reason is not None:
                         break
             t = now()
             busy.stop(t)
@@ -179,11 +187,12 @@ class Worker:
             if reason is None:
                 if task.id in in_flight:
                     sojourn_add(t - task.accepted_at)
-                    if walk is not None:
+                    if walk is not None and walk.bypassed:
                         # Completed without the skipped stages' results: degraded, like a tool given up on.
+                        degraded = True
                         for skipped in walk.bypassed:
                             skipped.degraded += 1
-                ledger.complete(task, t)
+                ledger.complete(task, t, degraded)
             else:
                 ledger.fail(task, reason)
             dispatcher.ack(task.id, me)
