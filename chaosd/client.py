@@ -535,11 +535,15 @@ def _clock(seconds: float) -> str:
 
 
 def _progress(status: Any) -> str:
-    """elapsed · actions · score (grade) from a survival or scenario status."""
+    """elapsed · actions · score (grade) from a survival or scenario status.
+
+    The score is the plan's own window (``daemon_score`` is the daemon's lifetime, not shown here); it has no
+    total ("-") until a task offered in the window has settled.
+    """
     actions = status.get("actions")
     count = len(actions) if isinstance(actions, list) else actions if actions is not None else 0
     score = status.get("score") or {}
-    shown = f"{score['total']:.1f} ({score['grade']})" if "total" in score else "-"
+    shown = f"{score['total']:.1f} ({score['grade']})" if score.get("total") is not None else "-"
     return f"elapsed {_clock(float(status.get('elapsed_s') or 0.0))} · actions {count} · score {shown}"
 
 

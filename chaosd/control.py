@@ -14,6 +14,7 @@ from typing import Any
 
 from chaosd.errors import FaultError
 from chaosd.faults import CATALOGUE, FaultRecord
+from chaosd.faults.injector import TERMINAL
 from chaosd.plans import (
     Tally,
     check_actions,
@@ -49,7 +50,8 @@ class PlanRun:
     log: list[dict[str, Any]] = field(default_factory=list)
     expectations: list[dict[str, Any]] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
-    before: Tally | None = None  # a scenario's: the task counts when it started, to judge its window
+    before: Tally | None = None  # the task counts when it started: its window is what happened since
+    final: dict[str, Any] | None = None  # its window report as it ended (see Controller.plan_report)
 
     def fault_ids(self) -> set[int]:
         return {int(e["fault"]) for e in self.log if e.get("fault") is not None}
@@ -119,6 +121,7 @@ class Controller:
         if self.exp.injector.lever is not None:
             raise FaultError("survival", f"the safety lever is pulled ({self.exp.injector.lever})", status=409)
         run = PlanRun("survival", "survival", self.exp.pipeline.elapsed(), duration)
+        run.before = Tally.of(self._counts())
         plan = survival_plan(
             interval,
             chosen,
@@ -166,6 +169,8 @@ class Controller:
             remaining = run.started_at + run.duration - self.exp.pipeline.elapsed()
             if remaining > 0 and self.exp.injector.lever is None:
                 await self.exp.clock.sleep(remaining)  # the last faults run out; the run lasts what was asked
+            if run.kind == "scenario":
+                await self._verdicts(run)
         except asyncio.CancelledError:
             run.state = "stopped"
             run.reason = run.reason or "stopped"
@@ -186,23 +191,91 @@ class Controller:
         run.state = "finished"
         self._finish(run)
 
+    async def _verdicts(self, run: PlanRun) -> None:
+        """Wait for each of the run's faults to get its verdict, so expectations never judge a pending one.
+
+        Bounded: a fault not recovered within ``recovery.limit`` of its end is failed by the injector.
+        """
+        injector, clock = self.exp.injector, self.exp.clock
+        cfg = self.exp.settings
+        deadline = clock.now() + cfg.recovery.limit + cfg.recovery.confirm + 1.0
+        while clock.now() < deadline and any(injector.get(i).outcome not in TERMINAL for i in run.fault_ids()):
+            await clock.sleep(cfg.telemetry.tick)
+
     def _finish(self, run: PlanRun) -> None:
         run.ended_at = self.exp.pipeline.elapsed()
+        run.final = self.plan_report(run)  # the window ends with the run: its status stops moving
         self.exp.events.record(run.ended_at, run.kind, name=run.name, state=run.state, reason=run.reason)
 
     def plan_report(self, run: PlanRun) -> dict[str, Any]:
-        """What a plan's expectations judge: its own window, not the daemon's whole lifetime.
+        """What a plan's expectations judge, and its status scores: its own window, not the daemon's lifetime.
 
-        Task counts and the score are the difference of the live report's counts between the plan's
-        start and now; faults and actions are the plan's own.
+        Task counts and the score are the difference of the live counts between the plan's start and
+        now (its end, once it has ended: the report is kept then); faults, incidents and actions are the
+        plan's own. Its cost grows with the plan (its faults and log), not with the daemon's faults or timeline.
         """
-        report = self.exp.report()
-        before = run.before or Tally()  # a plan without a snapshot: judged from the daemon's start
-        window = window_report(before, report, run.fault_ids(), ScoreWeights.from_config(self.exp.settings.score))
-        window["window"] = {"start_s": run.started_at, "end_s": report["duration_s"]}
+        if run.final is not None:
+            return run.final
+        window = self._window(run, faults=True)
         window["actions"] = list(run.log)
         result: dict[str, Any] = rounded(window)
         return result
+
+    def _window(self, run: PlanRun, *, faults: bool) -> dict[str, Any]:
+        """The plan's window now: task counts, score, incidents (and its faults as dicts, when ``faults``).
+
+        The score needs the counts and the plan's incidents only; rendering every fault (``faults``)
+        costs far more, so a status, which is polled, goes without.
+        """
+        records = self._plan_faults(run)
+        incidents = self.exp.injector.incidents
+        numbers = sorted({f.incident for f in records if 0 < f.incident <= len(incidents)})
+        now = self._counts()
+        now["faults"] = [f.as_dict() for f in records] if faults else []
+        now["incidents"] = [incidents[n - 1].as_dict() for n in numbers]
+        before = run.before or Tally()  # a plan without a snapshot: judged from the daemon's start
+        ids = {f.id for f in records}
+        window = window_report(before, now, ids, ScoreWeights.from_config(self.exp.settings.score))
+        # The incidents holding its faults: what ``max_recovery_s`` judges (as the run report's do).
+        window["incidents"] = [i for i in now["incidents"] if ids.intersection(i["faults"])]
+        end = run.ended_at if run.ended_at is not None else self.exp.pipeline.elapsed()
+        window["window"] = {"start_s": run.started_at, "end_s": end}
+        return window
+
+    def _counts(self) -> dict[str, Any]:
+        """The live report's task counts (what :meth:`Tally.of` reads), without building the whole report.
+
+        ``Experiment.report()`` also renders every fault, incident and the timeline: too much for a status
+        that is polled. These are the same numbers (``tests/test_plan_status.py`` holds them equal).
+        """
+        p = self.exp.pipeline
+        m = p.ledger.measured
+        _, lost, in_flight = p.ledger.unaccounted(p.holders())
+        tasks = {
+            "offered": m.offered,
+            "accepted": m.accepted,
+            "completed": m.completed,
+            "late": m.late,
+            "degraded": m.degraded,
+            "failed": m.failed,
+            "rejected": m.rejected,
+            "duplicated": p.audit.measured.count,
+            "lost": lost,
+            "in_flight": in_flight,
+        }
+        undetected = sum(store.undetected_reads for store in p.memory.values())
+        return {"tasks": tasks, "diagnostics": [{"cause": "corruption_undetected", "count": undetected}]}
+
+    def _plan_faults(self, run: PlanRun) -> list[FaultRecord]:
+        """The plan's faults, by id: ids count from 1 in injection order, so no search through all of them."""
+        faults = self.exp.injector.faults
+        found = []
+        for fault_id in sorted(run.fault_ids()):
+            at = fault_id - 1
+            found.append(
+                faults[at] if 0 <= at < len(faults) and faults[at].id == fault_id else self.exp.injector.get(fault_id)
+            )
+        return found
 
     async def stop_plan(self, run: PlanRun | None, what: str) -> PlanRun:
         if run is None:
@@ -227,9 +300,12 @@ class Controller:
         return reverted
 
     def plan_status(self, run: PlanRun | None) -> dict[str, Any]:
+        """A plan's progress. ``score`` is its own window's (from its start to its end, or to now while it
+        runs: see :meth:`plan_report`); ``daemon_score`` is the daemon's whole lifetime, as ``/api/v1/score``.
+        """
         if run is None:
             return {"state": "idle"}
-        live = self.exp.live_score()
+        window = run.final if run.final is not None else self._window(run, faults=False)
         now = self.exp.pipeline.elapsed()
         status: dict[str, Any] = {
             "kind": run.kind,
@@ -242,7 +318,9 @@ class Controller:
             "actions": sum(1 for e in run.log if e.get("ok")),
             "log": run.log[-50:],
             "reason": run.reason,
-            "score": live.as_dict(),
+            "window": window["window"],
+            "score": window["score"],
+            "daemon_score": self.exp.live_score().as_dict(),
         }
         if run.kind == "scenario":
             status["expectations"] = run.expectations
