@@ -1,0 +1,104 @@
+"""scripts/score_table.py: the README's score table is made from the runs' own reports, and nothing else moves."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "score_table.py"
+BEGIN = b"<!-- score-table:begin -->"
+END = b"<!-- score-table:end -->"
+DASH = "—"
+
+
+def score_table(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def split(text: bytes) -> tuple[bytes, bytes, bytes]:
+    """Before the begin marker (included), between the markers, from the end marker (included)."""
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    head, rest = text.split(BEGIN)
+    inside, tail = rest.split(END)
+    return head + BEGIN, inside, END + tail
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return DASH if value is None else f"{value:.{digits}f}"
+
+
+def mean_on(faults: list[dict[str, Any]], clock: str) -> float | None:
+    times = [f["recovery_s"] for f in faults if f["clock"] == clock and f["recovery_s"] is not None]
+    return sum(times) / len(times) if times else None
+
+
+def test_write_replaces_only_the_table_with_the_reports_numbers(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    shutil.copyfile(ROOT / "README.md", readme)
+    before = readme.read_bytes()
+    out = tmp_path / "reports"
+
+    done = score_table(
+        "--only", "baseline,survival", "--duration", "60s", "--readme", str(readme), "--out", str(out), "--write"
+    )
+    assert done.returncode == 0, done.stderr
+
+    after = readme.read_bytes()
+    head, inside, tail = split(after)
+    old_head, _, old_tail = split(before)
+    assert (head, tail) == (old_head, old_tail)  # the rest of the file is byte-identical
+
+    lines = inside.decode("utf-8").strip("\n").splitlines()
+    reports = {name: json.loads((out / f"{name}.json").read_text()) for name in ("baseline", "survival")}
+    assert lines[0].startswith("Made on ")
+    assert f"with chaosd {reports['baseline']['chaosd_version']} " in lines[0]
+    assert lines[1] == ""
+    header = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert header[0] == "run" and set(lines[3]) <= {"|", "-"}
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[4:]]
+    assert [r[0] for r in rows] == ["baseline", "survival"]
+    assert done.stdout.strip() == inside.decode("utf-8").strip()  # what --write wrote is what it printed
+
+    assert reports["survival"]["faults"], "a survival minute should inject faults, or the checks below prove little"
+    for cells in rows:
+        r = reports[cells[0]]
+        s, faults, tasks = r["score"], r["faults"], r["tasks"]
+        recovered = sum(f["outcome"] == "recovered" for f in faults)
+        expected = {
+            "seed": str(r["seed"]),
+            "simulated (s)": f"{r['duration_s']:g}",
+            "score": fmt(s["total"]),
+            "grade": s["grade"] or DASH,
+            "availability": fmt(s["availability"]),
+            "recovery rate": fmt(s["recovery_rate"]),
+            "recovery speed": fmt(s["recovery_speed"]),
+            "consistency": fmt(s["consistency"]),
+            "faults": str(len(faults)),
+            "incidents": str(len(r["incidents"])),
+            "recovered (%)": fmt(100 * recovered / len(faults) if faults else None),
+            "mean time-to-heal (s)": fmt(mean_on(faults, "heal"), 2),
+            "mean time-to-restore (s)": fmt(mean_on(faults, "restore"), 2),
+            "lost": str(tasks["lost"]),
+            "duplicated": str(tasks["duplicated"]),
+        }
+        assert dict(zip(header[1:], cells[1:], strict=True)) == expected
+        assert r["duration_s"] == 60.0
+
+
+def test_a_failed_run_exits_non_zero_and_writes_nothing(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    shutil.copyfile(ROOT / "README.md", readme)
+    before = readme.read_bytes()
+
+    done = score_table("--only", "baseline", "--duration", "bogus", "--readme", str(readme), "--write")
+
+    assert done.returncode == 1
+    assert "run 'baseline' failed" in done.stderr and "not a duration" in done.stderr
+    assert readme.read_bytes() == before
