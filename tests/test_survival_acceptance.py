@@ -15,6 +15,8 @@ import pytest
 from chaosd.cli import main
 from chaosd.faults import CATALOGUE
 
+pytestmark = pytest.mark.slow
+
 ARES_ACTIONS = (
     "kill_leader,kill_orchestrator,kill_agent,remove_node,remove_edge,pause_agent,resume_agent,"
     "slow_agent,network_partition,tool_timeout,memory_corrupt,mcp_disconnect,llm_failure"
