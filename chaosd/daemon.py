@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import resource
 import signal
 import uuid
@@ -110,14 +111,15 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     door: FrontDoor | None = None
     reverted = 0
     try:
-        await runner.setup()
         door = FrontDoor(runner, app[LIMITS], app[HTTP_STATS])
-        try:
-            addresses = await door.listen(settings.api.host, settings.api.port)
+        try:  # before anything starts: a busy port leaves no pipeline, no storage, no report
+            addresses = await door.bind(settings.api.host, settings.api.port)
         except OSError as exc:
-            out(f"chaosd: cannot listen on {settings.api.host}:{settings.api.port}: {exc.strerror or exc}")
-            await runner.cleanup()
+            why = os.strerror(exc.errno) if exc.errno else str(exc)
+            out(f"chaosd: cannot listen on {settings.api.host}:{settings.api.port} (api.host, api.port): {why}")
             return 2
+        await runner.setup()
+        await door.serve()
         for host, port in addresses:
             out(f"chaosd: listening on http://{host}:{port} (run {run_id})")
         out(f"chaosd: pipeline running in real time (offered {settings.load.rate:g} tasks/s); Ctrl-C stops")

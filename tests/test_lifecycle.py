@@ -4,9 +4,13 @@ and what a client was told is stored survives ``kill -9``."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +18,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from daemon_harness import Daemon, wait_for
+from daemon_harness import ROOT, Daemon, wait_for
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from chaosd.api import build_app
@@ -237,3 +241,34 @@ def test_tracing_says_when_exports_keep_failing_and_when_they_work_again() -> No
     finally:
         tracing.close()
         loop.close()
+
+
+def test_a_busy_port_exits_2_with_one_line_and_nothing_started(tmp_path: Path) -> None:
+    """The port is bound before anything starts: no pipeline, no storage file, no report, no traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "CHAOSD_API__HOST": "127.0.0.1",
+            "CHAOSD_API__PORT": str(port),
+            "CHAOSD_STORAGE__PATH": str(tmp_path / "data" / "chaosd.db"),
+            "CHAOSD_DAEMON__REPORT": str(tmp_path / "report.json"),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "chaosd"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert done.stderr == ""
+    assert done.stdout.splitlines() == [
+        f"chaosd: cannot listen on 127.0.0.1:{port} (api.host, api.port): {os.strerror(errno.EADDRINUSE)}"
+    ]
+    assert list(tmp_path.iterdir()) == []  # no storage directory, no report

@@ -197,15 +197,40 @@ class FrontDoor:
         self._runner = runner
         self._server: asyncio.Server | None = None
 
+    async def bind(self, host: str, port: int, backlog: int = 1024) -> list[tuple[str, int]]:
+        """Bind the listening sockets, accepting nothing yet; returns the (host, port) pairs (port 0: a free one).
+
+        The daemon binds before it starts anything, so a busy port or a bad host fails with nothing
+        started and nothing written.
+        """
+        self._server = await self.loop.create_server(
+            lambda: _Connection(self._manager(), self),
+            host,
+            port,
+            backlog=backlog,
+            reuse_address=True,
+            start_serving=False,
+        )
+        return [sock.getsockname()[:2] for sock in self._server.sockets]
+
+    async def serve(self) -> None:
+        """Accept connections on the bound sockets (the runner must be set up by now)."""
+        self._manager()
+        if self._server is None:
+            raise RuntimeError("bind first")
+        await self._server.start_serving()
+
     async def listen(self, host: str, port: int, backlog: int = 1024) -> list[tuple[str, int]]:
-        """Start listening; returns the (host, port) pairs bound (port 0 picks a free one)."""
+        """Bind and start accepting at once (the runner must be set up)."""
+        addresses = await self.bind(host, port, backlog)
+        await self.serve()
+        return addresses
+
+    def _manager(self) -> Any:
         manager = self._runner.server
         if manager is None:
             raise RuntimeError("the runner is not set up")
-        self._server = await self.loop.create_server(
-            lambda: _Connection(manager, self), host, port, backlog=backlog, reuse_address=True
-        )
-        return [sock.getsockname()[:2] for sock in self._server.sockets]
+        return manager
 
     async def close(self) -> None:
         if self._server is not None:
