@@ -116,6 +116,10 @@ def test_exposition_names_types_labels_and_preinitialised_values() -> None:
         "chaosd_collapse_state": "gauge",
         "chaosd_collapses": "counter",
         "chaosd_throttle_factor": "gauge",
+        "chaosd_leader_present": "gauge",
+        "chaosd_leader": "gauge",
+        "chaosd_sojourn_p95_seconds": "gauge",
+        "chaosd_sojourn_p99_seconds": "gauge",
         "chaosd_faults_injected": "counter",
         "chaosd_faults_active": "gauge",
         "chaosd_fault_recovery_seconds": "histogram",
@@ -340,3 +344,35 @@ def test_span_counters_stay_consistent_under_two_threads(monkeypatch: pytest.Mon
         threading.settrace(previous)
         tracing.close()
         loop.close()
+
+
+def test_probe_gauges_follow_the_leader_and_the_detectors_window_p95() -> None:
+    seen: list[tuple[float, str | None, dict[tuple[str, tuple[tuple[str, str], ...]], float]]] = []
+
+    async def plan(exp: Experiment) -> None:
+        registry = make_registry(exp, None)
+        p = exp.pipeline
+        for at in (14.0, 15.05, 15.2, 17.0):  # before the kill, just after, before failover, after it
+            await exp.clock.sleep_until(p.t0 + at)
+            if at == 15.05:
+                exp.injector.inject("kill_leader", ttl=5.0)
+            seen.append((at, p.dispatcher.leader_id, _samples(registry)))
+        snap = exp.telemetry.latest
+        assert snap is not None
+        seen.append((snap.sojourn_p95, None, _samples(registry)))
+
+    _run_with(plan, duration=20.0)
+    (_, old, before), (_, gone, killed), (_, none, waiting), (_, new, after), (p95, _, last) = seen
+
+    def leaders(values: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, float]:
+        return {dict(labels)["replica"]: v for (name, labels), v in values.items() if name == "chaosd_leader"}
+
+    assert old is not None and before[("chaosd_leader_present", ())] == 1.0
+    assert leaders(before) == {f"orchestrator-{i}": float(f"orchestrator-{i}" == old) for i in range(3)}
+    assert gone is None and none is None  # the dead leader's lease has not run out yet
+    assert killed[("chaosd_leader_present", ())] == waiting[("chaosd_leader_present", ())] == 0.0
+    assert set(leaders(waiting).values()) == {0.0}
+    assert new not in (None, old) and after[("chaosd_leader_present", ())] == 1.0
+    assert leaders(after)[new] == 1.0 and sum(leaders(after).values()) == 1.0
+    assert last[("chaosd_sojourn_p95_seconds", ())] == p95 > 0
+    assert last[("chaosd_sojourn_p99_seconds", ())] >= p95

@@ -119,8 +119,11 @@ class ExperimentCollector(Collector):
             "chaosd_offered_rate": ("Tasks offered per second (lambda)", "arrival_rate"),
             "chaosd_service_rate": ("Tasks per second the workers could serve (mu)", "service_rate"),
             "chaosd_throughput_rate": ("Tasks ending per second", "throughput"),
-            "chaosd_goodput_rate": ("Completions within the deadline per second", "goodput"),
+            "chaosd_goodput_rate": ("Completions within the deadline, not degraded, per second", "goodput"),
             "chaosd_utilisation_ratio": ("Busy share of the workers over the window", "utilisation"),
+            # The detector's own window percentiles, for probes that cannot use the histograms' rules.
+            "chaosd_sojourn_p95_seconds": ("p95 sojourn of tasks completed in the telemetry window", "sojourn_p95"),
+            "chaosd_sojourn_p99_seconds": ("p99 sojourn of tasks completed in the telemetry window", "sojourn_p99"),
         }
         for name, (doc, attr) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=float(getattr(snap, attr)) if snap is not None else 0.0)
@@ -216,6 +219,16 @@ class ExperimentCollector(Collector):
         for (kind, agent_state), n in counts.items():
             agents.add_metric([kind, agent_state], float(n))
         yield agents
+        leader = p.dispatcher.leader_id
+        yield GaugeMetricFamily(
+            "chaosd_leader_present", "1 while a replica holds the dispatch lease", value=leader is not None
+        )
+        holder = GaugeMetricFamily(
+            "chaosd_leader", "The replica holding the dispatch lease (one-hot)", labels=["replica"]
+        )
+        for replica in p.dispatcher.replicas:  # bounded: orchestrator.replicas (at most 99)
+            holder.add_metric([replica.id], 1.0 if replica.id == leader else 0.0)
+        yield holder
         yield CounterMetricFamily("chaosd_leader_elections", "Elections won", value=p.dispatcher.elections)
         yield CounterMetricFamily("chaosd_redispatched", "Tasks re-dispatched", value=p.dispatcher.redispatched)
         yield CounterMetricFamily("chaosd_supervisor_restarts", "Agents resurrected", value=p.supervisor.restarts)
