@@ -173,14 +173,20 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--target", help="agent id, kind, random or N%% (default: the action's)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="an action parameter")
     p.add_argument("--ttl", help="revert after this long, e.g. 30s or 2m (default: the daemon's)")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label the fault (repeatable)")
     p.add_argument("--json", action="store_true", help="print the fault as JSON")
 
     p = sub.add_parser("faults", parents=[common], help="list the faults of the running daemon")
     p.add_argument("--active", action="store_true", help="only faults not yet reverted")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="only faults with this label")
+    p.add_argument("--action", action="append", default=[], help="only faults of this action (repeatable)")
+    p.add_argument("--state", action="append", default=[], help="only faults in this state (repeatable)")
     p.add_argument("--json", action="store_true", help="print the answer as JSON")
 
-    p = sub.add_parser("revert", parents=[common], help="revert a fault now")
-    p.add_argument("id", metavar="ID", help="the fault id")
+    p = sub.add_parser("revert", parents=[common], help="revert a fault now, or the active faults a selector picks")
+    p.add_argument("id", metavar="ID", nargs="?", help="the fault id")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="revert faults with this label")
+    p.add_argument("--action", action="append", default=[], help="revert faults of this action (repeatable)")
 
     p = sub.add_parser("abort", parents=[common], help="pull the safety lever: revert every fault, refuse new ones")
     p.add_argument("--reason", help="recorded with the lever")
@@ -235,6 +241,23 @@ def _params(items: Sequence[str]) -> dict[str, float | str]:
     return params
 
 
+def _labels(items: Sequence[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ClientError(EXIT_USAGE, f"--label: expected KEY=VALUE, got {item!r}")
+        if key in labels:
+            raise ClientError(EXIT_USAGE, f"--label: {key} given twice")
+        labels[key] = value
+    return labels
+
+
+def _selector(labels: Sequence[str], actions: Sequence[str]) -> list[tuple[str, str]]:
+    """Query pairs for the daemon's fault selector: every label must hold, any action may."""
+    return [("label", f"{k}={v}") for k, v in _labels(labels).items()] + [("action", a) for a in actions]
+
+
 # --- commands -----------------------------------------------------------------------------------------------------
 
 
@@ -274,6 +297,9 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
         body["params"] = params
     if args.ttl is not None:
         body["ttl"] = _duration("--ttl", args.ttl)
+    labels = _labels(args.label)
+    if labels:
+        body["labels"] = labels
     fault = client.request("POST", "/api/v1/faults", body)
     if args.json:
         out(_json(fault))
@@ -284,7 +310,9 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
 
 
 def _faults(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
-    answer = client.request("GET", "/api/v1/faults" + ("?active=true" if args.active else ""))
+    query = [("active", "true")] if args.active else []
+    query += _selector(args.label, args.action) + [("state", s) for s in args.state]
+    answer = client.request("GET", "/api/v1/faults" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
     if args.json:
         out(_json(answer))
         return EXIT_OK
@@ -302,6 +330,15 @@ def _faults(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
 
 
 def _revert(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    selector = _selector(args.label, args.action)
+    if (args.id is None) == (not selector):
+        raise ClientError(EXIT_USAGE, "give a fault ID or a selector (--label KEY=VALUE, --action NAME), not both")
+    if args.id is None:
+        answer = client.request("DELETE", f"/api/v1/faults?{urllib.parse.urlencode(selector)}")
+        for fault in answer["faults"]:
+            out(f"fault {fault['id']} reverted: {fault['action']} on {_targets(fault)} ({fault.get('outcome', '?')})")
+        out(f"{len(answer['reverted'])} fault(s) reverted")
+        return EXIT_OK
     try:
         fault_id = int(args.id)
     except ValueError:

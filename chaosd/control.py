@@ -79,12 +79,22 @@ class Controller:
 
     # --- faults and the lever -------------------------------------------------------------------
 
-    def inject(self, action: str, target: str | None, params: dict[str, object], ttl: float | None) -> FaultRecord:
+    def inject(
+        self,
+        action: str,
+        target: str | None,
+        params: dict[str, object],
+        ttl: float | None,
+        labels: dict[str, str] | None = None,
+    ) -> FaultRecord:
         self._refuse_if_stopping()
-        return self.exp.injector.inject(action, target, params, ttl)
+        return self.exp.injector.inject(action, target, params, ttl, labels)
 
     def revert(self, fault_id: int) -> FaultRecord:
         return self.exp.injector.revert(fault_id)
+
+    def revert_matching(self, labels: dict[str, str], actions: frozenset[str]) -> list[FaultRecord]:
+        return self.exp.injector.revert_matching(labels, actions)
 
     def pull_lever(self, reason: str) -> int:
         return self.exp.injector.pull_lever(reason)

@@ -16,6 +16,7 @@ from chaosd.api.keys import BROKER, CONTROLLER, LIMITS, REGISTRY, RUN_ID, STARTE
 from chaosd.api.schemas import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, openapi_document
 from chaosd.errors import FaultError
 from chaosd.faults import CATALOGUE
+from chaosd.faults.injector import STATES, check_labels, matches
 from chaosd.report import rounded
 from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name
 
@@ -31,7 +32,7 @@ def _ok(body: Any, status: int = 200) -> web.Response:
 
 # The query parameters each route reads; any other is a mistake to report, never to ignore.
 QUERY_PARAMS: dict[str, frozenset[str]] = {
-    "/api/v1/faults": frozenset({"active"}),
+    "/api/v1/faults": frozenset({"active", "label", "action", "state"}),
     "/api/v1/scenarios/run": frozenset({"speed"}),
     "/api/v1/events": frozenset({"types", "last_event_id", "replay"}),
 }
@@ -168,8 +169,34 @@ async def actions(request: web.Request) -> web.Response:
 @routes.post("/api/v1/faults")
 async def inject(request: web.Request) -> web.Response:
     body = await _body(request, InjectRequest)
-    record = request.app[CONTROLLER].inject(body.action, body.target, dict(body.params), body.ttl)
-    return _ok(record.as_dict(), 201)
+    record = request.app[CONTROLLER].inject(body.action, body.target, dict(body.params), body.ttl, dict(body.labels))
+    response = _ok(record.as_dict(), 201)
+    response.headers["Location"] = f"/api/v1/faults/{record.id}"
+    return response
+
+
+def _selector(request: web.Request) -> tuple[dict[str, str], frozenset[str], frozenset[str]]:
+    """``label=key=value`` (repeatable, all must hold), ``action`` and ``state`` (repeatable, any may hold)."""
+    labels: dict[str, str] = {}
+    for raw in request.query.getall("label", []):
+        key, sep, value = raw.partition("=")
+        if not sep:
+            raise FaultError("label", f"a label selector is key=value (got {raw[:64]!r})", status=400)
+        try:
+            labels.update(check_labels({key: value}, "label"))
+        except FaultError as exc:
+            raise FaultError(exc.field, exc.message, status=400) from None
+    actions = frozenset(request.query.getall("action", []))
+    unknown = sorted(actions - set(CATALOGUE))
+    if unknown:
+        raise FaultError(
+            "action", f"unknown action {unknown[0][:64]!r} (valid: {', '.join(sorted(CATALOGUE))})", status=400
+        )
+    states = frozenset(request.query.getall("state", []))
+    unknown = sorted(states - set(STATES))
+    if unknown:
+        raise FaultError("state", f"unknown state {unknown[0][:64]!r} (valid: {', '.join(STATES)})", status=400)
+    return labels, actions, states
 
 
 @routes.get("/api/v1/faults")
@@ -177,10 +204,30 @@ async def faults(request: web.Request) -> web.Response:
     active = request.query.get("active", "").lower()
     if active not in ("", "true", "false", "1", "0"):
         raise FaultError("active", "must be true or false", status=400)
+    labels, actions, states = _selector(request)
     records = request.app[CONTROLLER].exp.injector.faults
     if active in ("true", "1"):
         records = [f for f in records if f.active]
+    elif active in ("false", "0"):
+        records = [f for f in records if not f.active]
+    if labels or actions or states:
+        records = [f for f in records if matches(f, labels, actions, states)]
     return _ok({"faults": [f.as_dict() for f in records], "lever": request.app[CONTROLLER].exp.injector.lever})
+
+
+@routes.delete("/api/v1/faults")
+async def revert_selected(request: web.Request) -> web.Response:
+    """Revert exactly the active faults a selector picks (``label``, ``action``); never everyone's by accident."""
+    for key in ("active", "state"):
+        if key in request.query:
+            raise FaultError(key, "only label and action select the faults to revert (active ones)", status=400)
+    labels, actions, _ = _selector(request)
+    if not labels and not actions:
+        raise FaultError(
+            "label", "give a selector (label=key=value or action=…); to revert every fault, pull the lever", status=400
+        )
+    reverted = request.app[CONTROLLER].revert_matching(labels, actions)
+    return _ok({"reverted": [f.id for f in reverted], "faults": [f.as_dict() for f in reverted]})
 
 
 def _fault_id(request: web.Request) -> int:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from chaosd import __version__
 from chaosd.durations import Seconds
 from chaosd.faults import CATALOGUE
+from chaosd.faults.injector import STATES
 
 __all__ = ["InjectRequest", "LeverRequest", "ScenarioRunRequest", "SurvivalRequest", "openapi_document"]
 
@@ -22,6 +23,11 @@ class InjectRequest(_Body):
     target: str | None = Field(default=None, min_length=1, max_length=200, description="id, kind, random or N%")
     params: dict[str, float | str] = Field(default_factory=dict, description="the action's parameters")
     ttl: Seconds | None = Field(default=None, description="seconds (or '10s'); default from config")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="at most 16 labels (key: identifier, value: 1-128 characters) to select the fault by later",
+    )
 
 
 class LeverRequest(_Body):
@@ -148,8 +154,40 @@ def openapi_document() -> dict[str, Any]:
     ]
     events["responses"]["429"] = {"description": "too many event streams open", **_json(_ref("Error"))}
     events["responses"]["200"] = {"description": "an event stream", "content": {"text/event-stream": {}}}
-    faults_list = _op("List faults")
-    faults_list["parameters"] = [{"name": "active", "in": "query", "required": False, "schema": {"type": "boolean"}}]
+    selector = [
+        {
+            "name": "label",
+            "in": "query",
+            "required": False,
+            "description": "key=value; repeat for several (all must hold)",
+            "schema": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_.-]{0,62}=.+$"}},
+            "style": "form",
+            "explode": True,
+        },
+        {
+            "name": "action",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "array", "items": {"type": "string", "enum": sorted(CATALOGUE)}},
+            "style": "form",
+            "explode": True,
+        },
+    ]
+    faults_list = _op("List faults, all or those a selector picks")
+    faults_list["parameters"] = [
+        {"name": "active", "in": "query", "required": False, "schema": {"type": "boolean"}},
+        *selector,
+        {
+            "name": "state",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "array", "items": {"type": "string", "enum": list(STATES)}},
+            "style": "form",
+            "explode": True,
+        },
+    ]
+    faults_revert = _op("Revert the active faults a selector picks (label and/or action)", mutating=True)
+    faults_revert["parameters"] = selector
     return {
         "openapi": "3.1.0",
         "info": {"title": "chaosd", "version": __version__, "description": "Break the pipeline, watch it heal."},
@@ -172,6 +210,7 @@ def openapi_document() -> dict[str, Any]:
             "/api/v1/faults": {
                 "get": faults_list,
                 "post": _op("Inject a fault", "201", "InjectRequest", mutating=True),
+                "delete": faults_revert,
             },
             "/api/v1/faults/{id}": {
                 "get": _op("One fault", parameters=_ID),

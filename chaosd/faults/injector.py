@@ -16,6 +16,7 @@ recovered within ``limit`` of the fault's end: a failed recovery.
 from __future__ import annotations
 
 import random
+import re
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -27,7 +28,10 @@ from chaosd.faults.catalogue import CATALOGUE
 from chaosd.faults.incidents import Incident, TaskImpact, impact_between
 from chaosd.pipeline import Pipeline
 
-__all__ = ["TERMINAL", "Baseline", "FaultRecord", "Injector", "ServiceView"]
+__all__ = ["STATES", "TERMINAL", "Baseline", "FaultRecord", "Injector", "ServiceView", "check_labels", "matches"]
+
+MAX_LABELS = 16
+_LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
 
 _ERROR_SLACK = 0.05  # the error rate may exceed the baseline's by 5 points (noise of a 1 s window)
 
@@ -68,6 +72,37 @@ class Baseline:
 
 
 TERMINAL = ("recovered", "failed", "unmeasured")
+STATES = ("active", "recovering", *TERMINAL)
+
+
+def check_labels(labels: object, field: str = "labels") -> dict[str, str]:
+    """A fault's labels, validated: at most 16; keys like identifiers (``team``, ``exp.id``); short string values."""
+    if not isinstance(labels, dict):
+        raise FaultError(field, "must be an object of string labels")
+    if len(labels) > MAX_LABELS:
+        raise FaultError(field, f"at most {MAX_LABELS} labels (got {len(labels)})")
+    checked: dict[str, str] = {}
+    for key, value in labels.items():
+        if not isinstance(key, str) or not _LABEL_KEY.fullmatch(key):
+            raise FaultError(f"{field}.{key}", "a label key is a letter or _, then letters, digits, _ . - (63 at most)")
+        if not isinstance(value, str) or not 0 < len(value) <= 128 or not value.isprintable():
+            raise FaultError(f"{field}.{key}", "a label value is printable text of 1 to 128 characters")
+        checked[key] = value
+    return checked
+
+
+def matches(
+    record: FaultRecord,
+    labels: dict[str, str],
+    actions: frozenset[str] = frozenset(),
+    states: frozenset[str] = frozenset(),
+) -> bool:
+    """Whether the fault carries every label given, and is of one of the actions and states given (if any)."""
+    return (
+        all(record.labels.get(k) == v for k, v in labels.items())
+        and (not actions or record.action in actions)
+        and (not states or record.outcome in states)
+    )
 
 
 @dataclass(slots=True)
@@ -81,6 +116,7 @@ class FaultRecord:
     injected_at: float
     baseline: Baseline | None
     memo: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # the injector's caller's: selects its faults
     reverted_at: float | None = None
     reverted_by: str | None = None  # "ttl" | "revert" | "lever" | "shutdown"
     mechanism_recovered_at: float | None = None
@@ -123,6 +159,7 @@ class FaultRecord:
             "action": self.action,
             "target": self.target,
             "targets": list(self.targets),
+            "labels": dict(sorted(self.labels.items())),
             "params": dict(sorted(self.params.items())),
             "ttl": self.ttl,
             "injected_at": self.injected_at,
@@ -187,6 +224,7 @@ class Injector:
         target: str | None = None,
         params: dict[str, object] | None = None,
         ttl: float | None = None,
+        labels: dict[str, str] | None = None,
     ) -> FaultRecord:
         """Apply one fault, or raise :class:`FaultError` naming the field, having changed nothing."""
         if self.closed is not None:
@@ -202,6 +240,7 @@ class Injector:
         if ttl > self.cfg.max_ttl:
             raise FaultError("ttl", f"{ttl:g} s exceeds the maximum of {self.cfg.max_ttl:g} s")
         checked = spec.check_params(params or {})
+        tags = check_labels(labels or {})
         active = self.active()
         blocking = [f for f in active if f.action != "resume_agent"]  # a resume is instantaneous
         if action != "resume_agent" and len(blocking) >= self.cfg.max_concurrent:
@@ -226,6 +265,7 @@ class Injector:
             baseline=self.baseline(),
             heals=spec.heals(self.rt, targets),
             tally_from=self.tally(),
+            labels=tags,
         )
         record.impact_tasks = impact_between(record.tally_from, record.tally_from)
         record.memo = spec.apply(self.rt, targets, checked)
@@ -256,6 +296,15 @@ class Injector:
             raise FaultError("id", f"fault {fault_id} already ended ({record.reverted_by})", status=409)
         self._revert(record, "revert")
         return record
+
+    def revert_matching(
+        self, labels: dict[str, str], actions: frozenset[str] = frozenset(), states: frozenset[str] = frozenset()
+    ) -> list[FaultRecord]:
+        """Revert the active faults a selector picks (labels, actions): exactly those, and say which."""
+        picked = [f for f in self.active() if matches(f, labels, actions, states)]
+        for record in picked:
+            self._revert(record, "revert")
+        return picked
 
     def revert_all(self, why: str = "revert") -> int:
         active = self.active()
