@@ -174,6 +174,13 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="an action parameter")
     p.add_argument("--ttl", help="revert after this long, e.g. 30s or 2m (default: the daemon's)")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label the fault (repeatable)")
+    p.add_argument(
+        "--wait",
+        nargs="?",
+        const="2m",
+        metavar="DURATION",
+        help="wait (default 2m) for the fault's verdict; exit 3 unless it recovered",
+    )
     p.add_argument("--json", action="store_true", help="print the fault as JSON")
 
     p = sub.add_parser("faults", parents=[common], help="list the faults of the running daemon")
@@ -300,13 +307,53 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
     labels = _labels(args.label)
     if labels:
         body["labels"] = labels
+    wait = _duration("--wait", args.wait) if args.wait is not None else None
     fault = client.request("POST", "/api/v1/faults", body)
+    if wait is not None:
+        fault = _await_verdict(client, fault, wait)
     if args.json:
         out(_json(fault))
+    else:
+        ttl = f" · ttl {fault['ttl']:g} s" if isinstance(fault.get("ttl"), int | float) else ""
+        out(f"fault {fault['id']} injected: {fault['action']} on {_targets(fault)}{ttl}")
+    if wait is None:
         return EXIT_OK
-    ttl = f" · ttl {fault['ttl']:g} s" if isinstance(fault.get("ttl"), int | float) else ""
-    out(f"fault {fault['id']} injected: {fault['action']} on {_targets(fault)}{ttl}")
-    return EXIT_OK
+    outcome = fault["outcome"]
+    if outcome == "recovered":
+        took = fault.get("recovery_s")
+        how = (
+            f" in {took:g} s ({fault.get('clock')} clock)" if isinstance(took, int | float) else " (with its incident)"
+        )
+        out(f"fault {fault['id']} recovered{how}")
+        return EXIT_OK
+    if outcome in ("failed", "unmeasured"):
+        err(f"chaosd: fault {fault['id']} {outcome}: " + _VERDICT_HINTS[outcome])
+    else:
+        err(f"chaosd: fault {fault['id']} still {outcome} after {wait:g} s (--wait)")
+    return EXIT_EXPECTATION
+
+
+_VERDICT_HINTS = {
+    "failed": "the service did not come back within recovery.limit of the fault's end",
+    "unmeasured": "nothing to judge it against (no baseline yet, no [slo])",
+}
+
+
+def _await_verdict(client: Client, fault: dict[str, Any], wait: float) -> dict[str, Any]:
+    """Long-poll the fault (the daemon answers at its verdict) until it has one or ``wait`` runs out."""
+    deadline = time.monotonic() + wait
+    saved = client.timeout
+    try:
+        while fault["outcome"] not in ("recovered", "failed", "unmeasured"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            poll = min(left, 120.0)
+            client.timeout = poll + saved
+            fault = client.request("GET", f"/api/v1/faults/{fault['id']}?wait={poll:.3f}")
+    finally:
+        client.timeout = saved
+    return fault
 
 
 def _faults(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:

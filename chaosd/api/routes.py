@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Collection
@@ -14,9 +15,11 @@ from pydantic import BaseModel
 
 from chaosd.api.keys import BROKER, CONTROLLER, LIMITS, REGISTRY, RUN_ID, STARTED, STOP, STORAGE, TRACING
 from chaosd.api.schemas import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, openapi_document
+from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
+from chaosd.events import Event
 from chaosd.faults import CATALOGUE
-from chaosd.faults.injector import STATES, check_labels, matches
+from chaosd.faults.injector import STATES, TERMINAL, check_labels, matches
 from chaosd.report import rounded
 from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name
 
@@ -33,6 +36,7 @@ def _ok(body: Any, status: int = 200) -> web.Response:
 # The query parameters each route reads; any other is a mistake to report, never to ignore.
 QUERY_PARAMS: dict[str, frozenset[str]] = {
     "/api/v1/faults": frozenset({"active", "label", "action", "state"}),
+    "/api/v1/faults/{id}": frozenset({"wait"}),
     "/api/v1/scenarios/run": frozenset({"speed"}),
     "/api/v1/events": frozenset({"types", "last_event_id", "replay"}),
 }
@@ -237,9 +241,45 @@ def _fault_id(request: web.Request) -> int:
     return int(raw)
 
 
+MAX_WAIT = 120.0  # seconds a long poll may hold a request (and a connection)
+
+
+def _wait(request: web.Request) -> float:
+    raw = request.query.get("wait")
+    if raw is None:
+        return 0.0
+    try:
+        parsed = parse_duration(raw)  # "30s", "250ms" or a number of seconds
+        wait = float(parsed) if isinstance(parsed, float) else float(raw)
+    except ValueError as exc:
+        raise FaultError("wait", str(exc), status=400) from None
+    if not 0 <= wait <= MAX_WAIT:
+        raise FaultError("wait", f"must be between 0 and {MAX_WAIT:g} s (got {raw[:32]!r})", status=400)
+    return wait
+
+
 @routes.get("/api/v1/faults/{id}")
 async def fault(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROLLER].exp.injector.get(_fault_id(request)).as_dict())
+    """One fault; with ``?wait=30s``, answered as soon as it gets its verdict, or with its state at the deadline."""
+    wait = _wait(request)
+    exp = request.app[CONTROLLER].exp
+    record = exp.injector.get(_fault_id(request))
+    if wait > 0 and record.outcome not in TERMINAL:
+        verdict: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_event(event: Event) -> None:  # event-driven: woken by the verdict itself, no polling
+            data = event.data
+            ours = event.kind == "fault" and data.get("id") == record.id and data.get("state") in TERMINAL
+            if ours and not verdict.done():
+                verdict.set_result(None)
+
+        unsubscribe = exp.events.subscribe(on_event)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(verdict, wait)
+        finally:
+            unsubscribe()
+    return _ok(record.as_dict())
 
 
 @routes.delete("/api/v1/faults/{id}")

@@ -213,7 +213,19 @@ def openapi_document() -> dict[str, Any]:
                 "delete": faults_revert,
             },
             "/api/v1/faults/{id}": {
-                "get": _op("One fault", parameters=_ID),
+                "get": _op(
+                    "One fault; with wait, answered at its verdict or with its state at the deadline",
+                    parameters=[
+                        *_ID,
+                        {
+                            "name": "wait",
+                            "in": "query",
+                            "required": False,
+                            "description": "long poll: seconds (or '30s'), at most 120",
+                            "schema": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?(ms|s|m)?$"},
+                        },
+                    ],
+                ),
                 "delete": _op("Revert a fault now", parameters=_ID, mutating=True),
             },
             "/api/v1/lever": {
