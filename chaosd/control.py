@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ from chaosd.plans import (
 from chaosd.report import rounded
 from chaosd.runner import Experiment
 from chaosd.scenario import Scenario
-from chaosd.score import ScoreWeights
+from chaosd.score import ScoreWeights, diagnose
 
 __all__ = ["Controller", "PlanRun"]
 
@@ -57,6 +57,44 @@ class PlanRun:
         return {int(e["fault"]) for e in self.log if e.get("fault") is not None}
 
 
+MAX_WINDOWS = 100  # windows kept (open ones, then the newest closed); the oldest closed one goes first
+
+
+@dataclass
+class Window:
+    """A measurement window an experiment opens and closes: its own score, tasks and faults.
+
+    Its faults are those injected while it was open (ids count up from 1 in injection order).
+    """
+
+    id: int
+    name: str
+    started_at: float
+    before: Tally
+    after_fault: int  # faults with a larger id were injected while it was open
+    injected: Callable[[], int]  # how many faults the daemon has injected so far
+    ended_at: float | None = None
+    until_fault: int | None = None  # the last fault id of a closed window
+    final: dict[str, Any] | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.ended_at is None
+
+    def fault_ids(self) -> set[int]:
+        last = self.until_fault if self.until_fault is not None else self.injected()
+        return set(range(self.after_fault + 1, last + 1))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "state": "open" if self.open else "closed",
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+        }
+
+
 class Controller:
     """Faults, the lever, survival and scenarios on the daemon's experiment; refuses all once stopping."""
 
@@ -65,6 +103,8 @@ class Controller:
         self.stopping = False
         self.survival: PlanRun | None = None
         self.scenario: PlanRun | None = None
+        self.windows: dict[int, Window] = {}  # at most MAX_WINDOWS
+        self._window_ids = 0
         self.problems: list[str] = []  # crashed plans, for /readyz
         self.crashed: list[str] = []  # a crashed pipeline, for /healthz: the daemon needs a restart
 
@@ -231,7 +271,76 @@ class Controller:
         result: dict[str, Any] = rounded(window)
         return result
 
-    def _window(self, run: PlanRun, *, faults: bool) -> dict[str, Any]:
+    # --- measurement windows --------------------------------------------------------------------
+
+    def open_window(self, name: str | None) -> Window:
+        """Start measuring from now; the daemon's own score goes on as it was."""
+        if sum(1 for w in self.windows.values() if w.open) >= MAX_WINDOWS:
+            raise FaultError("window", f"{MAX_WINDOWS} windows are open; close one first", status=409)
+        self._window_ids += 1
+        injector = self.exp.injector
+        window = Window(
+            id=self._window_ids,
+            name=name or f"window-{self._window_ids}",
+            started_at=self.exp.pipeline.elapsed(),
+            before=Tally.of(self._counts()),
+            after_fault=len(injector.faults),
+            injected=lambda: len(injector.faults),
+        )
+        self.windows[window.id] = window
+        closed = [w for w in self.windows.values() if not w.open]
+        for old in closed[: max(0, len(self.windows) - MAX_WINDOWS)]:
+            del self.windows[old.id]
+        self.exp.events.record(window.started_at, "window", id=window.id, name=window.name, state="opened")
+        return window
+
+    def window(self, window_id: int) -> Window:
+        found = self.windows.get(window_id)
+        if found is None:
+            raise FaultError("id", f"no window {window_id} (the newest {MAX_WINDOWS} are kept)", status=404)
+        return found
+
+    def window_report(self, window: Window) -> dict[str, Any]:
+        """The window's own tasks, score, faults, incidents and diagnostics (frozen once it is closed)."""
+        if window.final is not None:
+            return window.final
+        report = self._window(window, faults=True)
+        t = report["tasks"]
+        causes = {
+            "refused": t["rejected"],
+            "failed": t["failed"],
+            "late": t["late"],
+            "degraded": t["degraded"],
+            "lost": t["lost"],
+            "duplicated": t["duplicated"],
+            "faults_failed": sum(1 for f in report["faults"] if f["outcome"] == "failed"),
+        }
+        report["diagnostics"] = [{"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)]
+        report.update(window.summary())
+        result: dict[str, Any] = rounded(report)
+        return result
+
+    def close_window(self, window_id: int) -> dict[str, Any]:
+        window = self.window(window_id)
+        if not window.open:
+            raise FaultError("id", f"window {window_id} is already closed", status=409)
+        window.ended_at = self.exp.pipeline.elapsed()
+        window.until_fault = len(self.exp.injector.faults)
+        window.final = self.window_report(window)
+        score = window.final["score"]
+        self.exp.events.record(
+            window.ended_at,
+            "window",
+            id=window.id,
+            name=window.name,
+            state="closed",
+            score=score.get("total"),
+            grade=score.get("grade"),
+            availability=score.get("availability"),
+        )
+        return window.final
+
+    def _window(self, run: PlanRun | Window, *, faults: bool) -> dict[str, Any]:
         """The plan's window now: task counts, score, incidents (and its faults as dicts, when ``faults``).
 
         The score needs the counts and the plan's incidents only; rendering every fault (``faults``)
@@ -276,7 +385,7 @@ class Controller:
         undetected = sum(store.undetected_reads for store in p.memory.values())
         return {"tasks": tasks, "diagnostics": [{"cause": "corruption_undetected", "count": undetected}]}
 
-    def _plan_faults(self, run: PlanRun) -> list[FaultRecord]:
+    def _plan_faults(self, run: PlanRun | Window) -> list[FaultRecord]:
         """The plan's faults, by id: ids count from 1 in injection order, so no search through all of them."""
         faults = self.exp.injector.faults
         found = []

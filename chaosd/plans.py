@@ -465,7 +465,9 @@ def window_report(
         ),
         weights,
     )
-    tasks = {name: grew(name) for name in ("offered", "accepted", "completed", "late", "failed", "rejected")}
+    tasks = {
+        name: grew(name) for name in ("offered", "accepted", "completed", "late", "degraded", "failed", "rejected")
+    }
     tasks.update(lost=lost, duplicated=grew("duplicated"), in_flight=after.in_flight)
     return {"tasks": tasks, "score": score.as_dict(), "faults": faults}
 

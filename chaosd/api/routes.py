@@ -14,7 +14,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from chaosd.api.keys import BROKER, CONTROLLER, LIMITS, REGISTRY, RUN_ID, STARTED, STOP, STORAGE, TRACING
-from chaosd.api.schemas import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, openapi_document
+from chaosd.api.schemas import (
+    InjectRequest,
+    LeverRequest,
+    ScenarioRunRequest,
+    SurvivalRequest,
+    WindowRequest,
+    openapi_document,
+)
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
 from chaosd.events import Event
@@ -285,6 +292,41 @@ async def fault(request: web.Request) -> web.Response:
 @routes.delete("/api/v1/faults/{id}")
 async def revert(request: web.Request) -> web.Response:
     return _ok(request.app[CONTROLLER].revert(_fault_id(request)).as_dict())
+
+
+# --- measurement windows -------------------------------------------------------------------------------
+
+
+def _window_id(request: web.Request) -> int:
+    raw = request.match_info["id"]
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12):
+        raise FaultError("id", "must be a window id (an integer)", status=400)
+    return int(raw)
+
+
+@routes.post("/api/v1/windows")
+async def open_window(request: web.Request) -> web.Response:
+    body = await _body(request, WindowRequest, optional=True)
+    window = request.app[CONTROLLER].open_window(body.name)
+    response = _ok(window.summary(), 201)
+    response.headers["Location"] = f"/api/v1/windows/{window.id}"
+    return response
+
+
+@routes.get("/api/v1/windows")
+async def windows(request: web.Request) -> web.Response:
+    return _ok({"windows": [w.summary() for w in request.app[CONTROLLER].windows.values()]})
+
+
+@routes.get("/api/v1/windows/{id}")
+async def window(request: web.Request) -> web.Response:
+    ctl = request.app[CONTROLLER]
+    return _ok(ctl.window_report(ctl.window(_window_id(request))))
+
+
+@routes.delete("/api/v1/windows/{id}")
+async def close_window(request: web.Request) -> web.Response:
+    return _ok(request.app[CONTROLLER].close_window(_window_id(request)))
 
 
 @routes.post("/api/v1/lever")

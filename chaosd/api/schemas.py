@@ -30,6 +30,10 @@ class InjectRequest(_Body):
     )
 
 
+class WindowRequest(_Body):
+    name: str | None = Field(default=None, min_length=1, max_length=100, description="what the window measures")
+
+
 class LeverRequest(_Body):
     reason: str = Field(default="operator", min_length=1, max_length=200)
 
@@ -97,6 +101,7 @@ def openapi_document() -> dict[str, Any]:
             ("LeverRequest", LeverRequest),
             ("SurvivalRequest", SurvivalRequest),
             ("ScenarioRunRequest", ScenarioRunRequest),
+            ("WindowRequest", WindowRequest),
         )
     }
     actions = sorted(CATALOGUE)
@@ -243,6 +248,14 @@ def openapi_document() -> dict[str, Any]:
             "/api/v1/scenarios/current": {
                 "get": _op("The current (or last) scenario run"),
                 "delete": _op("Stop the running scenario", mutating=True),
+            },
+            "/api/v1/windows": {
+                "get": _op("Measurement windows (open ones and the newest closed)"),
+                "post": _op("Open a measurement window", "201", "WindowRequest", mutating=True),
+            },
+            "/api/v1/windows/{id}": {
+                "get": _op("A window's own tasks, score, faults, incidents and diagnostics", parameters=_ID),
+                "delete": _op("Close a window: its report stops moving", parameters=_ID, mutating=True),
             },
             "/api/v1/score": {"get": _op("The live resilience score")},
             "/api/v1/report": {"get": _op("The inspect report: the run report so far")},
