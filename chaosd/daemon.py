@@ -123,6 +123,11 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
         for host, port in addresses:
             out(f"chaosd: listening on http://{host}:{port} (run {run_id})")
         out(f"chaosd: pipeline running in real time (offered {settings.load.rate:g} tasks/s); Ctrl-C stops")
+        if settings.api.token is None:  # only possible on loopback: check_bind refuses anything else
+            out(
+                "chaosd: warning: no api.token, so anyone who can reach this address may inject and revert faults"
+                " (set CHAOSD_API__TOKEN or api.token_file)"
+            )
         await stop.wait()
         # The documented order: new faults are already refused; plans stop and faults are reverted
         # while the pipeline still runs and streams are open (so clients see the reverts), then the

@@ -729,6 +729,8 @@ def test_an_unknown_param_is_refused() -> None:
         ("drop_messages", {"probability": 1.5}, "params.probability"),
         ("memory_corrupt", {"entries": 2.5}, "params.entries"),
         ("load_spike", {"factor": "lots"}, "params.factor"),
+        ("load_spike", {"factor": "nan"}, "params.factor"),
+        ("slow_agent", {"factor": "0.5"}, "params.factor"),  # a number as text is still checked for range
     ],
 )
 def test_a_param_out_of_range_is_refused(action: str, params: dict[str, object], field: str) -> None:
@@ -909,3 +911,12 @@ def test_drop_messages_mechanism_recovers_only_after_leases_bring_the_dispatches
     fault = report["faults"][0]
     assert fault["mechanism_recovered_at"] >= fault["injected_at"] + exp.settings.orchestrator.task_lease
     _recovered(report)
+
+
+def test_numbers_are_accepted_as_json_numbers_or_as_text_and_durations_as_either() -> None:
+
+    assert CATALOGUE["slow_agent"].check_params({"factor": "10"}) == {"factor": 10.0}
+    assert CATALOGUE["slow_agent"].check_params({"factor": 10}) == {"factor": 10.0}
+    assert CATALOGUE["memory_corrupt"].check_params({"entries": " 40 "}) == {"entries": 40.0}
+    assert CATALOGUE["latency_jitter"].check_params({"jitter": "250ms"}) == {"jitter": 0.25}
+    assert CATALOGUE["latency_jitter"].check_params({"jitter": 0.25}) == {"jitter": 0.25}

@@ -65,8 +65,13 @@ def test_the_token_is_found_nowhere_after_a_run_that_used_it(tmp_path: Path) -> 
         assert code == 200
         gets = [p for p, ops in doc["paths"].items() if "get" in ops and p != "/api/v1/events"]
         assert len(gets) >= 14
+        code, window = d.request("POST", "/api/v1/windows", {"name": "secrets"}, token=token)
+        assert code == 201
         for path in gets:
-            concrete = path.replace("/runs/{id}", f"/runs/{d.run_id}").replace("{id}", str(fault["id"]))
+            concrete = path.replace("/runs/{id}", f"/runs/{d.run_id}").replace(
+                "/windows/{id}", f"/windows/{window['id']}"
+            )
+            concrete = concrete.replace("{id}", str(fault["id"]))
             with urllib.request.urlopen(d.base + concrete, timeout=10) as resp:
                 assert resp.status == 200, concrete
                 answers.append(resp.read().decode())
@@ -112,3 +117,24 @@ def test_token_file_that_cannot_be_read_is_a_config_error(tmp_path: Path) -> Non
     )
     assert proc.returncode == 2
     assert "token_file" in proc.stderr and "cannot read" in proc.stderr
+
+
+def test_a_daemon_without_a_token_warns_that_mutations_are_open_and_one_with_a_token_does_not(tmp_path: Path) -> None:
+    for name in ("open", "guarded"):
+        (tmp_path / name).mkdir()
+    open_daemon = Daemon(tmp_path / "open", env={"CHAOSD_API__TOKEN": None})
+    try:
+        open_daemon.wait_line("chaosd: warning: no api.token, so anyone who can reach this address")
+        # It says the truth: an unauthenticated POST is accepted on loopback.
+        code, _ = open_daemon.request("POST", "/api/v1/lever", {"reason": "drill"}, token=None)
+        assert code == 200
+    finally:
+        open_daemon.kill()
+    guarded = Daemon(tmp_path / "guarded")
+    try:
+        guarded.wait_line("Ctrl-C stops")
+        assert guarded.request("POST", "/api/v1/lever", {"reason": "drill"}, token=None)[0] == 401
+        # Printed before the first request could be answered: by now the pump has read them all.
+        assert not [line for line in guarded.drain() if "warning: no api.token" in line]
+    finally:
+        guarded.kill()

@@ -40,6 +40,14 @@ class Param:
                 value = parse_duration(value)
             except ValueError as exc:
                 raise FaultError(f"params.{name}", str(exc)) from None
+        elif isinstance(value, str):  # "10" is 10, as a duration "10" is 10 s: numbers as JSON or as text
+            try:
+                number = float(value.strip())
+            except ValueError:
+                raise FaultError(f"params.{name}", f"must be a number (got {value[:32]!r})") from None
+            if not math.isfinite(number):
+                raise FaultError(f"params.{name}", f"must be a finite number (got {value[:32]!r})")
+            value = number
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise FaultError(f"params.{name}", f"must be a number (got {value!r})")
         if self.integer and int(value) != value:
