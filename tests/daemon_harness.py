@@ -19,6 +19,8 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from chaosd.config import load_settings
+
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"
 
@@ -113,6 +115,17 @@ class Daemon:
 
     def get(self, path: str) -> tuple[int, Any]:
         return self.request("GET", path, token=None)
+
+    def wait_for_baseline(self, deadline_s: float = 30.0) -> None:
+        """Until the daemon has a steady state to judge recoveries against (recovery.baseline_min of
+        fault-free time): a fault injected before that is ``unmeasured``, never recovered."""
+        needed = load_settings(None).recovery.baseline_min
+
+        def covered() -> bool:
+            baseline = self.get("/api/v1/report")[1]["faults_summary"]["baseline"] or {}
+            return bool(baseline.get("seconds", 0) >= needed)
+
+        wait_for(covered, deadline_s, "a baseline")
 
     def terminate(self, deadline_s: float = 20.0) -> int:
         self.proc.send_signal(signal.SIGTERM)

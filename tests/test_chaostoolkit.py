@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import ROOT, TOKEN, Daemon, wait_for
+from daemon_harness import ROOT, TOKEN, Daemon
 
 from chaosd.chaostoolkit import discover
-from chaosd.config import load_settings
 
 EXAMPLE = ROOT / "examples" / "chaostoolkit" / "kill-the-leader.json"
 
@@ -21,12 +20,7 @@ EXAMPLE = ROOT / "examples" / "chaostoolkit" / "kill-the-leader.json"
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
     d = Daemon(tmp_path_factory.mktemp("ctk"))
-    needed = load_settings(None).recovery.baseline_min
-    wait_for(
-        lambda: (d.get("/api/v1/report")[1]["faults_summary"]["baseline"] or {}).get("seconds", 0) >= needed,
-        30,
-        "a baseline",
-    )
+    d.wait_for_baseline()
     yield d
     d.kill()
 

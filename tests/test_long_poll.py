@@ -14,19 +14,11 @@ from typing import Any
 import pytest
 from daemon_harness import TOKEN, Daemon, wait_for
 
-from chaosd.config import load_settings
-
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
     d = Daemon(tmp_path_factory.mktemp("long-poll"))
-    # A steady state to judge recoveries against (recovery.baseline_min of fault-free time).
-    needed = load_settings(None).recovery.baseline_min
-    wait_for(
-        lambda: (d.get("/api/v1/report")[1]["faults_summary"]["baseline"] or {}).get("seconds", 0) >= needed,
-        30,
-        "a baseline",
-    )
+    d.wait_for_baseline()
     yield d
     d.kill()
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon_harness import ROOT, TOKEN, Daemon, wait_for
+from daemon_harness import ROOT, TOKEN, Daemon
 
 from chaosd.client import EXIT_OK
 from chaosd.config import load_settings
@@ -26,16 +26,7 @@ def test_the_readme_scenario_run_passes_on_a_running_daemon(tmp_path: Path) -> N
     expect = load_scenario(SHIPPED / "leader_assassination.yaml").expect
     daemon = Daemon(tmp_path)
     try:
-        # "Once a daemon is running": it has a steady state to judge recoveries against (recovery.baseline_min
-        # of fault-free time). A fault injected before that has nothing to be judged against: never recovered.
-        baseline_min = load_settings(None).recovery.baseline_min
-        wait_for(
-            lambda: (
-                (daemon.get("/api/v1/report")[1]["faults_summary"]["baseline"] or {}).get("seconds", 0) >= baseline_min
-            ),
-            30,
-            "the daemon's baseline",
-        )
+        daemon.wait_for_baseline()  # "once a daemon is running": it has a steady state to judge against
         argv = [*README_LINE.split()[1:], "--addr", daemon.base, "--token", TOKEN]
         done = subprocess.run(
             [sys.executable, "-m", "chaosd", *argv],

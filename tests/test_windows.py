@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 from daemon_harness import Daemon, wait_for
 
-from chaosd.config import load_settings
-
 TERMINAL = ("recovered", "failed", "unmeasured")
 
 
@@ -20,12 +18,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("windows")
     d = Daemon(tmp, env={"CHAOSD_QUEUE__CAPACITY": "50"})
     d.tmp = tmp
-    needed = load_settings(None).recovery.baseline_min  # a steady state to judge recoveries against
-    wait_for(
-        lambda: (d.get("/api/v1/report")[1]["faults_summary"]["baseline"] or {}).get("seconds", 0) >= needed,
-        30,
-        "a baseline",
-    )
+    d.wait_for_baseline()
     # An outage before any window: every worker held for 4 s refuses most of the load; its verdict
     # (the service back and steady for recovery.confirm) comes before the first window opens.
     code, fault = d.request("POST", "/api/v1/faults", {"action": "pool_exhaustion", "target": "100%", "ttl": 4})
