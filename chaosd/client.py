@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from chaosd import __version__
+from chaosd.clock import wall_time
 from chaosd.config import is_loopback
 from chaosd.durations import parse_duration
 from chaosd.errors import ChaosdError
@@ -341,11 +342,11 @@ _VERDICT_HINTS = {
 
 def _await_verdict(client: Client, fault: dict[str, Any], wait: float) -> dict[str, Any]:
     """Long-poll the fault (the daemon answers at its verdict) until it has one or ``wait`` runs out."""
-    deadline = time.monotonic() + wait
+    deadline = wall_time() + wait
     saved = client.timeout
     try:
         while fault["outcome"] not in ("recovered", "failed", "unmeasured"):
-            left = deadline - time.monotonic()
+            left = deadline - wall_time()
             if left <= 0:
                 break
             poll = min(left, 120.0)

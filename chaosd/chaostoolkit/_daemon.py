@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 from chaosd.client import Client, ClientError
+from chaosd.clock import wall_time
 
 __all__ = ["ActivityFailed", "daemon", "selector"]
 
@@ -46,10 +46,10 @@ class _Daemon:
 
     def wait_for_verdict(self, fault_id: int, wait: float) -> dict[str, Any]:
         """Long-poll the fault until it has its verdict or ``wait`` seconds pass; the fault as it is then."""
-        deadline = time.monotonic() + wait
+        deadline = wall_time() + wait
         fault: dict[str, Any] = self.request("GET", f"/api/v1/faults/{fault_id}")
         while fault["outcome"] not in ("recovered", "failed", "unmeasured"):
-            left = deadline - time.monotonic()
+            left = deadline - wall_time()
             if left <= 0:
                 break
             poll = min(left, 120.0)
