@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -24,6 +24,7 @@ from chaosd.clock import wall_time
 from chaosd.config import is_loopback
 from chaosd.durations import parse_duration
 from chaosd.errors import ChaosdError
+from chaosd.faults.injector import MAX_WAIT_S, TERMINAL
 
 __all__ = [
     "COMMANDS",
@@ -36,7 +37,9 @@ __all__ = [
     "Client",
     "ClientError",
     "add_client_commands",
+    "await_verdict",
     "run_client_command",
+    "selector",
 ]
 
 EXIT_OK = 0
@@ -84,6 +87,7 @@ class Client:
         *,
         content_type: str = "application/json",
         raw: bytes | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Send ``body`` as JSON (or ``raw`` bytes as ``content_type``); JSON answers are decoded, others are text."""
         data = raw if raw is not None else None if body is None else json.dumps(body, allow_nan=False).encode()
@@ -94,7 +98,7 @@ class Client:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
         try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
+            with self._opener.open(req, timeout=self.timeout if timeout is None else timeout) as resp:
                 payload: bytes = resp.read()
                 kind = resp.headers.get_content_type()
         except urllib.error.HTTPError as exc:
@@ -261,9 +265,9 @@ def _labels(items: Sequence[str]) -> dict[str, str]:
     return labels
 
 
-def _selector(labels: Sequence[str], actions: Sequence[str]) -> list[tuple[str, str]]:
+def selector(labels: Mapping[str, str], actions: Sequence[str] = ()) -> list[tuple[str, str]]:
     """Query pairs for the daemon's fault selector: every label must hold, any action may."""
-    return [("label", f"{k}={v}") for k, v in _labels(labels).items()] + [("action", a) for a in actions]
+    return [("label", f"{k}={v}") for k, v in labels.items()] + [("action", a) for a in actions]
 
 
 # --- commands -----------------------------------------------------------------------------------------------------
@@ -311,7 +315,7 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
     wait = _duration("--wait", args.wait) if args.wait is not None else None
     fault = client.request("POST", "/api/v1/faults", body)
     if wait is not None:
-        fault = _await_verdict(client, fault, wait)
+        fault = await_verdict(client, fault, wait)
     if args.json:
         out(_json(fault))
     else:
@@ -340,26 +344,26 @@ _VERDICT_HINTS = {
 }
 
 
-def _await_verdict(client: Client, fault: dict[str, Any], wait: float) -> dict[str, Any]:
+def await_verdict(client: Client, fault: dict[str, Any], wait: float) -> dict[str, Any]:
     """Long-poll the fault (the daemon answers at its verdict) until it has one or ``wait`` runs out."""
     deadline = wall_time() + wait
-    saved = client.timeout
-    try:
-        while fault["outcome"] not in ("recovered", "failed", "unmeasured"):
-            left = deadline - wall_time()
-            if left <= 0:
-                break
-            poll = min(left, 120.0)
-            client.timeout = poll + saved
-            fault = client.request("GET", f"/api/v1/faults/{fault['id']}?wait={poll:.3f}")
-    finally:
-        client.timeout = saved
-    return fault
+    while fault["outcome"] not in TERMINAL:
+        left = deadline - wall_time()
+        if left <= 0:
+            break
+        poll = min(left, MAX_WAIT_S)
+        path = f"/api/v1/faults/{fault['id']}?wait={poll:.3f}"
+        fault = client.request("GET", path, timeout=poll + client.timeout)
+    return dict(fault)
+
+
+def _reverted(fault: Mapping[str, Any]) -> str:
+    return f"fault {fault['id']} reverted: {fault['action']} on {_targets(fault)} ({fault.get('outcome', '?')})"
 
 
 def _faults(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
     query = [("active", "true")] if args.active else []
-    query += _selector(args.label, args.action) + [("state", s) for s in args.state]
+    query += selector(_labels(args.label), args.action) + [("state", s) for s in args.state]
     answer = client.request("GET", "/api/v1/faults" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
     if args.json:
         out(_json(answer))
@@ -378,21 +382,20 @@ def _faults(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
 
 
 def _revert(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
-    selector = _selector(args.label, args.action)
-    if (args.id is None) == (not selector):
+    picked = selector(_labels(args.label), args.action)
+    if (args.id is None) == (not picked):
         raise ClientError(EXIT_USAGE, "give a fault ID or a selector (--label KEY=VALUE, --action NAME), not both")
     if args.id is None:
-        answer = client.request("DELETE", f"/api/v1/faults?{urllib.parse.urlencode(selector)}")
+        answer = client.request("DELETE", f"/api/v1/faults?{urllib.parse.urlencode(picked)}")
         for fault in answer["faults"]:
-            out(f"fault {fault['id']} reverted: {fault['action']} on {_targets(fault)} ({fault.get('outcome', '?')})")
+            out(_reverted(fault))
         out(f"{len(answer['reverted'])} fault(s) reverted")
         return EXIT_OK
     try:
         fault_id = int(args.id)
     except ValueError:
         raise ClientError(EXIT_USAGE, f"ID: not a fault id: {args.id!r}") from None
-    fault = client.request("DELETE", f"/api/v1/faults/{fault_id}")
-    out(f"fault {fault['id']} reverted: {fault['action']} on {_targets(fault)} ({fault.get('outcome', '?')})")
+    out(_reverted(client.request("DELETE", f"/api/v1/faults/{fault_id}")))
     return EXIT_OK
 
 

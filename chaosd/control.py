@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from chaosd.errors import FaultError
+from chaosd.events import Event
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.injector import TERMINAL
 from chaosd.plans import (
@@ -219,8 +220,10 @@ class Controller:
             remaining = run.started_at + run.duration - self.exp.pipeline.elapsed()
             if remaining > 0 and self.exp.injector.lever is None:
                 await self.exp.clock.sleep(remaining)  # the last faults run out; the run lasts what was asked
-            if run.kind == "scenario":
-                await self._verdicts(run)
+            if run.kind == "scenario":  # expectations never judge a pending fault; bounded: one not
+                # recovered within recovery.limit of its end is failed by the injector
+                recovery = self.exp.settings.recovery
+                await self.await_verdicts(run.fault_ids(), recovery.limit + recovery.confirm + 1.0)
         except asyncio.CancelledError:
             run.state = "stopped"
             run.reason = run.reason or "stopped"
@@ -241,16 +244,26 @@ class Controller:
         run.state = "finished"
         self._finish(run)
 
-    async def _verdicts(self, run: PlanRun) -> None:
-        """Wait for each of the run's faults to get its verdict, so expectations never judge a pending one.
+    async def await_verdicts(self, fault_ids: Collection[int], timeout: float) -> None:
+        """Until each fault has its verdict, woken by the verdict events themselves; or ``timeout`` seconds."""
+        injector = self.exp.injector
+        pending = {i for i in fault_ids if injector.get(i).outcome not in TERMINAL}
+        if not pending or timeout <= 0:
+            return
+        done = asyncio.Event()
 
-        Bounded: a fault not recovered within ``recovery.limit`` of its end is failed by the injector.
-        """
-        injector, clock = self.exp.injector, self.exp.clock
-        cfg = self.exp.settings
-        deadline = clock.now() + cfg.recovery.limit + cfg.recovery.confirm + 1.0
-        while clock.now() < deadline and any(injector.get(i).outcome not in TERMINAL for i in run.fault_ids()):
-            await clock.sleep(cfg.telemetry.tick)
+        def on_event(event: Event) -> None:
+            if event.kind == "fault" and event.data.get("state") in TERMINAL:
+                pending.discard(event.data.get("id"))
+                if not pending:
+                    done.set()
+
+        unsubscribe = self.exp.events.subscribe(on_event)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), timeout)
+        finally:
+            unsubscribe()
 
     def _finish(self, run: PlanRun) -> None:
         run.ended_at = self.exp.pipeline.elapsed()
@@ -386,15 +399,7 @@ class Controller:
         return {"tasks": tasks, "diagnostics": [{"cause": "corruption_undetected", "count": undetected}]}
 
     def _plan_faults(self, run: PlanRun | Window) -> list[FaultRecord]:
-        """The plan's faults, by id: ids count from 1 in injection order, so no search through all of them."""
-        faults = self.exp.injector.faults
-        found = []
-        for fault_id in sorted(run.fault_ids()):
-            at = fault_id - 1
-            found.append(
-                faults[at] if 0 <= at < len(faults) and faults[at].id == fault_id else self.exp.injector.get(fault_id)
-            )
-        return found
+        return [self.exp.injector.get(fault_id) for fault_id in sorted(run.fault_ids())]
 
     async def stop_plan(self, run: PlanRun | None, what: str) -> PlanRun:
         if run is None:

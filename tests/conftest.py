@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import Settings, load_settings
-from chaosd.runner import run_offline
+from chaosd.control import Controller
+from chaosd.runner import Experiment, run_offline
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def daemon_env(tmp_path: Path) -> dict[str, str]:
+    """The environment for a `python -m chaosd` child started by the test itself, this checkout first."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["CHAOSD_API__PORT"] = "0"  # the daemon prints the port it got
+    env["CHAOSD_DAEMON__STATUS_INTERVAL"] = "0.5"
+    env["CHAOSD_DAEMON__REPORT"] = str(tmp_path / "daemon-report.json")
+    return env
 
 
 def settings(overlay: dict[str, Any]) -> Settings:
@@ -16,6 +34,33 @@ def settings(overlay: dict[str, Any]) -> Settings:
 
 def run(overlay: dict[str, Any], duration: float, warmup: float = 0.0) -> dict[str, Any]:
     return run_offline(settings(overlay), duration=duration, warmup=warmup)
+
+
+def live(script: Callable[[Controller, LoopClock, dict[str, Any]], Awaitable[None]], s: Settings) -> dict[str, Any]:
+    """A daemon-like experiment (warm-up 0, as the daemon's) in virtual time; ``script`` drives its controller.
+
+    Returns what ``script`` put in its ``out`` dict, plus ``lifetime``: the daemon's whole report at the end.
+    """
+    loop = new_event_loop(virtual=True)
+    clock = LoopClock(loop)
+    out: dict[str, Any] = {}
+
+    async def main() -> None:
+        exp = Experiment(s, clock, warmup=0.0, virtual=True)
+        ctl = Controller(exp)
+
+        async def plan(e: Experiment) -> None:
+            await script(ctl, clock, out)
+            out["lifetime"] = e.report()
+            e.stop.set()
+
+        await exp.run(None, plan=plan)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return out
 
 
 def mmc(rate: float, workers: int, mean: float = 0.01, **extra: Any) -> dict[str, Any]:

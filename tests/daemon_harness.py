@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,16 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+def ready_daemon(tmp: Path, env: dict[str, str | None] | None = None) -> Iterator[Daemon]:
+    """A daemon with a steady state to judge recoveries against, killed after use (for module fixtures)."""
+    daemon = Daemon(tmp, env=env)
+    try:
+        daemon.wait_for_baseline()
+        yield daemon
+    finally:
+        daemon.kill()
 
 
 class Sink:

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import live
 from daemon_harness import Daemon
 
-from chaosd.clock import LoopClock, new_event_loop
+from chaosd.clock import LoopClock
 from chaosd.config import load_settings
 from chaosd.control import Controller, PlanRun
 from chaosd.errors import FaultError, ScenarioError
 from chaosd.plans import check_speed
-from chaosd.runner import Experiment
 from chaosd.scenario import SETTLE_S, SHIPPED, find_scenario, load_scenario, parse_scenario, settings_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,27 +179,7 @@ expect: {min_availability: 99, lost_tasks: 0}
 
 
 def _live(script: Any) -> dict[str, Any]:
-    """Run a daemon-like experiment (warm-up 0, as the daemon's) in virtual time; ``script`` drives its controller."""
-    loop = new_event_loop(virtual=True)
-    clock = LoopClock(loop)
-    out: dict[str, Any] = {}
-
-    async def main() -> None:
-        exp = Experiment(load_settings(None), clock, warmup=0.0, virtual=True)
-        ctl = Controller(exp)
-
-        async def plan(e: Experiment) -> None:
-            await script(ctl, clock, out)
-            out["lifetime"] = e.report()
-            e.stop.set()
-
-        await exp.run(None, plan=plan)
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
-    return out
+    return live(script, load_settings(None))
 
 
 def test_expectations_judge_the_scenarios_window_not_what_came_before() -> None:

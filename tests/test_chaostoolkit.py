@@ -6,11 +6,12 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import ROOT, TOKEN, Daemon
+from daemon_harness import ROOT, TOKEN, Daemon, ready_daemon
 
 from chaosd.chaostoolkit import discover
 
@@ -18,11 +19,8 @@ EXAMPLE = ROOT / "examples" / "chaostoolkit" / "kill-the-leader.json"
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    d = Daemon(tmp_path_factory.mktemp("ctk"))
-    d.wait_for_baseline()
-    yield d
-    d.kill()
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    yield from ready_daemon(tmp_path_factory.mktemp("ctk"))
 
 
 def _chaos_run(daemon: Daemon, tmp: Path, name: str) -> dict[str, Any]:

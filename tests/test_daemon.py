@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +15,6 @@ from chaosd.daemon import check_bind
 from chaosd.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def daemon_env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["CHAOSD_API__PORT"] = "0"  # the daemon prints the port it got
-    env["CHAOSD_DAEMON__STATUS_INTERVAL"] = "0.5"
-    env["CHAOSD_DAEMON__REPORT"] = str(tmp_path / "daemon-report.json")
-    return env
 
 
 def test_daemon_runs_the_default_config_and_exits_0_on_sigterm_with_a_report(tmp_path: Path) -> None:

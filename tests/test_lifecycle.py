@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from daemon_harness import ROOT, Daemon, wait_for
+from daemon_harness import Daemon, wait_for
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from chaosd.api import build_app
@@ -243,19 +243,16 @@ def test_tracing_says_when_exports_keep_failing_and_when_they_work_again() -> No
         loop.close()
 
 
-def test_a_busy_port_exits_2_with_one_line_and_nothing_started(tmp_path: Path) -> None:
+def test_a_busy_port_exits_2_with_one_line_and_nothing_started(tmp_path: Path, daemon_env: dict[str, str]) -> None:
     """The port is bound before anything starts: no pipeline, no storage file, no report, no traceback."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "CHAOSD_API__HOST": "127.0.0.1",
+            **daemon_env,
             "CHAOSD_API__PORT": str(port),
             "CHAOSD_STORAGE__PATH": str(tmp_path / "data" / "chaosd.db"),
-            "CHAOSD_DAEMON__REPORT": str(tmp_path / "report.json"),
         }
         done = subprocess.run(
             [sys.executable, "-m", "chaosd"],

@@ -8,19 +8,16 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from daemon_harness import TOKEN, Daemon, wait_for
+from daemon_harness import TOKEN, Daemon, ready_daemon, wait_for
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    d = Daemon(tmp_path_factory.mktemp("long-poll"))
-    d.wait_for_baseline()
-    yield d
-    d.kill()
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    yield from ready_daemon(tmp_path_factory.mktemp("long-poll"))
 
 
 class _Verdicts(threading.Thread):

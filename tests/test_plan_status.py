@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import live
 from daemon_harness import TOKEN, Daemon, wait_for
 
 from chaosd.client import EXIT_OK, add_client_commands, run_client_command
-from chaosd.clock import LoopClock, new_event_loop
+from chaosd.clock import LoopClock
 from chaosd.config import load_settings
 from chaosd.control import Controller, PlanRun
 from chaosd.plans import window_report
 from chaosd.report import rounded
-from chaosd.runner import Experiment
 from chaosd.scenario import parse_scenario
 from chaosd.score import ScoreWeights
 
@@ -124,28 +124,8 @@ def test_a_plans_status_scores_its_own_window_not_the_outage_before_it(tmp_path:
 
 
 def _live(script: Any, rate: float = 50.0) -> dict[str, Any]:
-    """A daemon-like experiment (warm-up 0) in virtual time; ``script`` drives its controller."""
-    loop = new_event_loop(virtual=True)
-    clock = LoopClock(loop)
     base = load_settings(None)
-    settings = base.model_copy(update={"load": base.load.model_copy(update={"rate": rate})})
-    out: dict[str, Any] = {}
-
-    async def main() -> None:
-        exp = Experiment(settings, clock, warmup=0.0, virtual=True)
-        ctl = Controller(exp)
-
-        async def plan(e: Experiment) -> None:
-            await script(ctl, clock, out)
-            e.stop.set()
-
-        await exp.run(None, plan=plan)
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
-    return out
+    return live(script, base.model_copy(update={"load": base.load.model_copy(update={"rate": rate})}))
 
 
 def _from_report(ctl: Controller, run: PlanRun) -> dict[str, Any]:

@@ -4,28 +4,28 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from daemon_harness import Daemon, wait_for
+from daemon_harness import Daemon, ready_daemon, wait_for
 
 TERMINAL = ("recovered", "failed", "unmeasured")
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    tmp = tmp_path_factory.mktemp("windows")
-    d = Daemon(tmp, env={"CHAOSD_QUEUE__CAPACITY": "50"})
-    d.tmp = tmp
-    d.wait_for_baseline()
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    for d in ready_daemon(tmp_path_factory.mktemp("windows"), env={"CHAOSD_QUEUE__CAPACITY": "50"}):
+        _outage(d)
+        yield d
+
+
+def _outage(d: Daemon) -> None:
     # An outage before any window: every worker held for 4 s refuses most of the load; its verdict
     # (the service back and steady for recovery.confirm) comes before the first window opens.
     code, fault = d.request("POST", "/api/v1/faults", {"action": "pool_exhaustion", "target": "100%", "ttl": 4})
     assert code == 201
     wait_for(lambda: d.get(f"/api/v1/faults/{fault['id']}")[1]["outcome"] in TERMINAL, 60, "the outage's verdict")
-    yield d
-    d.kill()
 
 
 def _open(daemon: Daemon, name: str) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def test_windows_are_in_storage_with_their_score(daemon: Daemon) -> None:
     window = _open(daemon, "stored")
     code, closed = daemon.request("DELETE", f"/api/v1/windows/{window['id']}")
     assert code == 200
-    db = Path(daemon.tmp) / "data" / "chaosd.db"
+    db = daemon.tmp / "data" / "chaosd.db"
     with sqlite3.connect(db) as conn:
         rows = [json.loads(d) for (d,) in conn.execute("SELECT data FROM events WHERE kind = 'window' ORDER BY seq")]
     mine = [r for r in rows if r["id"] == window["id"]]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 from collections.abc import Collection
@@ -24,9 +23,8 @@ from chaosd.api.schemas import (
 )
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
-from chaosd.events import Event
 from chaosd.faults import CATALOGUE
-from chaosd.faults.injector import STATES, TERMINAL, check_labels, matches
+from chaosd.faults.injector import MAX_WAIT_S, STATES, check_labels, matches
 from chaosd.report import rounded
 from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name
 
@@ -241,14 +239,11 @@ async def revert_selected(request: web.Request) -> web.Response:
     return _ok({"reverted": [f.id for f in reverted], "faults": [f.as_dict() for f in reverted]})
 
 
-def _fault_id(request: web.Request) -> int:
+def _path_id(request: web.Request, what: str = "fault") -> int:
     raw = request.match_info["id"]
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 12):
-        raise FaultError("id", "must be a fault id (an integer)", status=400)
+        raise FaultError("id", f"must be a {what} id (an integer)", status=400)
     return int(raw)
-
-
-MAX_WAIT = 120.0  # seconds a long poll may hold a request (and a connection)
 
 
 def _wait(request: web.Request) -> float:
@@ -260,8 +255,8 @@ def _wait(request: web.Request) -> float:
         wait = float(parsed) if isinstance(parsed, float) else float(raw)
     except ValueError as exc:
         raise FaultError("wait", str(exc), status=400) from None
-    if not 0 <= wait <= MAX_WAIT:
-        raise FaultError("wait", f"must be between 0 and {MAX_WAIT:g} s (got {raw[:32]!r})", status=400)
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise FaultError("wait", f"must be between 0 and {MAX_WAIT_S:g} s (got {raw[:32]!r})", status=400)
     return wait
 
 
@@ -269,39 +264,18 @@ def _wait(request: web.Request) -> float:
 async def fault(request: web.Request) -> web.Response:
     """One fault; with ``?wait=30s``, answered as soon as it gets its verdict, or with its state at the deadline."""
     wait = _wait(request)
-    exp = request.app[CONTROLLER].exp
-    record = exp.injector.get(_fault_id(request))
-    if wait > 0 and record.outcome not in TERMINAL:
-        verdict: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def on_event(event: Event) -> None:  # event-driven: woken by the verdict itself, no polling
-            data = event.data
-            ours = event.kind == "fault" and data.get("id") == record.id and data.get("state") in TERMINAL
-            if ours and not verdict.done():
-                verdict.set_result(None)
-
-        unsubscribe = exp.events.subscribe(on_event)
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(verdict, wait)
-        finally:
-            unsubscribe()
+    ctl = request.app[CONTROLLER]
+    record = ctl.exp.injector.get(_path_id(request))
+    await ctl.await_verdicts((record.id,), wait)
     return _ok(record.as_dict())
 
 
 @routes.delete("/api/v1/faults/{id}")
 async def revert(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROLLER].revert(_fault_id(request)).as_dict())
+    return _ok(request.app[CONTROLLER].revert(_path_id(request)).as_dict())
 
 
 # --- measurement windows -------------------------------------------------------------------------------
-
-
-def _window_id(request: web.Request) -> int:
-    raw = request.match_info["id"]
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12):
-        raise FaultError("id", "must be a window id (an integer)", status=400)
-    return int(raw)
 
 
 @routes.post("/api/v1/windows")
@@ -321,12 +295,12 @@ async def windows(request: web.Request) -> web.Response:
 @routes.get("/api/v1/windows/{id}")
 async def window(request: web.Request) -> web.Response:
     ctl = request.app[CONTROLLER]
-    return _ok(ctl.window_report(ctl.window(_window_id(request))))
+    return _ok(ctl.window_report(ctl.window(_path_id(request, "window"))))
 
 
 @routes.delete("/api/v1/windows/{id}")
 async def close_window(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROLLER].close_window(_window_id(request)))
+    return _ok(request.app[CONTROLLER].close_window(_path_id(request, "window")))
 
 
 @routes.post("/api/v1/lever")

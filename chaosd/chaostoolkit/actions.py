@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from chaosd.chaostoolkit._daemon import ActivityFailed, daemon, selector
+from chaosd.chaostoolkit._daemon import ActivityFailed, daemon, query
 
 __all__ = [
     "close_window",
@@ -52,7 +52,7 @@ def revert_faults(
     if not labels and not action:
         raise ActivityFailed("revert_faults needs labels or an action; to revert everything, pull the lever")
     answer = daemon(configuration, secrets).request(
-        "DELETE", "/api/v1/faults?" + selector(labels, [action] if action else None)
+        "DELETE", "/api/v1/faults?" + query(labels, [action] if action else None)
     )
     return [int(i) for i in answer["reverted"]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from chaosd.chaostoolkit._daemon import ActivityFailed, daemon, selector
+from chaosd.chaostoolkit._daemon import ActivityFailed, daemon, query
 from chaosd.durations import parse_duration
 
 __all__ = [
@@ -47,7 +47,7 @@ def fault_outcome(
     if fault_id is None:
         if not labels:
             raise ActivityFailed("fault_outcome needs a fault_id or labels")
-        faults = d.request("GET", "/api/v1/faults?" + selector(labels))["faults"]
+        faults = d.request("GET", "/api/v1/faults?" + query(labels))["faults"]
         if not faults:
             raise ActivityFailed(f"no fault carries the labels {labels}")
         fault_id = max(int(f["id"]) for f in faults)

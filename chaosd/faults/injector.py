@@ -25,10 +25,20 @@ from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
 from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
-from chaosd.faults.incidents import Incident, TaskImpact, impact_between
+from chaosd.faults.incidents import IMPACT_KINDS, PENDING, Incident, TaskImpact, impact_between
 from chaosd.pipeline import Pipeline
 
-__all__ = ["STATES", "TERMINAL", "Baseline", "FaultRecord", "Injector", "ServiceView", "check_labels", "matches"]
+__all__ = [
+    "MAX_WAIT_S",
+    "STATES",
+    "TERMINAL",
+    "Baseline",
+    "FaultRecord",
+    "Injector",
+    "ServiceView",
+    "check_labels",
+    "matches",
+]
 
 MAX_LABELS = 16
 _LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
@@ -72,7 +82,8 @@ class Baseline:
 
 
 TERMINAL = ("recovered", "failed", "unmeasured")
-STATES = ("active", "recovering", *TERMINAL)
+MAX_WAIT_S = 120.0  # the longest a request may wait for a fault's verdict (GET /api/v1/faults/{id}?wait=)
+STATES = (*PENDING, *TERMINAL)
 
 
 def check_labels(labels: object, field: str = "labels") -> dict[str, str]:
@@ -200,6 +211,8 @@ class Injector:
         self._rng = rng
         self._events = events
         self.faults: list[FaultRecord] = []
+        # Not reverted yet, or without a verdict yet (a fault may recover while still active): a tick's work.
+        self._pending: list[FaultRecord] = []
         self.incidents: list[Incident] = []
         self.lever: str | None = None  # why the safety lever is pulled, or None
         self.closed: str | None = None  # why no fault is accepted any more (shutdown), or None
@@ -210,12 +223,12 @@ class Injector:
     # --- commands -----------------------------------------------------------------------------
 
     def active(self) -> list[FaultRecord]:
-        return [f for f in self.faults if f.active]
+        return [f for f in self._pending if f.active]
 
     def get(self, fault_id: int) -> FaultRecord:
-        for f in self.faults:
-            if f.id == fault_id:
-                return f
+        """A fault by id: ids count from 1 in injection order, so it is found by index, not by a search."""
+        if 0 < fault_id <= len(self.faults):
+            return self.faults[fault_id - 1]
         raise FaultError("id", f"no fault {fault_id}", status=404)
 
     def inject(
@@ -267,9 +280,10 @@ class Injector:
             tally_from=self.tally(),
             labels=tags,
         )
-        record.impact_tasks = impact_between(record.tally_from, record.tally_from)
+        record.impact_tasks = dict.fromkeys(IMPACT_KINDS, 0)
         record.memo = spec.apply(self.rt, targets, checked)
         self.faults.append(record)
+        self._pending.append(record)
         self._join_incident(record)
         self._events.record(now, "fault", id=record.id, action=action, state="injected", targets=list(targets))
         return record
@@ -332,13 +346,17 @@ class Injector:
         corrupted = sum(store.undetected_reads for store in self.rt.memory.values())
         return total.late, total.failed, total.rejected, total.degraded, self.rt.audit.total.count, corrupted
 
-    def _revert(self, record: FaultRecord, why: str) -> None:
-        CATALOGUE[record.action].revert(self.rt, record.targets, record.params, record.memo)
-        tally = self.tally()
-        record.impact_tasks = impact_between(record.tally_from, tally)
+    def _count_impact(self, record: FaultRecord, tally: tuple[int, ...]) -> None:
+        """What users felt so far: the fault's own while it is active, its incident's until the verdict."""
+        if record.active:
+            record.impact_tasks = impact_between(record.tally_from, tally)
         if record.incident and record.action != "resume_agent":
             incident = self.incidents[record.incident - 1]
             incident.tasks = impact_between(incident.tally_from, tally)
+
+    def _revert(self, record: FaultRecord, why: str) -> None:
+        CATALOGUE[record.action].revert(self.rt, record.targets, record.params, record.memo)
+        self._count_impact(record, self.tally())
         record.reverted_at = self.rt.elapsed()
         record.reverted_by = why
         if record.outcome == "active":
@@ -383,24 +401,23 @@ class Injector:
 
     def on_tick(self, s: ServiceView) -> None:
         self._now = s.t
-        for record in self.faults:
+        # Work per tick follows the faults still in play, not every fault the daemon ever injected.
+        pending = self._pending
+        for record in pending:
             if record.active and s.t >= record.injected_at + record.ttl:
                 self._revert(record, "ttl")
         unsettled = False
         felt: set[int] = set()  # incidents out of tolerance this tick: counted once however many faults
-        tally: tuple[int, ...] | None = None
-        for record in self.faults:
-            if record.outcome in ("active", "recovering"):
-                tally = tally or self.tally()
-                if record.active:
-                    record.impact_tasks = impact_between(record.tally_from, tally)
-                if record.incident and record.action != "resume_agent":  # until its verdict
-                    open_incident = self.incidents[record.incident - 1]
-                    open_incident.tasks = impact_between(open_incident.tally_from, tally)
-            if record.outcome in ("active", "recovering") and self._observe(record, s):
+        tally = self.tally() if pending else ()
+        for record in pending:
+            if record.outcome not in PENDING:  # judged already, kept until its TTL reverts it
+                continue
+            self._count_impact(record, tally)
+            if self._observe(record, s):
                 felt.add(record.incident)
             # A resume is instantaneous; anything else still in play keeps the baseline unfed.
-            unsettled = unsettled or (record.outcome in ("active", "recovering") and record.action != "resume_agent")
+            unsettled = unsettled or (record.outcome in PENDING and record.action != "resume_agent")
+        self._pending = [r for r in pending if r.active or r.outcome in PENDING]
         for incident in felt:
             if incident:  # 0: a resume with no incident before it
                 self.incidents[incident - 1].impact_s += self._tick
