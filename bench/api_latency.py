@@ -32,7 +32,9 @@ def _start(tmp: Path, rate: float) -> tuple[subprocess.Popen[str], str]:
 
 def _call(method: str, url: str, body: dict[str, object] | None = None) -> tuple[float, dict[str, object]]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Authorization": f"Bearer {TOKEN}"})
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    )
     started = time.perf_counter()
     with urllib.request.urlopen(req, timeout=10) as resp:
         payload = json.loads(resp.read())

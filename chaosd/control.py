@@ -31,6 +31,7 @@ from chaosd.report import rounded
 from chaosd.runner import Experiment
 from chaosd.scenario import Scenario
 from chaosd.score import ScoreWeights, diagnose
+from chaosd.views import PlanStatus, WindowReport, WindowSummary
 
 __all__ = ["Controller", "PlanRun"]
 
@@ -76,7 +77,7 @@ class Window:
     injected: Callable[[], int]  # how many faults the daemon has injected so far
     ended_at: float | None = None
     until_fault: int | None = None  # the last fault id of a closed window
-    final: dict[str, Any] | None = None
+    final: WindowReport | None = None
 
     @property
     def open(self) -> bool:
@@ -86,7 +87,7 @@ class Window:
         last = self.until_fault if self.until_fault is not None else self.injected()
         return set(range(self.after_fault + 1, last + 1))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> WindowSummary:
         return {
             "id": self.id,
             "name": self.name,
@@ -185,7 +186,7 @@ class Controller:
         run.task = asyncio.create_task(self._drive(run, plan(self.exp)), name="survival")
         self.survival = run
         self.exp.events.record(
-            run.started_at, "survival", state="started", interval=interval, duration=duration, overlap=overlap
+            run.started_at, "survival", state="started", interval_s=interval, duration_s=duration, overlap=overlap
         )
         return run
 
@@ -313,7 +314,7 @@ class Controller:
             raise FaultError("id", f"no window {window_id} (the newest {MAX_WINDOWS} are kept)", status=404)
         return found
 
-    def window_report(self, window: Window) -> dict[str, Any]:
+    def window_report(self, window: Window) -> WindowReport:
         """The window's own tasks, score, faults, incidents and diagnostics (frozen once it is closed)."""
         if window.final is not None:
             return window.final
@@ -328,12 +329,19 @@ class Controller:
             "duplicated": t["duplicated"],
             "faults_failed": sum(1 for f in report["faults"] if f["outcome"] == "failed"),
         }
-        report["diagnostics"] = [{"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)]
-        report.update(window.summary())
-        result: dict[str, Any] = rounded(report)
+        body: WindowReport = {
+            **window.summary(),
+            "tasks": report["tasks"],
+            "score": report["score"],
+            "faults": report["faults"],
+            "incidents": report["incidents"],
+            "window": report["window"],
+            "diagnostics": [{"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)],
+        }
+        result: WindowReport = rounded(body)
         return result
 
-    def close_window(self, window_id: int) -> dict[str, Any]:
+    def close_window(self, window_id: int) -> WindowReport:
         window = self.window(window_id)
         if not window.open:
             raise FaultError("id", f"window {window_id} is already closed", status=409)
@@ -371,7 +379,7 @@ class Controller:
         # The incidents holding its faults: what ``max_recovery_s`` judges (as the run report's do).
         window["incidents"] = [i for i in now["incidents"] if ids.intersection(i["faults"])]
         end = run.ended_at if run.ended_at is not None else self.exp.pipeline.elapsed()
-        window["window"] = {"start_s": run.started_at, "end_s": end}
+        window["window"] = {"start_at": run.started_at, "end_at": end}
         return window
 
     def _counts(self) -> dict[str, Any]:
@@ -423,7 +431,7 @@ class Controller:
                 reverted.append(fault_id)
         return reverted
 
-    def plan_status(self, run: PlanRun | None) -> dict[str, Any]:
+    def plan_status(self, run: PlanRun | None) -> PlanStatus:
         """A plan's progress. ``score`` is its own window's (from its start to its end, or to now while it
         runs: see :meth:`plan_report`); ``daemon_score`` is the daemon's whole lifetime, as ``/api/v1/score``.
         """
@@ -431,7 +439,7 @@ class Controller:
             return {"state": "idle"}
         window = run.final if run.final is not None else self._window(run, faults=False)
         now = self.exp.pipeline.elapsed()
-        status: dict[str, Any] = {
+        status: PlanStatus = {
             "kind": run.kind,
             "name": run.name,
             "state": run.state,
@@ -449,7 +457,7 @@ class Controller:
         if run.kind == "scenario":
             status["expectations"] = run.expectations
             status["passed"] = all(e["passed"] for e in run.expectations) if run.state == "finished" else None
-        result: dict[str, Any] = rounded(status)
+        result: PlanStatus = rounded(status)
         return result
 
     async def shutdown(self) -> int:

@@ -16,6 +16,7 @@ import resource
 import signal
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -25,10 +26,11 @@ from chaosd.api.server import FrontDoor
 from chaosd.clock import LoopClock, new_event_loop, unix_time
 from chaosd.config import Settings, is_loopback
 from chaosd.control import Controller
-from chaosd.errors import ConfigError
+from chaosd.errors import ChaosdError, ConfigError
 from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
 from chaosd.report import render_summary
 from chaosd.runner import Experiment
+from chaosd.storage import unwritable
 from chaosd.telemetry.snapshot import Snapshot
 
 __all__ = ["check_bind", "serve"]
@@ -112,13 +114,22 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     reverted = 0
     try:
         door = FrontDoor(runner, app[LIMITS], app[HTTP_STATS])
+        # A report that cannot be written is found out now, not when a month-long run ends.
+        if (problem := unwritable(Path(settings.daemon.report))) is not None:
+            out(f"chaosd: cannot write the report to {settings.daemon.report} (daemon.report): {problem}")
+            return 2
         try:  # before anything starts: a busy port leaves no pipeline, no storage, no report
             addresses = await door.bind(settings.api.host, settings.api.port)
-        except OSError as exc:
-            why = os.strerror(exc.errno) if exc.errno else str(exc)
+        except OSError as exc:  # a gaierror (no such host) has its own strerror; errno -2 has no text
+            why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
             out(f"chaosd: cannot listen on {settings.api.host}:{settings.api.port} (api.host, api.port): {why}")
             return 2
-        await runner.setup()
+        try:  # storage opens first: an unwritable history stops the daemon before the pipeline starts
+            await runner.setup()
+        except ChaosdError as exc:
+            out(f"chaosd: {exc}")
+            await door.close()
+            return 2
         await door.serve()
         for host, port in addresses:
             out(f"chaosd: listening on http://{host}:{port} (run {run_id})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, WithJsonSchema
 
 __all__ = ["Seconds", "parse_duration"]
 
@@ -23,4 +23,10 @@ def parse_duration(value: object) -> object:
     return value
 
 
-Seconds = Annotated[float, BeforeValidator(parse_duration)]
+# What the schema says (the API's OpenAPI document, config docs): a number of seconds, or text with a unit.
+# Numeric bounds given beside it (``Field(gt=0)``) bind the number it becomes, whichever form was sent.
+_DURATION_SCHEMA = {
+    "anyOf": [{"type": "number"}, {"type": "string", "pattern": _PATTERN.pattern}],
+    "description": "a duration in seconds: a number, or text with a unit (250ms, 10s, 2m, 1h)",
+}
+Seconds = Annotated[float, BeforeValidator(parse_duration), WithJsonSchema(_DURATION_SCHEMA, mode="validation")]

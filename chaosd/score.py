@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from chaosd.config import ScoreConfig
+from chaosd.views import ScoreView
 
 __all__ = [
     "FORMULA_VERSION",
@@ -144,7 +145,7 @@ class Score:
     consistency: float | None
     version: str
 
-    def as_dict(self) -> dict[str, float | str | None]:
+    def as_dict(self) -> ScoreView:
         return {
             "total": self.total,
             "grade": self.grade,

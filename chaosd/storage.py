@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -19,13 +21,13 @@ from typing import Any, TypeVar
 
 from chaosd.clock import unix_time
 from chaosd.errors import ChaosdError
+from chaosd.views import FaultView, RunBody, RunSummary
 
-__all__ = ["Storage"]
+__all__ = ["Storage", "unwritable"]
 
 log = logging.getLogger("chaosd.storage")
 _T = TypeVar("_T")
 _Row = tuple[Any, ...]
-_RUN_KEYS = ("id", "started_at", "ended_at", "status")
 
 # _MIGRATIONS[v] takes the schema from PRAGMA user_version v to v + 1.
 _MIGRATIONS = (
@@ -45,13 +47,18 @@ _MIGRATIONS = (
         kind TEXT NOT NULL, data TEXT NOT NULL, UNIQUE (run_id, id)
     );
     """,
+    # One vocabulary of time: wall-clock instants end in _unix (run-clock ones in _at).
+    """
+    ALTER TABLE runs RENAME COLUMN started_at TO started_unix;
+    ALTER TABLE runs RENAME COLUMN ended_at TO ended_unix;
+    """,
 )
 _RUN_STARTED = (
-    "INSERT INTO runs (id, started_at, status, config) VALUES (?, ?, 'running', ?) ON CONFLICT (id) DO UPDATE SET"
-    " started_at = excluded.started_at, ended_at = NULL, status = 'running', config = excluded.config,"
+    "INSERT INTO runs (id, started_unix, status, config) VALUES (?, ?, 'running', ?) ON CONFLICT (id) DO UPDATE SET"
+    " started_unix = excluded.started_unix, ended_unix = NULL, status = 'running', config = excluded.config,"
     " report = NULL, score = NULL"
 )
-_RUN_FINISHED = "UPDATE runs SET ended_at = ?, status = ?, report = ?, score = ? WHERE id = ?"
+_RUN_FINISHED = "UPDATE runs SET ended_unix = ?, status = ?, report = ?, score = ? WHERE id = ?"
 _FAULT_CHANGED = (
     "INSERT INTO faults (run_id, id, action, outcome, data) VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, id)"
     " DO UPDATE SET action = excluded.action, outcome = excluded.outcome, data = excluded.data"
@@ -65,6 +72,20 @@ _END_STATUSES = ("finished", "aborted", "failed")
 _MAX_BATCH = 5_000
 
 
+def unwritable(path: Path) -> str | None:
+    """Why a file could not be written at ``path`` (checked without creating anything), or None."""
+    if path.is_dir():
+        return "it is a directory"
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent} is not writable"
+    return None
+
+
 def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -73,16 +94,27 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _summary(r: _Row) -> dict[str, Any]:
-    return {**dict(zip(_RUN_KEYS, r, strict=False)), "score": _loads(r[4])}
+def _summary(r: _Row) -> RunSummary:
+    return {"id": r[0], "started_unix": r[1], "ended_unix": r[2], "status": r[3], "score": _loads(r[4])}
 
 
-def _run(r: _Row) -> dict[str, Any]:
-    return {**dict(zip(_RUN_KEYS, r, strict=False)), "config": _loads(r[4]), "report": _loads(r[5])}
+def _run(r: _Row) -> RunBody:
+    faults: list[FaultView] = []  # filled in by the caller
+    return {
+        "id": r[0],
+        "started_unix": r[1],
+        "ended_unix": r[2],
+        "status": r[3],
+        "config": _loads(r[4]),
+        "report": _loads(r[5]),
+        "faults": faults,
+    }
 
 
-def _fault(r: _Row) -> dict[str, Any]:
-    return {**json.loads(r[1]), "run_id": r[0]}
+def _fault(r: _Row) -> FaultView:
+    fault: FaultView = json.loads(r[1])
+    fault["run_id"] = r[0]
+    return fault
 
 
 def _event(r: _Row) -> dict[str, Any]:
@@ -153,6 +185,10 @@ class Storage:
         try:
             # Recovery runs before the writer starts: nothing this process enqueues is taken for a leftover.
             db, self.aborted_at_open = await asyncio.to_thread(self._prepare)
+        except (OSError, sqlite3.Error) as exc:
+            self._state = "new"
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ChaosdError(f"cannot open the history at {self.path} (storage.path): {why}") from exc
         except BaseException:
             self._state = "new"
             raise
@@ -186,15 +222,15 @@ class Storage:
             self._queue.put(_Flush(loop, done))
             await done
 
-    def run_started(self, run_id: str, started_at: float, config: Mapping[str, Any]) -> None:
-        self._submit("run_started", _RUN_STARTED, lambda: (run_id, started_at, _dumps(config)))
+    def run_started(self, run_id: str, started_unix: float, config: Mapping[str, Any]) -> None:
+        self._submit("run_started", _RUN_STARTED, lambda: (run_id, started_unix, _dumps(config)))
 
-    def run_finished(self, run_id: str, ended_at: float, status: str, report: Mapping[str, Any] | None) -> None:
+    def run_finished(self, run_id: str, ended_unix: float, status: str, report: Mapping[str, Any] | None) -> None:
         def values() -> _Row:
             if status not in _END_STATUSES:
                 raise ValueError(f"run status {status!r} is not one of {', '.join(_END_STATUSES)}")
             score = None if report is None else report.get("score")
-            return (ended_at, status, _dumps(report), _dumps(score), run_id)
+            return (ended_unix, status, _dumps(report), _dumps(score), run_id)
 
         self._submit("run_finished", _RUN_FINISHED, values, must_match=True)
 
@@ -207,20 +243,24 @@ class Storage:
     def event(self, run_id: str, event_id: int, t: float, kind: str, data: Mapping[str, Any]) -> None:
         self._submit("event", _EVENT, lambda: (run_id, event_id, t, kind, _dumps(data)))
 
-    async def runs(self, limit: int = 100) -> list[dict[str, Any]]:
+    async def runs(self, limit: int = 100) -> list[RunSummary]:
         """Newest first."""
-        sql = "SELECT id, started_at, ended_at, status, score FROM runs ORDER BY started_at DESC, rowid DESC LIMIT ?"
+        sql = "SELECT id, started_unix, ended_unix, status, score FROM runs"
+        sql += " ORDER BY started_unix DESC, rowid DESC LIMIT ?"
         return await self._read(sql, (limit,), _summary)
 
-    async def run(self, run_id: str) -> dict[str, Any] | None:
-        sql = "SELECT id, started_at, ended_at, status, config, report FROM runs WHERE id = ?"
+    async def run(self, run_id: str) -> RunBody | None:
+        sql = "SELECT id, started_unix, ended_unix, status, config, report FROM runs WHERE id = ?"
         found = await self._read(sql, (run_id,), _run)
-        return {**found[0], "faults": await self.faults(run_id)} if found else None
+        if not found:
+            return None
+        found[0]["faults"] = await self.faults(run_id)
+        return found[0]
 
-    async def faults(self, run_id: str | None = None) -> list[dict[str, Any]]:
+    async def faults(self, run_id: str | None = None) -> list[FaultView]:
         """One run's faults by id, or every run's, oldest run first."""
         if run_id is None:
-            return await self._read(f"{_FAULTS} ORDER BY r.started_at, f.run_id, f.id", (), _fault)
+            return await self._read(f"{_FAULTS} ORDER BY r.started_unix, f.run_id, f.id", (), _fault)
         return await self._read(f"{_FAULTS} WHERE f.run_id = ? ORDER BY f.id", (run_id,), _fault)
 
     async def events(self, run_id: str, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
@@ -245,6 +285,8 @@ class Storage:
         log.error("%s: write not stored: %s", self.path, what, exc_info=exc)
 
     def _prepare(self) -> tuple[sqlite3.Connection, list[str]]:
+        if (problem := unwritable(self.path)) is not None:
+            raise OSError(errno.ENOTDIR, problem)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Handed over to the writer thread, which is from then on its only user.
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -266,10 +308,10 @@ class Storage:
         """A run with no end was cut short by a dead process: abort it, and the faults it left in play."""
         now = self._wall_clock()
         with _transaction(db):
-            unfinished = "SELECT id FROM runs WHERE ended_at IS NULL ORDER BY started_at, rowid"
+            unfinished = "SELECT id FROM runs WHERE ended_unix IS NULL ORDER BY started_unix, rowid"
             run_ids: list[str] = [r for (r,) in db.execute(unfinished)]
             for run_id in run_ids:
-                db.execute("UPDATE runs SET status = 'aborted', ended_at = ? WHERE id = ?", (now, run_id))
+                db.execute("UPDATE runs SET status = 'aborted', ended_unix = ? WHERE id = ?", (now, run_id))
                 sql = "SELECT id, data FROM faults WHERE run_id = ? AND outcome IN ('active', 'recovering')"
                 for fault_id, data in db.execute(sql, (run_id,)).fetchall():
                     fault = json.loads(data)

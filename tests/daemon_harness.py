@@ -95,15 +95,18 @@ class Daemon:
         token: str | None = TOKEN,
         raw: bytes | None = None,
         headers: dict[str, str] | None = None,
+        timeout: float = 10.0,
     ) -> tuple[int, Any]:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None and not any(k.lower() == "content-type" for k in headers or {}):
+            req.add_header("Content-Type", "application/json")  # urllib would say it is a form
         if token:
             req.add_header("Authorization", f"Bearer {token}")
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 payload = resp.read()
                 return resp.status, json.loads(payload) if payload else None
         except urllib.error.HTTPError as exc:

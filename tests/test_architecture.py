@@ -11,6 +11,7 @@ BANNED = {("time", "time"), ("time", "monotonic"), ("time", "perf_counter"), ("a
 LAYERS = [
     "errors",
     "durations",
+    "views",
     "rng",
     "histogram",
     "events",

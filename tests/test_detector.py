@@ -68,7 +68,7 @@ def _snap(t: float, **kw: float) -> Snapshot:
         t=t,
         queue_depth=0,
         capacity=1000,
-        saturation=0.0,
+        queue_fill=0.0,
         utilisation=0.5,
         busy_share=0.5,
         queue_slope=0.0,
@@ -95,7 +95,7 @@ def _overloaded(t: float) -> Snapshot:
     return _snap(
         t,
         queue_depth=100,
-        saturation=0.1,
+        queue_fill=0.1,
         utilisation=1.0,
         busy_share=1.0,
         queue_slope=50.0,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 from daemon_harness import Daemon, wait_for
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -269,3 +270,41 @@ def test_a_busy_port_exits_2_with_one_line_and_nothing_started(tmp_path: Path, d
         f"chaosd: cannot listen on 127.0.0.1:{port} (api.host, api.port): {os.strerror(errno.EADDRINUSE)}"
     ]
     assert list(tmp_path.iterdir()) == []  # no storage directory, no report
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "line"),
+    [
+        (
+            "CHAOSD_STORAGE__PATH",
+            "{tmp}/a-file/chaosd.db",
+            "chaosd: cannot open the history at {tmp}/a-file/chaosd.db (storage.path): {tmp}/a-file is not a directory",
+        ),
+        (
+            "CHAOSD_DAEMON__REPORT",
+            "{tmp}/a-file/report.json",
+            "chaosd: cannot write the report to {tmp}/a-file/report.json (daemon.report):"
+            " {tmp}/a-file is not a directory",
+        ),
+        (
+            "CHAOSD_API__HOST",
+            "no-such-host.invalid",
+            "chaosd: cannot listen on no-such-host.invalid:0 (api.host, api.port): Name or service not known",
+        ),
+    ],
+    ids=["unwritable-storage", "unwritable-report", "unknown-host"],
+)
+def test_a_daemon_that_cannot_start_says_why_in_one_line_and_starts_nothing(
+    tmp_path: Path, daemon_env: dict[str, str], setting: str, value: str, line: str
+) -> None:
+    (tmp_path / "a-file").write_text("in the way")
+    env = {**daemon_env, "CHAOSD_STORAGE__PATH": str(tmp_path / "data" / "chaosd.db"), "CHAOSD_API__PORT": "0"}
+    env[setting] = value.format(tmp=tmp_path)
+    env["CHAOSD_API__TOKEN"] = "a-token-for-a-non-loopback-host"
+    done = subprocess.run(
+        [sys.executable, "-m", "chaosd"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == ""  # no traceback, no log line from a pipeline that never ran
+    assert done.stdout.splitlines() == [line.format(tmp=tmp_path)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # no history, no report

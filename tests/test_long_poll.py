@@ -51,7 +51,7 @@ def test_a_long_poll_answers_at_the_verdict_not_at_its_deadline(daemon: Daemon) 
         code, fault = daemon.request("POST", "/api/v1/faults", {"action": "kill_leader", "ttl": 3})
         assert code == 201 and fault["outcome"] == "active"
         asked = time.monotonic()
-        code, answer = daemon.request("GET", f"/api/v1/faults/{fault['id']}?wait=60s", token=None)
+        code, answer = daemon.request("GET", f"/api/v1/faults/{fault['id']}?wait=60s", token=None, timeout=70)
         answered = time.monotonic()
         assert code == 200 and answer["outcome"] == "recovered" and answer["recovery_s"] > 0
         wait_for(lambda: fault["id"] in stream.seen, 5, "the verdict on the event stream")

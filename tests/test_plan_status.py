@@ -73,8 +73,8 @@ def test_a_plans_status_scores_its_own_window_not_the_outage_before_it(tmp_path:
         assert code == 201 and started["state"] == "running"
         # Its window has just opened: nothing in it has settled, so it has no score yet; the lifetime has one.
         assert started["score"] == NO_SCORE
-        assert started["window"]["start_s"] == started["started_at"]
-        assert 0 <= started["window"]["end_s"] - started["started_at"] < 1.0
+        assert started["window"]["start_at"] == started["started_at"]
+        assert 0 <= started["window"]["end_at"] - started["started_at"] < 1.0
         assert set(started["daemon_score"]) == SCORE_KEYS
         assert started["daemon_score"]["availability"] < 50
 
@@ -83,7 +83,7 @@ def test_a_plans_status_scores_its_own_window_not_the_outage_before_it(tmp_path:
         score, lifetime = done["score"], done["daemon_score"]
         assert set(score) == SCORE_KEYS and done["passed"] is True
         # The window: from its start to its end, and only what settled in it — the calm period.
-        assert done["window"] == {"start_s": done["started_at"], "end_s": done["ended_at"]}
+        assert done["window"] == {"start_at": done["started_at"], "end_at": done["ended_at"]}
         assert done["ended_at"] - done["started_at"] == pytest.approx(4.0, abs=0.5)
         assert score["availability"] >= 99 and score["consistency"] == 100 and score["total"] >= 99
         assert score["grade"] == "A+" and score["recovery"] is None  # no fault of its own to recover from
@@ -109,8 +109,8 @@ def test_a_plans_status_scores_its_own_window_not_the_outage_before_it(tmp_path:
         assert (code, err) == (EXIT_OK, [])
         status = daemon.get("/api/v1/survival")[1]
         assert status["state"] == "finished" and status["actions"] == 1  # one slow_agent, at 5 s
-        assert status["window"] == {"start_s": status["started_at"], "end_s": status["ended_at"]}
-        assert status["window"]["start_s"] >= done["ended_at"]
+        assert status["window"] == {"start_at": status["started_at"], "end_at": status["ended_at"]}
+        assert status["window"]["start_at"] >= done["ended_at"]
         score, lifetime = status["score"], status["daemon_score"]
         assert score["availability"] >= 99 and score["total"] >= 99
         assert lifetime["availability"] < 90 and score["availability"] - lifetime["availability"] > 9

@@ -53,11 +53,11 @@ def test_runs_faults_and_events_round_trip(tmp_path: Path) -> None:
         await s.flush()
 
         assert await s.runs() == [
-            {"id": "r2", "started_at": 2000.0, "ended_at": None, "status": "running", "score": None},
+            {"id": "r2", "started_unix": 2000.0, "ended_unix": None, "status": "running", "score": None},
             {
                 "id": "r1",
-                "started_at": 1000.0,
-                "ended_at": 1060.0,
+                "started_unix": 1000.0,
+                "ended_unix": 1060.0,
                 "status": "finished",
                 "score": {"total": 87.5, "grade": "B"},
             },
@@ -125,7 +125,9 @@ def test_a_reopened_file_serves_the_first_instances_history(tmp_path: Path) -> N
 
     async def second(s: Storage) -> None:
         assert s.aborted_at_open == []
-        assert await s.runs() == [{"id": "r", "started_at": 10.0, "ended_at": 20.0, "status": "failed", "score": None}]
+        assert await s.runs() == [
+            {"id": "r", "started_unix": 10.0, "ended_unix": 20.0, "status": "failed", "score": None}
+        ]
         run = await s.run("r")
         assert run is not None
         assert (run["config"], run["report"], run["faults"][0]["outcome"]) == ({"seed": 1}, None, "recovered")
@@ -164,7 +166,7 @@ def test_a_run_cut_short_by_kill_9_is_aborted_on_the_next_open(tmp_path: Path) -
 
     async def after_crash(s: Storage) -> None:
         assert s.aborted_at_open == ["crashed"]
-        assert [(r["id"], r["status"], r["ended_at"]) for r in await s.runs()] == [
+        assert [(r["id"], r["status"], r["ended_unix"]) for r in await s.runs()] == [
             ("crashed", "aborted", 5000.0),
             ("done", "finished", 150.0),
         ]

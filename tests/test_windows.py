@@ -56,7 +56,11 @@ def test_a_windows_faults_are_those_injected_while_it_was_open(daemon: Daemon) -
     window = _open(daemon, "kill")
     code, fault = daemon.request("POST", "/api/v1/faults", {"action": "kill_agent", "target": "worker-1", "ttl": 3})
     assert code == 201
-    wait_for(lambda: daemon.get(f"/api/v1/faults/{fault['id']}?wait=30s")[1]["outcome"] in TERMINAL, 60, "verdict")
+    wait_for(
+        lambda: daemon.request("GET", f"/api/v1/faults/{fault['id']}?wait=30s", timeout=40)[1]["outcome"] in TERMINAL,
+        60,
+        "verdict",
+    )
     code, closed = daemon.request("DELETE", f"/api/v1/windows/{window['id']}")
     assert [f["id"] for f in closed["faults"]] == [fault["id"]]
     assert [i["faults"] for i in closed["incidents"]] == [[fault["id"]]]

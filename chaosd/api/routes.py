@@ -27,6 +27,18 @@ from chaosd.faults import CATALOGUE
 from chaosd.faults.injector import MAX_WAIT_S, STATES, check_labels, matches
 from chaosd.report import rounded
 from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name
+from chaosd.views import (
+    ActionsBody,
+    FaultsBody,
+    HealthBody,
+    LeverBody,
+    ReadyBody,
+    RevertedBody,
+    RunsBody,
+    ScoreBody,
+    StatusBody,
+    WindowsBody,
+)
 
 __all__ = ["QUERY_PARAMS", "check_query", "routes"]
 
@@ -69,10 +81,24 @@ async def _read(request: web.Request) -> bytes:
         raise FaultError("body", f"not received within {limit:g} s (api.request_timeout)", status=408) from None
 
 
+_JSON_TYPES = ("application/json",)
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type in _JSON_TYPES or (content_type.startswith("application/") and content_type.endswith("+json"))
+
+
+def _unsupported(request: web.Request, takes: str) -> FaultError:
+    sent = request.headers.get("Content-Type", "")[:100] or "none"
+    return FaultError("Content-Type", f"this route takes {takes} (sent: {sent})", status=415)
+
+
 async def _body(request: web.Request, model: type[M], *, optional: bool = False) -> M:
     raw = await _read(request)
     if not raw.strip() and optional:
         return model()
+    if not _is_json(request.content_type):
+        raise _unsupported(request, "a JSON body (Content-Type: application/json)")
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -99,7 +125,8 @@ def _failed_parts(request: web.Request) -> list[str]:
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
     problems = _failed_parts(request)
-    return _ok({"status": "failed" if problems else "ok", "problems": problems}, 503 if problems else 200)
+    body: HealthBody = {"status": "failed" if problems else "ok", "problems": problems}
+    return _ok(body, 503 if problems else 200)
 
 
 @routes.get("/readyz")
@@ -115,7 +142,8 @@ async def readyz(request: web.Request) -> web.Response:
         problems.append("pipeline: no telemetry yet")
     if ctl.stopping:
         problems.append("shutting down")
-    return _ok({"ready": not problems, "problems": problems}, 200 if not problems else 503)
+    body: ReadyBody = {"ready": not problems, "problems": problems}
+    return _ok(body, 200 if not problems else 503)
 
 
 @routes.get("/metrics")
@@ -136,9 +164,9 @@ async def status(request: web.Request) -> web.Response:
     exp = ctl.exp
     p = exp.pipeline
     snap = exp.telemetry.latest
-    body = {
+    body: StatusBody = {
         "run_id": request.app[RUN_ID],
-        "started_at": request.app[STARTED],
+        "started_unix": request.app[STARTED],
         "uptime_s": p.elapsed(),
         "agents": [
             {"id": a.id, "kind": a.kind, "state": a.state, "restarts": len(a.restarts), "gave_up": a.gave_up}
@@ -169,7 +197,8 @@ async def status(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/actions")
 async def actions(request: web.Request) -> web.Response:
-    return _ok({"actions": [a.describe() for a in CATALOGUE.values()]})
+    body: ActionsBody = {"actions": [a.describe() for a in CATALOGUE.values()]}
+    return _ok(body)
 
 
 # --- faults and the lever ----------------------------------------------------------------------------
@@ -221,7 +250,8 @@ async def faults(request: web.Request) -> web.Response:
         records = [f for f in records if not f.active]
     if labels or actions or states:
         records = [f for f in records if matches(f, labels, actions, states)]
-    return _ok({"faults": [f.as_dict() for f in records], "lever": request.app[CONTROLLER].exp.injector.lever})
+    body: FaultsBody = {"faults": [f.as_dict() for f in records], "lever": request.app[CONTROLLER].exp.injector.lever}
+    return _ok(body)
 
 
 @routes.delete("/api/v1/faults")
@@ -236,7 +266,8 @@ async def revert_selected(request: web.Request) -> web.Response:
             "label", "give a selector (label=key=value or action=…); to revert every fault, pull the lever", status=400
         )
     reverted = request.app[CONTROLLER].revert_matching(labels, actions)
-    return _ok({"reverted": [f.id for f in reverted], "faults": [f.as_dict() for f in reverted]})
+    body: RevertedBody = {"reverted": [f.id for f in reverted], "faults": [f.as_dict() for f in reverted]}
+    return _ok(body)
 
 
 def _path_id(request: web.Request, what: str = "fault") -> int:
@@ -289,7 +320,8 @@ async def open_window(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/windows")
 async def windows(request: web.Request) -> web.Response:
-    return _ok({"windows": [w.summary() for w in request.app[CONTROLLER].windows.values()]})
+    body: WindowsBody = {"windows": [w.summary() for w in request.app[CONTROLLER].windows.values()]}
+    return _ok(body)
 
 
 @routes.get("/api/v1/windows/{id}")
@@ -306,14 +338,15 @@ async def close_window(request: web.Request) -> web.Response:
 @routes.post("/api/v1/lever")
 async def pull_lever(request: web.Request) -> web.Response:
     body = await _body(request, LeverRequest, optional=True)
-    reverted = request.app[CONTROLLER].pull_lever(body.reason)
-    return _ok({"lever": body.reason, "reverted": reverted})
+    answer: LeverBody = {"lever": body.reason, "reverted": request.app[CONTROLLER].pull_lever(body.reason)}
+    return _ok(answer)
 
 
 @routes.delete("/api/v1/lever")
 async def release_lever(request: web.Request) -> web.Response:
     request.app[CONTROLLER].release_lever()
-    return _ok({"lever": None})
+    answer: LeverBody = {"lever": None}
+    return _ok(answer)
 
 
 # --- survival and scenarios --------------------------------------------------------------------------
@@ -353,11 +386,18 @@ def _speed(raw: str | None) -> float:
     return speed
 
 
+_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+
+
 @routes.post("/api/v1/scenarios/run")
 async def run_scenario(request: web.Request) -> web.Response:
     ctl = request.app[CONTROLLER]
     kind = request.content_type
-    if kind in ("application/yaml", "application/x-yaml", "text/yaml"):
+    if kind not in _YAML_TYPES and not _is_json(kind):
+        raise _unsupported(
+            request, "a JSON body (application/json) naming a shipped scenario, or a YAML one (application/yaml)"
+        )
+    if kind in _YAML_TYPES:
         source = "uploaded scenario"
         speed = _speed(request.query.get("speed"))
         raw = await _read(request)
@@ -393,7 +433,7 @@ async def stop_scenario(request: web.Request) -> web.Response:
 async def score(request: web.Request) -> web.Response:
     exp = request.app[CONTROLLER].exp
     faults = exp.injector.faults
-    body = {
+    body: ScoreBody = {
         **exp.live_score().as_dict(),
         "faults_injected": len(faults),
         "faults_recovered": sum(1 for f in faults if f.outcome == "recovered"),
@@ -408,7 +448,8 @@ async def report(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/runs")
 async def runs(request: web.Request) -> web.Response:
-    return _ok({"runs": await request.app[STORAGE].runs()})
+    body: RunsBody = {"runs": await request.app[STORAGE].runs()}
+    return _ok(body)
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")

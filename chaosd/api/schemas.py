@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from chaosd import __version__
+from chaosd import views as v
 from chaosd.durations import Seconds
 from chaosd.faults import CATALOGUE
 from chaosd.faults.injector import STATES
@@ -22,7 +23,7 @@ class InjectRequest(_Body):
     action: str = Field(min_length=1, max_length=64, description="an action of the catalogue")
     target: str | None = Field(default=None, min_length=1, max_length=200, description="id, kind, random or N%")
     params: dict[str, float | str] = Field(default_factory=dict, description="the action's parameters")
-    ttl: Seconds | None = Field(default=None, description="seconds (or '10s'); default from config")
+    ttl: Seconds | None = Field(default=None, description="how long it lasts, seconds (or '10s'); default from config")
     labels: dict[str, str] = Field(
         default_factory=dict,
         max_length=16,
@@ -39,8 +40,12 @@ class LeverRequest(_Body):
 
 
 class SurvivalRequest(_Body):
-    interval: Seconds = Field(default=10.0, gt=0, le=3600)
-    duration: Seconds = Field(default=1800.0, gt=0, le=7 * 86400)
+    interval: Seconds = Field(
+        default=10.0, gt=0, le=3600, description="seconds between faults: more than 0, at most 1h"
+    )
+    duration: Seconds = Field(
+        default=1800.0, gt=0, le=7 * 86400, description="seconds to run: more than 0, at most 7 days"
+    )
     actions: list[str] | None = Field(default=None, min_length=1, max_length=64)
     overlap: bool = Field(default=False, strict=True, description="let faults last 2×interval and stack")
 
@@ -58,7 +63,6 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
-_OBJECT = {"type": "object", "additionalProperties": True}
 _ERRORS = {
     "400": {"description": "malformed request", **_json(_ref("Error"))},
     "401": {"description": "missing or wrong bearer token", **_json(_ref("Error"))},
@@ -73,10 +77,12 @@ _ERRORS = {
 }
 
 
-def _op(summary: str, ok: str = "200", body: str | None = None, mutating: bool = False, **extra: Any) -> dict[str, Any]:
+def _op(
+    summary: str, returns: type, ok: str = "200", body: str | None = None, mutating: bool = False, **extra: Any
+) -> dict[str, Any]:
     op: dict[str, Any] = {
         "summary": summary,
-        "responses": {ok: {"description": "success", **_json(_OBJECT)}, **_ERRORS},
+        "responses": {ok: {"description": "success", **_json(_ref(returns.__name__))}, **_ERRORS},
         **extra,
     }
     if body is not None:
@@ -86,6 +92,35 @@ def _op(summary: str, ok: str = "200", body: str | None = None, mutating: bool =
     return op
 
 
+_REQUESTS: tuple[type[BaseModel], ...] = (
+    InjectRequest,
+    LeverRequest,
+    SurvivalRequest,
+    ScenarioRunRequest,
+    WindowRequest,
+)
+# Every answer's type: the handlers build these (mypy checks), tests check live answers against the schemas.
+_ANSWERS: tuple[type, ...] = (
+    v.HealthBody,
+    v.ReadyBody,
+    v.StatusBody,
+    v.ActionsBody,
+    v.FaultsBody,
+    v.FaultView,
+    v.RevertedBody,
+    v.LeverBody,
+    v.PlanStatus,
+    v.WindowsBody,
+    v.WindowSummary,
+    v.WindowReport,
+    v.ScoreBody,
+    v.ReportView,
+    v.RunsBody,
+    v.RunBody,
+    v.EventView,
+    v.OpenApiDocument,
+)
+
 _ID = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}]
 _RUN_ID = [
     {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}
@@ -93,17 +128,13 @@ _RUN_ID = [
 
 
 def openapi_document() -> dict[str, Any]:
-    """OpenAPI 3.1 for every route; request schemas come from the pydantic models above."""
-    schemas: dict[str, Any] = {
-        name: model.model_json_schema(ref_template="#/components/schemas/{model}")
-        for name, model in (
-            ("InjectRequest", InjectRequest),
-            ("LeverRequest", LeverRequest),
-            ("SurvivalRequest", SurvivalRequest),
-            ("ScenarioRunRequest", ScenarioRunRequest),
-            ("WindowRequest", WindowRequest),
-        )
-    }
+    """OpenAPI 3.1 for every route, generated from the types the handlers build (requests and answers)."""
+    _, defs = TypeAdapter.json_schemas(
+        [(m, "validation", TypeAdapter(m)) for m in _REQUESTS]
+        + [(v, "serialization", TypeAdapter(v)) for v in _ANSWERS],
+        ref_template="#/components/schemas/{model}",
+    )
+    schemas: dict[str, Any] = defs["$defs"]
     actions = sorted(CATALOGUE)
     schemas["InjectRequest"]["properties"]["action"]["enum"] = actions
     survival_actions = schemas["SurvivalRequest"]["properties"]["actions"]["anyOf"][0]
@@ -130,12 +161,14 @@ def openapi_document() -> dict[str, Any]:
             "application/yaml": {"schema": {"type": "string"}},
         },
     }
-    scenario_run = _op("Run a shipped scenario by name, or an uploaded YAML scenario", "201", mutating=True)
+    scenario_run = _op(
+        "Run a shipped scenario by name, or an uploaded YAML scenario", v.PlanStatus, "201", mutating=True
+    )
     scenario_run["requestBody"] = yaml_or_json
     scenario_run["parameters"] = [
         {"name": "speed", "in": "query", "required": False, "schema": {"type": "number", "minimum": 1, "maximum": 1000}}
     ]
-    events = _op("Server-sent events (fault, detector, throttle, agent, leader, score, …)")
+    events = _op("Server-sent events (fault, detector, throttle, agent, leader, score, …)", v.EventView)
     events["parameters"] = [
         {
             "name": "types",
@@ -158,7 +191,10 @@ def openapi_document() -> dict[str, Any]:
         {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string", "maxLength": 20}},
     ]
     events["responses"]["429"] = {"description": "too many event streams open", **_json(_ref("Error"))}
-    events["responses"]["200"] = {"description": "an event stream", "content": {"text/event-stream": {}}}
+    events["responses"]["200"] = {
+        "description": "an event stream: frames of id, event (the kind) and data (t and EventView's data fields)",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
     selector = [
         {
             "name": "label",
@@ -178,7 +214,7 @@ def openapi_document() -> dict[str, Any]:
             "explode": True,
         },
     ]
-    faults_list = _op("List faults, all or those a selector picks")
+    faults_list = _op("List faults, all or those a selector picks", v.FaultsBody)
     faults_list["parameters"] = [
         {"name": "active", "in": "query", "required": False, "schema": {"type": "boolean"}},
         *selector,
@@ -191,7 +227,9 @@ def openapi_document() -> dict[str, Any]:
             "explode": True,
         },
     ]
-    faults_revert = _op("Revert the active faults a selector picks (label and/or action)", mutating=True)
+    faults_revert = _op(
+        "Revert the active faults a selector picks (label and/or action)", v.RevertedBody, mutating=True
+    )
     faults_revert["parameters"] = selector
     return {
         "openapi": "3.1.0",
@@ -201,25 +239,30 @@ def openapi_document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "paths": {
-            "/healthz": {"get": _op("Liveness; 503 names the parts that died (pipeline, storage writer)")},
-            "/readyz": {"get": _op("Readiness; 503 names the parts that failed")},
+            "/healthz": {
+                "get": _op("Liveness; 503 names the parts that died (pipeline, storage writer)", v.HealthBody)
+            },
+            "/readyz": {"get": _op("Readiness; 503 names the parts that failed", v.ReadyBody)},
             "/metrics": {
                 "get": {
                     "summary": "Prometheus metrics (docs/metrics.md)",
                     "responses": {"200": {"description": "text exposition", "content": {"text/plain": {}}}},
                 }
             },
-            "/api/v1/openapi.json": {"get": _op("This document")},
-            "/api/v1/status": {"get": _op("Pipeline snapshot: agents, leader, DAG, queue, detector, throttle, score")},
-            "/api/v1/actions": {"get": _op("The fault catalogue with each action's parameters")},
+            "/api/v1/openapi.json": {"get": _op("This document", v.OpenApiDocument)},
+            "/api/v1/status": {
+                "get": _op("Pipeline snapshot: agents, leader, DAG, queue, detector, throttle, score", v.StatusBody)
+            },
+            "/api/v1/actions": {"get": _op("The fault catalogue with each action's parameters", v.ActionsBody)},
             "/api/v1/faults": {
                 "get": faults_list,
-                "post": _op("Inject a fault", "201", "InjectRequest", mutating=True),
+                "post": _op("Inject a fault", v.FaultView, "201", "InjectRequest", mutating=True),
                 "delete": faults_revert,
             },
             "/api/v1/faults/{id}": {
                 "get": _op(
                     "One fault; with wait, answered at its verdict or with its state at the deadline",
+                    v.FaultView,
                     parameters=[
                         *_ID,
                         {
@@ -231,36 +274,41 @@ def openapi_document() -> dict[str, Any]:
                         },
                     ],
                 ),
-                "delete": _op("Revert a fault now", parameters=_ID, mutating=True),
+                "delete": _op("Revert a fault now", v.FaultView, parameters=_ID, mutating=True),
             },
             "/api/v1/lever": {
                 "post": _op(
-                    "Pull the safety lever: revert every fault, refuse new ones", body="LeverRequest", mutating=True
+                    "Pull the safety lever: revert every fault, refuse new ones",
+                    v.LeverBody,
+                    body="LeverRequest",
+                    mutating=True,
                 ),
-                "delete": _op("Release the safety lever", mutating=True),
+                "delete": _op("Release the safety lever", v.LeverBody, mutating=True),
             },
             "/api/v1/survival": {
-                "get": _op("Survival mode status"),
-                "post": _op("Start survival mode", "201", "SurvivalRequest", mutating=True),
-                "delete": _op("Stop survival mode", mutating=True),
+                "get": _op("Survival mode status", v.PlanStatus),
+                "post": _op("Start survival mode", v.PlanStatus, "201", "SurvivalRequest", mutating=True),
+                "delete": _op("Stop survival mode", v.PlanStatus, mutating=True),
             },
             "/api/v1/scenarios/run": {"post": scenario_run},
             "/api/v1/scenarios/current": {
-                "get": _op("The current (or last) scenario run"),
-                "delete": _op("Stop the running scenario", mutating=True),
+                "get": _op("The current (or last) scenario run", v.PlanStatus),
+                "delete": _op("Stop the running scenario", v.PlanStatus, mutating=True),
             },
             "/api/v1/windows": {
-                "get": _op("Measurement windows (open ones and the newest closed)"),
-                "post": _op("Open a measurement window", "201", "WindowRequest", mutating=True),
+                "get": _op("Measurement windows (open ones and the newest closed)", v.WindowsBody),
+                "post": _op("Open a measurement window", v.WindowSummary, "201", "WindowRequest", mutating=True),
             },
             "/api/v1/windows/{id}": {
-                "get": _op("A window's own tasks, score, faults, incidents and diagnostics", parameters=_ID),
-                "delete": _op("Close a window: its report stops moving", parameters=_ID, mutating=True),
+                "get": _op(
+                    "A window's own tasks, score, faults, incidents and diagnostics", v.WindowReport, parameters=_ID
+                ),
+                "delete": _op("Close a window: its report stops moving", v.WindowReport, parameters=_ID, mutating=True),
             },
-            "/api/v1/score": {"get": _op("The live resilience score")},
-            "/api/v1/report": {"get": _op("The inspect report: the run report so far")},
-            "/api/v1/runs": {"get": _op("History of runs, newest first")},
-            "/api/v1/runs/{id}": {"get": _op("One run with its faults and report", parameters=_RUN_ID)},
+            "/api/v1/score": {"get": _op("The live resilience score", v.ScoreBody)},
+            "/api/v1/report": {"get": _op("The inspect report: the run report so far", v.ReportView)},
+            "/api/v1/runs": {"get": _op("History of runs, newest first", v.RunsBody)},
+            "/api/v1/runs/{id}": {"get": _op("One run with its faults and report", v.RunBody, parameters=_RUN_ID)},
             "/api/v1/events": {"get": events},
         },
     }

@@ -19,6 +19,7 @@ from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline.agents import Agent
+from chaosd.views import ActionView
 
 __all__ = ["CATALOGUE", "Action", "Param"]
 
@@ -110,7 +111,7 @@ class Action:
         """After the fault ended: is the damage gone? (A kill is not undone by its end; a pause is.)"""
         return True
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> ActionView:
         return {
             "action": self.name,
             "description": self.description,

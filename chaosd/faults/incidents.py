@@ -10,7 +10,9 @@ time of its own: no fault borrows another's recovery.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from chaosd.views import IncidentView
 
 if TYPE_CHECKING:
     from chaosd.faults.injector import FaultRecord
@@ -70,7 +72,7 @@ class Incident:
         back = max(m.service_recovered_at for m in judged if m.service_recovered_at is not None)
         return max(0.0, back - start)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> IncidentView:
         return {
             "id": self.id,
             "faults": [m.id for m in self.members],

@@ -19,7 +19,7 @@ import random
 import re
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
 from chaosd.errors import FaultError
@@ -27,6 +27,7 @@ from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
 from chaosd.faults.incidents import IMPACT_KINDS, PENDING, Incident, TaskImpact, impact_between
 from chaosd.pipeline import Pipeline
+from chaosd.views import BaselineView, FaultView
 
 __all__ = [
     "MAX_WAIT_S",
@@ -77,8 +78,8 @@ class Baseline:
     queue_depth: float
     seconds: float  # how much fault-free time it covers
 
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
+    def as_dict(self) -> BaselineView:
+        return cast(BaselineView, asdict(self))
 
 
 TERMINAL = ("recovered", "failed", "unmeasured")
@@ -164,7 +165,7 @@ class FaultRecord:
         ends = [t for t in (self.lifted_at, self.reverted_at) if t is not None]
         return min(ends) if ends else self.injected_at
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> FaultView:
         return {
             "id": self.id,
             "action": self.action,

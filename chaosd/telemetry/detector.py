@@ -74,7 +74,7 @@ class CollapseDetector:
 
     def update(self, s: Snapshot) -> Transition | None:
         cfg = self.cfg
-        saturated = max(s.saturation, s.utilisation, s.busy_share) >= cfg.saturation
+        saturated = s.saturation >= cfg.saturation
         self._ages.append(s.head_age)
         standing = min(self._ages) > cfg.standing_queue * s.mean_service
         growing = saturated and standing and s.queue_slope > max(0.0, cfg.min_growth * s.service_rate)
@@ -99,7 +99,7 @@ class CollapseDetector:
                 return self._go(s.t, DetectorState.WARNING, "queue_growth" if growing else "latency_growth")
             return self._go(s.t, DetectorState.HEALTHY, "calm")
 
-        self._persist.append(standing or slow or s.saturation >= cfg.saturation)
+        self._persist.append(standing or slow or s.queue_fill >= cfg.saturation)
         # Hysteresis: the alarm holds while the overload shows on at least half of recent ticks.
         overloaded = raised is not None or 2 * sum(self._persist) >= len(self._persist)
         if overloaded:

@@ -88,7 +88,7 @@ class Telemetry:
             t=new.t,
             queue_depth=new.depth,
             capacity=capacity,
-            saturation=new.depth / capacity,
+            queue_fill=new.depth / capacity,
             utilisation=min(1.0, busy / (dt * workers)),
             busy_share=self.pipeline.busy.busy / workers,
             queue_slope=self._slope(readings[-self.slope_ticks - 1 :] if len(readings) > 1 else readings),

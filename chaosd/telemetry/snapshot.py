@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import cast
+
+from chaosd.views import SnapshotView
 
 __all__ = ["Snapshot"]
 
@@ -13,7 +15,7 @@ class Snapshot:
     t: float  # seconds since the run started
     queue_depth: int  # tasks waiting, not in service
     capacity: int
-    saturation: float  # queue_depth / capacity
+    queue_fill: float  # queue_depth / capacity
     utilisation: float  # busy share of the workers over the window
     busy_share: float  # share of workers busy right now
     queue_slope: float  # dQ/dt, least-squares over the detector's slope window, tasks/s
@@ -33,5 +35,12 @@ class Snapshot:
     head_age: float  # age of the oldest waiting task now (0 when none waits)
     mean_service: float  # busy seconds per task ending, over the window
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    @property
+    def saturation(self) -> float:
+        """What the collapse detector compares with ``detector.saturation``: the fuller of queue and workers."""
+        return max(self.queue_fill, self.utilisation, self.busy_share)
+
+    def as_dict(self) -> SnapshotView:
+        view = cast(SnapshotView, asdict(self))
+        view["saturation"] = self.saturation
+        return view

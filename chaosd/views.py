@@ -1,0 +1,469 @@
+"""The shapes chaosd answers with (API, event stream, report, storage), and the one vocabulary of time.
+
+Time fields, everywhere:
+
+- ``t`` and every name ending in ``_at`` (``injected_at``, ``started_at``, ``at``) is an **instant on the run
+  clock**: seconds since the run started (virtual seconds in a virtual-time run).
+- every name ending in ``_unix`` (``started_unix``) is an **instant on the wall clock**: seconds since the
+  Unix epoch.
+- every name ending in ``_s`` (``recovery_s``, ``uptime_s``) is a **duration in seconds**; so are ``ttl``,
+  ``interval``, latency percentiles and the other durations whose schema says "seconds".
+
+The API's OpenAPI document is generated from these types (``chaosd.api.schemas``), the handlers and the
+records build them (checked by mypy), and tests check live answers against the generated schemas, so the
+description of a body cannot drift from the body.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, NotRequired
+
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict
+
+__all__ = [
+    "ActionView",
+    "BaselineView",
+    "Duration",
+    "EventView",
+    "FaultView",
+    "IncidentView",
+    "RunInstant",
+    "ScoreView",
+    "SnapshotView",
+    "UnixInstant",
+]
+
+RunInstant = Annotated[float, Field(description="an instant on the run clock: seconds since the run started")]
+UnixInstant = Annotated[float, Field(description="an instant on the wall clock: seconds since the Unix epoch")]
+Duration = Annotated[float, Field(ge=0, description="a duration in seconds")]
+Rate = Annotated[float, Field(ge=0, description="per second")]
+Share = Annotated[float, Field(ge=0, description="a share, 0 to 1")]
+Points = Annotated[float, Field(ge=0, le=100, description="0 to 100")]
+_closed = with_config(ConfigDict(extra="forbid"))
+
+
+@_closed
+class BaselineView(TypedDict):
+    """The steady state a fault is judged against, over fault-free ticks."""
+
+    goodput: Rate
+    error_rate: Share
+    sojourn_p95: Annotated[float, Field(ge=0, description="median p95 sojourn, seconds")]
+    queue_depth: Annotated[float, Field(ge=0, description="mean tasks waiting")]
+    seconds: Annotated[float, Field(ge=0, description="how much fault-free time it covers, seconds")]
+
+
+@_closed
+class FaultView(TypedDict):
+    """One fault: what was injected, on what, and its verdict."""
+
+    id: Annotated[int, Field(ge=1)]
+    action: str
+    target: str
+    targets: list[str]
+    labels: dict[str, str]
+    params: dict[str, float]
+    ttl: Annotated[float, Field(ge=0, description="how long it lasts unless reverted, seconds")]
+    injected_at: RunInstant
+    reverted_at: RunInstant | None
+    reverted_by: Annotated[str | None, Field(description="ttl, revert, lever, shutdown or aborted")]
+    mechanism_recovered_at: RunInstant | None
+    service_recovered_at: RunInstant | None
+    clock: Annotated[str, Field(description="heal: timed from injection; restore: from when it was lifted")]
+    recovery_s: Duration | None
+    impact_s: Annotated[float, Field(ge=0, description="seconds out of tolerance while active")]
+    impact_tasks: dict[str, int]
+    baseline: BaselineView | None
+    recovered: bool
+    outcome: Annotated[str, Field(description="active, recovering, recovered, failed, unmeasured (or aborted)")]
+    incident: Annotated[int, Field(ge=0)]
+    run_id: NotRequired[Annotated[str, Field(description="the run it belongs to (in a run's history)")]]
+
+
+@_closed
+class IncidentView(TypedDict):
+    """Faults that overlapped in time, judged as one recovery."""
+
+    id: Annotated[int, Field(ge=1)]
+    faults: list[int]
+    actions: list[str]
+    started_at: RunInstant
+    outcome: str
+    recovery_s: Duration | None
+    impact_s: Duration
+    impact_tasks: dict[str, int]
+    consistent: bool
+
+
+@_closed
+class ScoreView(TypedDict):
+    """Each dimension and the total, 0-100 (null where nothing was measured)."""
+
+    total: Points | None
+    grade: str | None
+    availability: Points | None
+    recovery: Points | None
+    recovery_rate: Points | None
+    recovery_speed: Points | None
+    consistency: Points | None
+    version: str
+
+
+_S = "seconds"
+
+
+@_closed
+class SnapshotView(TypedDict):
+    """One telemetry tick over the sliding windows."""
+
+    t: RunInstant
+    queue_depth: Annotated[int, Field(ge=0, description="tasks waiting, not in service")]
+    capacity: int
+    queue_fill: Annotated[float, Field(ge=0, description="queue_depth / capacity")]
+    saturation: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="what the collapse detector compares with detector.saturation: the largest of "
+            "queue_fill, utilisation and busy_share",
+        ),
+    ]
+    utilisation: Share
+    busy_share: Share
+    queue_slope: Annotated[float, Field(description="dQ/dt, tasks per second")]
+    arrival_rate: Rate
+    admitted_rate: Rate
+    throughput: Rate
+    service_rate: Rate
+    goodput: Rate
+    error_rate: Share
+    retry_rate: Rate
+    wait_p50: Annotated[float, Field(ge=0, description=_S)]
+    wait_p95: Annotated[float, Field(ge=0, description=_S)]
+    wait_p99: Annotated[float, Field(ge=0, description=_S)]
+    sojourn_p50: Annotated[float, Field(ge=0, description=_S)]
+    sojourn_p95: Annotated[float, Field(ge=0, description=_S)]
+    sojourn_p99: Annotated[float, Field(ge=0, description=_S)]
+    head_age: Annotated[float, Field(ge=0, description="age of the oldest waiting task, seconds")]
+    mean_service: Annotated[float, Field(ge=0, description="busy seconds per task ending")]
+
+
+@_closed
+class ParamView(TypedDict):
+    default: float
+    min: float
+    max: float
+    description: str
+
+
+@_closed
+class ActionView(TypedDict):
+    """A catalogue action and its parameters."""
+
+    action: str
+    description: str
+    targets: list[str]
+    default_target: str
+    params: dict[str, ParamView]
+
+
+@_closed
+class EventView(TypedDict):
+    """An event of the flight recorder: the SSE ``data`` is ``t`` and the event's fields."""
+
+    id: int
+    t: RunInstant
+    kind: str
+    data: dict[str, Any]
+
+
+# --- the report -----------------------------------------------------------------------------------------
+
+
+@_closed
+class TimelinePoint(TypedDict):
+    t: RunInstant
+    offered_per_s: Rate
+    throughput_per_s: Rate
+    goodput_per_s: Rate
+    queue_depth: Annotated[int, Field(ge=0)]
+    sojourn_p95: Annotated[float, Field(ge=0, description=_S)]
+    utilisation: Share
+    state: Annotated[str, Field(description="the collapse detector's state")]
+    throttle_factor: Share
+
+
+@_closed
+class EpisodeView(TypedDict):
+    """A congestion collapse, from detection to clearing (null while it lasts)."""
+
+    detected_at: RunInstant
+    cleared_at: RunInstant | None
+    reason: str
+    duration_s: Duration
+
+
+@_closed
+class LatencyBlock(TypedDict):
+    count: Annotated[int, Field(ge=0)]
+    mean: Annotated[float, Field(ge=0, description=_S)]
+    p50: Annotated[float, Field(ge=0, description=_S)]
+    p95: Annotated[float, Field(ge=0, description=_S)]
+    p99: Annotated[float, Field(ge=0, description=_S)]
+
+
+@_closed
+class LatencyView(TypedDict):
+    wait: LatencyBlock
+    sojourn: LatencyBlock
+
+
+class CollapseView(TypedDict):
+    detector: bool
+    count: int
+    episodes: list[EpisodeView]
+    time_collapsed_s: Duration
+    final_state: str
+
+
+class ThrottleAction(TypedDict):
+    at: RunInstant
+    action: str
+    factor: Share
+
+
+class ThrottleView(TypedDict):
+    enabled: bool
+    decreases: int
+    increases: int
+    lowest_factor: Share
+    final_factor: Share
+    refused: int
+    actions: list[ThrottleAction]
+    actions_truncated: int
+
+
+class DiagnosticView(TypedDict):
+    """A cause of lost availability; some carry details (examples, agents, episodes, final_state)."""
+
+    cause: str
+    count: int
+    share: Share
+
+
+class ReportView(TypedDict):
+    """The run report (``chaosd run``, ``--report``, ``GET /api/v1/report``); blocks without a time field stay open."""
+
+    chaosd_version: str
+    scenario: str | None
+    seed: int
+    clock: Annotated[str, Field(description="virtual or real: what the run clock of every _at and t field is")]
+    duration_s: Duration
+    warmup_s: Duration
+    load: dict[str, Any]
+    tasks: dict[str, Any]
+    throughput: dict[str, float]
+    queue: dict[str, Any]
+    utilisation: Share
+    latency: LatencyView
+    collapse: CollapseView
+    throttle: ThrottleView
+    timeline: list[TimelinePoint]
+    faults: list[FaultView]
+    incidents: list[IncidentView]
+    faults_summary: dict[str, Any]
+    score: ScoreView
+    diagnostics: list[DiagnosticView]
+    interrupted: NotRequired[bool]
+    runtime: NotRequired[dict[str, Any]]
+    actions: NotRequired[list[dict[str, Any]]]
+    expectations: NotRequired[list[dict[str, Any]]]
+
+
+# --- API answers ------------------------------------------------------------------------------------------
+
+
+@_closed
+class HealthBody(TypedDict):
+    status: Annotated[str, Field(description="ok or failed")]
+    problems: list[str]
+
+
+@_closed
+class ReadyBody(TypedDict):
+    ready: bool
+    problems: list[str]
+
+
+@_closed
+class AgentView(TypedDict):
+    id: str
+    kind: str
+    state: str
+    restarts: int
+    gave_up: bool
+
+
+@_closed
+class DagView(TypedDict):
+    nodes: list[str]
+    edges: list[str]
+    removed_nodes: list[str]
+    removed_edges: list[str]
+    breakers_open: list[str]
+
+
+@_closed
+class QueueView(TypedDict):
+    depth: int
+    capacity: int
+
+
+@_closed
+class StatusBody(TypedDict):
+    run_id: str
+    started_unix: UnixInstant
+    uptime_s: Duration
+    agents: list[AgentView]
+    leader: str | None
+    route: list[str]
+    dag: DagView
+    queue: QueueView
+    detector: str
+    throttle_factor: Share
+    telemetry: SnapshotView | None
+    score: ScoreView
+    faults_active: int
+    lever: Annotated[str | None, Field(description="why the safety lever is pulled; null when it is not")]
+    survival: str
+    scenario: str
+    stopping: bool
+
+
+@_closed
+class ActionsBody(TypedDict):
+    actions: list[ActionView]
+
+
+@_closed
+class FaultsBody(TypedDict):
+    faults: list[FaultView]
+    lever: str | None
+
+
+@_closed
+class RevertedBody(TypedDict):
+    reverted: list[int]
+    faults: list[FaultView]
+
+
+@_closed
+class LeverBody(TypedDict):
+    lever: str | None
+    reverted: NotRequired[Annotated[int, Field(description="how many faults the pull reverted")]]
+
+
+@_closed
+class ScoreBody(ScoreView):
+    faults_injected: int
+    faults_recovered: int
+
+
+@_closed
+class WindowSpan(TypedDict):
+    start_at: RunInstant
+    end_at: RunInstant
+
+
+@_closed
+class WindowSummary(TypedDict):
+    id: int
+    name: str
+    state: Annotated[str, Field(description="open or closed")]
+    started_at: RunInstant
+    ended_at: RunInstant | None
+
+
+@_closed
+class WindowsBody(TypedDict):
+    windows: list[WindowSummary]
+
+
+class TaskCounts(TypedDict):
+    offered: int
+    accepted: int
+    completed: int
+    late: int
+    degraded: int
+    failed: int
+    rejected: int
+    lost: int
+    duplicated: int
+    in_flight: int
+
+
+@_closed
+class WindowReport(WindowSummary):
+    """A window's own measurements, frozen once it is closed."""
+
+    tasks: TaskCounts
+    score: ScoreView
+    faults: list[FaultView]
+    incidents: list[IncidentView]
+    window: WindowSpan
+    diagnostics: list[DiagnosticView]
+
+
+class PlanStatus(TypedDict):
+    """A survival or scenario run; only ``state`` (idle) when there has been none."""
+
+    state: Annotated[str, Field(description="idle, running, finished, stopped or failed")]
+    kind: NotRequired[str]
+    name: NotRequired[str]
+    started_at: NotRequired[RunInstant]
+    ended_at: NotRequired[RunInstant | None]
+    duration_s: NotRequired[Duration]
+    elapsed_s: NotRequired[Duration]
+    actions: NotRequired[Annotated[int, Field(description="actions carried out")]]
+    log: NotRequired[list[dict[str, Any]]]
+    reason: NotRequired[str | None]
+    window: NotRequired[WindowSpan]
+    score: NotRequired[ScoreView]
+    daemon_score: NotRequired[ScoreView]
+    expectations: NotRequired[list[dict[str, Any]]]
+    passed: NotRequired[bool | None]
+
+
+@_closed
+class RunSummary(TypedDict):
+    id: str
+    started_unix: UnixInstant
+    ended_unix: UnixInstant | None
+    status: Annotated[str, Field(description="running, finished, aborted or failed")]
+    score: ScoreView | None
+
+
+@_closed
+class RunsBody(TypedDict):
+    runs: list[RunSummary]
+
+
+@_closed
+class RunBody(TypedDict):
+    id: str
+    started_unix: UnixInstant
+    ended_unix: UnixInstant | None
+    status: str
+    config: dict[str, Any]
+    report: ReportView | None
+    faults: list[FaultView]
+
+
+class OpenApiDocument(TypedDict):
+    """This API's OpenAPI 3.1 document."""
+
+    openapi: str
+    info: dict[str, Any]
+    components: dict[str, Any]
+    paths: dict[str, Any]
