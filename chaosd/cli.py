@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--overlap", action="store_true", help="survival: faults last 2×interval and stack (default: one at a time)"
     )
+    post = sub.add_parser("report", help="write a run report's post-mortem as one self-contained HTML file")
+    post.add_argument("file", type=Path, help="a JSON run report (chaosd run --report, or the daemon's)")
+    post.add_argument("--html", action="store_true", required=True, help="HTML output (the only format)")
+    post.add_argument("--out", type=Path, help="where to write it (default: FILE with .html)")
     add_client_commands(sub)
     return parser
 
@@ -265,6 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             except KeyboardInterrupt:  # before the run started, or while the report was being written
                 print("chaosd: interrupted", file=sys.stderr, flush=True)
                 return EXIT_INTERRUPTED
+        if args.command == "report":
+            from chaosd.arena.postmortem import write_postmortem  # noqa: PLC0415 - only for this command
+
+            _out(f"chaosd: wrote {write_postmortem(args.file, args.out)}")
+            return 0
         if args.command in COMMANDS:
             return run_client_command(args, _out, lambda line: print(line, file=sys.stderr))
         from chaosd.daemon import serve  # noqa: PLC0415 - aiohttp only for the daemon

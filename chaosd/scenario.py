@@ -7,6 +7,7 @@ A scenario without ``duration`` runs until its last fault ends, plus :data:`SETT
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -173,6 +174,17 @@ def find_scenario(name_or_path: str) -> Path:
             if candidate.is_file():
                 return candidate
     return path
+
+
+def scenario_names(limit: int = 200) -> list[str]:
+    """The names :func:`resolve_scenario_name` takes: scenarios in ``./scenarios``, then the shipped ones."""
+    names: set[str] = set()
+    for folder in (Path("scenarios"), SHIPPED):
+        with contextlib.suppress(OSError):
+            for path in folder.iterdir():
+                if path.suffix in _SUFFIXES and _NAME.fullmatch(path.stem) and path.is_file():
+                    names.add(path.stem)
+    return sorted(names)[:limit]
 
 
 def resolve_scenario_name(name: str) -> Path:

@@ -467,3 +467,42 @@ class OpenApiDocument(TypedDict):
     info: dict[str, Any]
     components: dict[str, Any]
     paths: dict[str, Any]
+
+
+@_closed
+class ScenariosBody(TypedDict):
+    scenarios: Annotated[list[str], Field(description="names POST /api/v1/scenarios/run takes")]
+
+
+@_closed
+class SeriesPoint(TypedDict):
+    """The newest telemetry tick of one step of the Arena's charts."""
+
+    t: RunInstant
+    queue_depth: Annotated[int, Field(ge=0)]
+    queue_slope: Annotated[float, Field(description="dQ/dt, tasks per second")]
+    sojourn_p95: Annotated[float, Field(ge=0, description=_S)]
+    throughput: Rate
+    arrival_rate: Rate
+    admitted_rate: Rate
+    goodput: Rate
+    throttle_factor: Share
+    detector: str
+
+
+@_closed
+class FaultTallyView(TypedDict):
+    injected: int
+    recovered: int
+    failed: int
+    mean_recovery_s: Duration | None
+
+
+@_closed
+class TimeseriesBody(TypedDict):
+    """The last minutes of telemetry (bounded: at most 600 points), and the fault counters."""
+
+    step_s: Duration
+    window_s: Duration
+    points: list[SeriesPoint]
+    faults: FaultTallyView

@@ -28,6 +28,7 @@ LAYERS = [
     "exporters",
     "control",
     "storage",
+    "arena",
     "api",
     "daemon",
     "client",

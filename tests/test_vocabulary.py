@@ -93,6 +93,7 @@ def test_every_answer_matches_the_schema_generated_from_its_type(daemon: Daemon)
         "/api/v1/actions",
         "/api/v1/faults",
         "/api/v1/survival",
+        "/api/v1/scenarios",
         "/api/v1/scenarios/current",
         "/api/v1/windows",
         "/api/v1/score",

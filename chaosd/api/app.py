@@ -37,6 +37,7 @@ from chaosd.api.keys import (
 from chaosd.api.routes import check_query, routes
 from chaosd.api.server import HttpStats, error_body, request_ended, request_started
 from chaosd.api.sse import Broker
+from chaosd.arena.mount import add_arena
 from chaosd.clock import unix_time
 from chaosd.config import Settings
 from chaosd.control import Controller
@@ -281,6 +282,7 @@ def build_app(
     app[HTTP_STATS] = stats = HttpStats(lambda: broker.subscribers, lambda: broker.refused)
     app[REGISTRY] = make_registry(controller.exp, tracing.counts if tracing is not None else None, server=stats)
     app.router.add_routes(routes)
+    add_arena(app, controller)  # the page at / and /arena, and GET /api/v1/timeseries
     app.cleanup_ctx.append(_storage_ctx(settings.storage.path))
     app.cleanup_ctx.append(_broker_ctx)
     app.cleanup_ctx.append(_experiment_ctx(settings, Path(settings.daemon.report)))

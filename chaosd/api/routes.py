@@ -26,7 +26,7 @@ from chaosd.errors import FaultError
 from chaosd.faults import CATALOGUE
 from chaosd.faults.injector import MAX_WAIT_S, STATES, check_labels, matches
 from chaosd.report import rounded
-from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name
+from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name, scenario_names
 from chaosd.views import (
     ActionsBody,
     FaultsBody,
@@ -35,6 +35,7 @@ from chaosd.views import (
     ReadyBody,
     RevertedBody,
     RunsBody,
+    ScenariosBody,
     ScoreBody,
     StatusBody,
     WindowsBody,
@@ -410,6 +411,12 @@ async def run_scenario(request: web.Request) -> web.Response:
         scenario, source, speed = load_scenario(path), str(path.name), body.speed
     run = ctl.start_scenario(scenario, speed, source)
     return _ok(ctl.plan_status(run), 201)
+
+
+@routes.get("/api/v1/scenarios")
+async def scenarios(request: web.Request) -> web.Response:
+    body: ScenariosBody = {"scenarios": scenario_names()}
+    return _ok(body)
 
 
 @routes.get("/api/v1/scenarios/current")

@@ -119,7 +119,14 @@ _ANSWERS: tuple[type, ...] = (
     v.RunBody,
     v.EventView,
     v.OpenApiDocument,
+    v.TimeseriesBody,
+    v.ScenariosBody,
 )
+
+
+def _page(summary: str) -> dict[str, Any]:
+    return {"summary": summary, "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}}}
+
 
 _ID = [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}]
 _RUN_ID = [
@@ -290,6 +297,9 @@ def openapi_document() -> dict[str, Any]:
                 "post": _op("Start survival mode", v.PlanStatus, "201", "SurvivalRequest", mutating=True),
                 "delete": _op("Stop survival mode", v.PlanStatus, mutating=True),
             },
+            "/api/v1/scenarios": {
+                "get": _op("The scenarios a run can name (./scenarios, then the shipped ones)", v.ScenariosBody)
+            },
             "/api/v1/scenarios/run": {"post": scenario_run},
             "/api/v1/scenarios/current": {
                 "get": _op("The current (or last) scenario run", v.PlanStatus),
@@ -304,6 +314,13 @@ def openapi_document() -> dict[str, Any]:
                     "A window's own tasks, score, faults, incidents and diagnostics", v.WindowReport, parameters=_ID
                 ),
                 "delete": _op("Close a window: its report stops moving", v.WindowReport, parameters=_ID, mutating=True),
+            },
+            "/": {"get": _page("The Arena: the live page (the same as /arena)")},
+            "/arena": {"get": _page("The Arena: the live page; /arena#run=ID opens a run from history")},
+            "/api/v1/timeseries": {
+                "get": _op(
+                    "The last ten minutes of telemetry for the Arena's charts (600 points at most)", v.TimeseriesBody
+                )
             },
             "/api/v1/score": {"get": _op("The live resilience score", v.ScoreBody)},
             "/api/v1/report": {"get": _op("The inspect report: the run report so far", v.ReportView)},

@@ -1,0 +1,89 @@
+// Line charts drawn as SVG paths: one per measure, updated in place (the path's d), with fault bands.
+import { el, setAttr, setText, svgEl } from "./dom.js";
+import { fmtNum } from "./format.js";
+
+const W = 600;
+const H = 150;
+const PAD = { left: 46, right: 8, top: 8, bottom: 20 };
+
+function scaleFor(lo, hi, a, b) {
+  const span = hi - lo || 1;
+  return (v) => a + ((v - lo) / span) * (b - a);
+}
+
+export class LineChart {
+  // series: [{key, label, cls}]; values are read from points[key].
+  constructor(parent, { id, title, series, digits = 1 }) {
+    this.series = series;
+    this.digits = digits;
+    this.paths = series.map((s) => svgEl("path", { class: `line ${s.cls || ""}`, "data-series": s.key, d: "" }));
+    this.bands = svgEl("g", { class: "bands" });
+    this.yMax = svgEl("text", { class: "axis", x: PAD.left - 4, y: PAD.top + 8, "text-anchor": "end" });
+    this.yMin = svgEl("text", { class: "axis", x: PAD.left - 4, y: H - PAD.bottom, "text-anchor": "end" });
+    this.tMin = svgEl("text", { class: "axis", x: PAD.left, y: H - 4 });
+    this.tMax = svgEl("text", { class: "axis", x: W - PAD.right, y: H - 4, "text-anchor": "end" });
+    this.svg = svgEl(
+      "svg",
+      { class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title, "data-chart": id },
+      svgEl("rect", { class: "plot", x: PAD.left, y: PAD.top, width: W - PAD.left - PAD.right, height: H - PAD.top - PAD.bottom }),
+      this.bands,
+      ...this.paths,
+      this.yMax,
+      this.yMin,
+      this.tMin,
+      this.tMax,
+    );
+    const legend = el("ul", { class: "legend" }, ...series.map((s) => el("li", { class: s.cls || "" }, s.label)));
+    this.root = el("figure", { class: "chart-box" }, el("figcaption", {}, title), this.svg, legend);
+    parent.append(this.root);
+  }
+
+  // marks: [{from, to, label, cls}] drawn as bands behind the lines.
+  update(points, marks = []) {
+    if (!points.length) {
+      for (const path of this.paths) setAttr(path, "d", "");
+      return;
+    }
+    const t0 = points[0].t;
+    const t1 = Math.max(points[points.length - 1].t, t0 + 1);
+    let lo = 0;
+    let hi = 0;
+    for (const p of points) {
+      for (const s of this.series) {
+        const v = Number(p[s.key]);
+        if (!Number.isFinite(v)) continue;
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+      }
+    }
+    if (hi === lo) hi = lo + 1;
+    const x = scaleFor(t0, t1, PAD.left, W - PAD.right);
+    const y = scaleFor(lo, hi, H - PAD.bottom, PAD.top);
+    this.series.forEach((s, i) => {
+      const parts = [];
+      for (const p of points) {
+        const v = Number(p[s.key]);
+        if (!Number.isFinite(v)) continue;
+        parts.push(`${parts.length ? "L" : "M"}${x(p.t).toFixed(1)} ${y(v).toFixed(1)}`);
+      }
+      setAttr(this.paths[i], "d", parts.join(""));
+    });
+    setText(this.yMax, fmtNum(hi, this.digits));
+    setText(this.yMin, fmtNum(lo, this.digits));
+    setText(this.tMin, `${fmtNum(t0, 0)} s`);
+    setText(this.tMax, `${fmtNum(t1, 0)} s`);
+    this.bands.replaceChildren(
+      ...marks
+        .filter((m) => m.to >= t0 && m.from <= t1)
+        .map((m) => {
+          const a = x(Math.max(m.from, t0));
+          const b = x(Math.min(m.to, t1));
+          return svgEl(
+            "rect",
+            { class: `band ${m.cls || ""}`, x: a.toFixed(1), y: PAD.top, width: Math.max(1, b - a).toFixed(1), height: H - PAD.top - PAD.bottom },
+            svgEl("title", {}, m.label),
+          );
+        }),
+    );
+  }
+}

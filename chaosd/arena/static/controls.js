@@ -1,0 +1,207 @@
+// The controls: the token, one button per catalogue action (target, parameters, TTL), the lever,
+// survival and scenarios. A refused action shows the API's message next to its button.
+import { getJSON, hasToken, send, setToken } from "./api.js";
+import { el, setText } from "./dom.js";
+import { humanAction } from "./format.js";
+
+const AGENT_KINDS = ["orchestrator", "worker", "producer"];
+const ARES_COUNT = 13; // the catalogue lists the 13 ARES actions first, then the queue faults
+
+function uniq(list) {
+  return [...new Set(list.filter((x) => x !== null && x !== undefined && x !== ""))];
+}
+
+function targetOptions(action, status) {
+  const kinds = action.targets || [];
+  const dag = status.dag || { nodes: [], removed_nodes: [], edges: [], removed_edges: [] };
+  const opts = [action.default_target];
+  if (kinds.some((k) => AGENT_KINDS.includes(k))) {
+    opts.push(...kinds, "random", ...(status.agents || []).filter((a) => kinds.includes(a.kind)).map((a) => a.id));
+  } else if (kinds.includes("edge")) {
+    opts.push("random", ...[...dag.edges, ...dag.removed_edges].sort());
+  } else if (!kinds.includes("pipeline")) {
+    opts.push("random", ...kinds, ...[...dag.nodes, ...dag.removed_nodes].sort());
+  }
+  return uniq(opts);
+}
+
+// A button that sends a change and says how it went beside itself.
+function actionButton(label, attrs, run) {
+  const note = el("span", { class: "note", role: "status", "aria-live": "polite" });
+  const button = el("button", { type: "button", ...attrs }, label);
+  button.addEventListener("click", async () => {
+    note.classList.remove("error");
+    setText(note, "…");
+    const result = await run();
+    note.classList.toggle("error", !result.ok);
+    setText(note, result.ok ? "✓ done" : `✗ ${result.message}`);
+  });
+  return { button, note };
+}
+
+export class Controls {
+  constructor(root, actions, refresh) {
+    this.refresh = refresh;
+    this.blockable = [];
+    this.pickers = [];
+    this.root = root;
+    root.append(this._tokenBox(), this._leverBox());
+    const ares = el("div", { class: "fault-list", role: "group", "aria-label": "ARES actions" });
+    const queue = el("div", { class: "fault-list", role: "group", "aria-label": "Queue faults" });
+    actions.forEach((action, i) => {
+      const group = action.group ? action.group === "queue" : i >= ARES_COUNT;
+      (group ? queue : ares).append(this._faultRow(action));
+    });
+    root.append(el("h3", {}, "ARES actions"), ares, el("h3", {}, "Queue faults"), queue);
+    root.append(this._survivalBox(actions), this._scenarioBox());
+  }
+
+  _tokenBox() {
+    const input = el("input", { id: "token", type: "password", autocomplete: "off", spellcheck: "false" });
+    const state = el("span", { class: "note", role: "status" }, hasToken() ? "token set for this tab" : "no token yet");
+    const save = el("button", { type: "button", id: "token-save" }, "Use token");
+    save.addEventListener("click", () => {
+      setToken(input.value.trim());
+      input.value = "";
+      setText(state, hasToken() ? "token set for this tab" : "no token yet");
+    });
+    input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") save.click();
+    });
+    return el("div", { class: "token-box" }, el("label", { for: "token" }, "API token "), input, save, state);
+  }
+
+  _leverBox() {
+    this.leverState = el("span", { class: "lever-state", id: "lever-state" }, "lever: released");
+    const { button, note } = actionButton("Pull lever", { id: "lever", class: "lever" }, async () => {
+      const result = this.lever === null ? await send("POST", "/api/v1/lever", { reason: "pulled from the arena" }) : await send("DELETE", "/api/v1/lever");
+      this.refresh();
+      return result;
+    });
+    this.leverButton = button;
+    this.lever = null;
+    return el("div", { class: "lever-box" }, button, this.leverState, note);
+  }
+
+  _faultRow(action) {
+    const id = action.action;
+    const target = el("select", { id: `target-${id}`, "data-role": "target" });
+    const ttl = el("input", { id: `ttl-${id}`, type: "number", min: 0.1, step: "any", value: 10, "data-role": "ttl" });
+    const params = {};
+    const paramEls = Object.entries(action.params || {}).map(([name, p]) => {
+      params[name] = el("input", { id: `param-${id}-${name}`, type: "number", min: p.min, max: p.max, step: "any", value: p.default, title: p.description });
+      return el("label", { for: `param-${id}-${name}` }, `${name} `, el("small", {}, `(${p.min}–${p.max})`), " ", params[name]);
+    });
+    const { button, note } = actionButton(
+      humanAction(id),
+      { "data-action": id, "aria-describedby": `desc-${id}` },
+      async () => {
+        const body = { action: id, target: target.value, ttl: Number(ttl.value) };
+        const values = {};
+        for (const [name, input] of Object.entries(params)) values[name] = Number(input.value);
+        if (Object.keys(values).length) body.params = values;
+        const result = await send("POST", "/api/v1/faults", body);
+        this.refresh();
+        return result;
+      },
+    );
+    this.blockable.push(button);
+    this.pickers.push({ action, select: target, key: "" });
+    return el(
+      "div",
+      { class: "fault-row", "data-action": id },
+      button,
+      el("label", { for: `target-${id}` }, "target ", target),
+      ...paramEls,
+      el("label", { for: `ttl-${id}` }, "TTL s ", ttl),
+      note,
+      el("span", { class: "desc", id: `desc-${id}` }, action.description),
+    );
+  }
+
+  _survivalBox(actions) {
+    const interval = el("input", { id: "survival-interval", type: "number", min: 1, step: "any", value: 10 });
+    const duration = el("input", { id: "survival-duration", type: "number", min: 1, step: "any", value: 600 });
+    const chosen = el("select", { id: "survival-actions", multiple: true, size: 4 }, ...actions.map((a) => el("option", { value: a.action }, a.action)));
+    const start = actionButton("Start survival", { id: "survival-start" }, async () => {
+      const body = { interval: Number(interval.value), duration: Number(duration.value) };
+      const picked = [...chosen.selectedOptions].map((o) => o.value);
+      if (picked.length) body.actions = picked;
+      const result = await send("POST", "/api/v1/survival", body);
+      this.refresh();
+      return result;
+    });
+    const stop = actionButton("Stop survival", { id: "survival-stop" }, async () => {
+      const result = await send("DELETE", "/api/v1/survival");
+      this.refresh();
+      return result;
+    });
+    this.blockable.push(start.button);
+    this.survivalState = el("span", { class: "plan-state", id: "survival-state" }, "idle");
+    return el(
+      "fieldset",
+      { class: "plan" },
+      el("legend", {}, "Survival"),
+      el("label", { for: "survival-interval" }, "interval s ", interval),
+      el("label", { for: "survival-duration" }, "duration s ", duration),
+      el("label", { for: "survival-actions" }, "actions (none: all) ", chosen),
+      start.button,
+      stop.button,
+      this.survivalState,
+      start.note,
+      stop.note,
+    );
+  }
+
+  _scenarioBox() {
+    const name = el("select", { id: "scenario-name" });
+    getJSON("/api/v1/scenarios").then((body) => {
+      for (const s of body.scenarios || []) name.append(el("option", { value: s }, s));
+    });
+    const speed = el("input", { id: "scenario-speed", type: "number", min: 1, max: 1000, step: "any", value: 1 });
+    const run = actionButton("Run scenario", { id: "scenario-run" }, async () => {
+      const result = await send("POST", "/api/v1/scenarios/run", { name: name.value, speed: Number(speed.value) });
+      this.refresh();
+      return result;
+    });
+    const stop = actionButton("Stop scenario", { id: "scenario-stop" }, async () => {
+      const result = await send("DELETE", "/api/v1/scenarios/current");
+      this.refresh();
+      return result;
+    });
+    this.blockable.push(run.button);
+    this.scenarioState = el("span", { class: "plan-state", id: "scenario-state" }, "idle");
+    return el(
+      "fieldset",
+      { class: "plan" },
+      el("legend", {}, "Scenario"),
+      el("label", { for: "scenario-name" }, "scenario ", name),
+      el("label", { for: "scenario-speed" }, "speed × ", speed),
+      run.button,
+      stop.button,
+      this.scenarioState,
+      run.note,
+      stop.note,
+    );
+  }
+
+  update(status) {
+    this.lever = status.lever ?? null;
+    const pulled = this.lever !== null;
+    setText(this.leverButton, pulled ? "Release lever" : "Pull lever");
+    setText(this.leverState, pulled ? `lever pulled: ${this.lever}` : "lever: released");
+    this.leverButton.classList.toggle("pulled", pulled);
+    for (const b of this.blockable) if (b.disabled !== pulled) b.disabled = pulled;
+    setText(this.survivalState, status.survival ?? "idle");
+    setText(this.scenarioState, status.scenario ?? "idle");
+    for (const picker of this.pickers) {
+      const options = targetOptions(picker.action, status);
+      const key = options.join("|");
+      if (key === picker.key) continue;
+      picker.key = key;
+      const chosen = picker.select.value;
+      picker.select.replaceChildren(...options.map((o) => el("option", { value: o }, o)));
+      if (options.includes(chosen)) picker.select.value = chosen;
+    }
+  }
+}

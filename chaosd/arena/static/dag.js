@@ -1,0 +1,127 @@
+// The DAG, left to right: stages by depth, the current route, removed stages and edges, open breakers,
+// and the active faults written on what they hit. Everything ever seen keeps its place, removed or not.
+import { setAttr, setText, svgEl, toggle } from "./dom.js";
+
+const COL = 150;
+const ROW = 62;
+const NODE_W = 116;
+const NODE_H = 34;
+const MARGIN = 14;
+
+export class DagView {
+  constructor(svg) {
+    this.svg = svg;
+    this.nodes = new Set();
+    this.edges = new Set();
+    this.shape = "";
+    this.nodeEls = new Map();
+    this.edgeEls = new Map();
+  }
+
+  update(dag, route, faults) {
+    let grew = false;
+    for (const n of [...dag.nodes, ...dag.removed_nodes]) if (!this.nodes.has(n)) (this.nodes.add(n), (grew = true));
+    for (const e of [...dag.edges, ...dag.removed_edges]) if (!this.edges.has(e)) (this.edges.add(e), (grew = true));
+    if (grew) this._layout();
+    const removedNodes = new Set(dag.removed_nodes);
+    const presentNodes = new Set(dag.nodes);
+    const present = new Set(dag.edges);
+    const removedEdges = new Set(dag.removed_edges);
+    const open = new Set(dag.breakers_open || []);
+    const onRoute = new Set(route);
+    const routeEdges = new Set(route.slice(1).map((b, i) => `${route[i]}->${b}`));
+    const hits = new Map();
+    for (const f of faults) {
+      for (const target of f.targets || []) {
+        if (!hits.has(target)) hits.set(target, []);
+        hits.get(target).push(f.action);
+      }
+    }
+    for (const [name, g] of this.nodeEls) {
+      const removed = removedNodes.has(name) || !presentNodes.has(name);
+      toggle(g.root, "removed", removed);
+      toggle(g.root, "route", onRoute.has(name));
+      toggle(g.root, "breaker", open.has(name));
+      toggle(g.root, "faulted", hits.has(name));
+      setAttr(g.root, "data-state", removed ? "removed" : open.has(name) ? "breaker-open" : onRoute.has(name) ? "route" : "idle");
+      setText(g.note, hits.has(name) ? `⚡ ${hits.get(name).join(", ")}` : open.has(name) ? "breaker open" : "");
+    }
+    for (const [key, e] of this.edgeEls) {
+      const [a, b] = key.split("->");
+      const removed = removedEdges.has(key) || !present.has(key) || removedNodes.has(a) || removedNodes.has(b);
+      toggle(e.path, "removed", removed);
+      toggle(e.path, "route", routeEdges.has(key));
+      toggle(e.path, "faulted", hits.has(key));
+      setAttr(e.path, "data-state", removed ? "removed" : routeEdges.has(key) ? "route" : "idle");
+      setText(e.note, hits.has(key) ? `⚡ ${hits.get(key).join(", ")}` : "");
+    }
+    setAttr(this.svg, "data-route", route.join(" "));
+  }
+
+  _layout() {
+    const incoming = new Map([...this.nodes].map((n) => [n, []]));
+    for (const e of this.edges) {
+      const [a, b] = e.split("->");
+      if (!incoming.has(b)) incoming.set(b, []);
+      incoming.get(b).push(a);
+    }
+    const depth = new Map();
+    const depthOf = (n, seen) => {
+      if (depth.has(n)) return depth.get(n);
+      if (seen.has(n)) return 0; // a cycle: should not happen in a DAG, but never loop
+      seen.add(n);
+      const d = Math.max(-1, ...(incoming.get(n) || []).map((p) => depthOf(p, seen))) + 1;
+      depth.set(n, d);
+      return d;
+    };
+    const columns = [];
+    for (const n of [...this.nodes].sort()) {
+      const d = depthOf(n, new Set());
+      (columns[d] = columns[d] || []).push(n);
+    }
+    const rows = Math.max(1, ...columns.map((c) => (c ? c.length : 0)));
+    const pos = new Map();
+    columns.forEach((col, d) => {
+      (col || []).forEach((n, i) => {
+        const offset = ((rows - col.length) * ROW) / 2;
+        pos.set(n, { x: MARGIN + d * COL, y: MARGIN + offset + i * ROW });
+      });
+    });
+    const width = MARGIN * 2 + (columns.length - 1) * COL + NODE_W;
+    const height = MARGIN * 2 + (rows - 1) * ROW + NODE_H + 14;
+    setAttr(this.svg, "viewBox", `0 0 ${width} ${height}`);
+    this.svg.replaceChildren();
+    this.nodeEls.clear();
+    this.edgeEls.clear();
+    const edgeLayer = svgEl("g", { class: "edges" });
+    const nodeLayer = svgEl("g", { class: "nodes" });
+    for (const key of [...this.edges].sort()) {
+      const [a, b] = key.split("->");
+      const p = pos.get(a);
+      const q = pos.get(b);
+      if (!p || !q) continue;
+      const x1 = p.x + NODE_W;
+      const y1 = p.y + NODE_H / 2;
+      const x2 = q.x;
+      const y2 = q.y + NODE_H / 2;
+      const mid = (x1 + x2) / 2;
+      const path = svgEl("path", { class: "edge", "data-edge": key, d: `M${x1} ${y1}C${mid} ${y1} ${mid} ${y2} ${x2} ${y2}` }, svgEl("title", {}, key));
+      const note = svgEl("text", { class: "edge-note", x: mid, y: (y1 + y2) / 2 - 4, "text-anchor": "middle" });
+      edgeLayer.append(path, note);
+      this.edgeEls.set(key, { path, note });
+    }
+    for (const [n, p] of pos) {
+      const note = svgEl("text", { class: "node-note", x: p.x + NODE_W / 2, y: p.y + NODE_H + 12, "text-anchor": "middle" });
+      const root = svgEl(
+        "g",
+        { class: "node", "data-node": n },
+        svgEl("rect", { x: p.x, y: p.y, width: NODE_W, height: NODE_H, rx: 6 }),
+        svgEl("text", { class: "node-name", x: p.x + NODE_W / 2, y: p.y + NODE_H / 2 + 4, "text-anchor": "middle" }, n),
+        note,
+      );
+      nodeLayer.append(root);
+      this.nodeEls.set(n, { root, note });
+    }
+    this.svg.append(edgeLayer, nodeLayer);
+  }
+}

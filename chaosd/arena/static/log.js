@@ -1,0 +1,53 @@
+// The event log: one line per event, newest at the top, at most MAX_LINES in the DOM, filterable by group.
+import { el } from "./dom.js";
+import { fmtClock } from "./format.js";
+import { GROUPS, groupOf, narrate } from "./narrate.js";
+
+const MAX_LINES = 500;
+
+export class EventLog {
+  constructor(list, filters) {
+    this.list = list;
+    this.ctx = { leaderLostAt: null, faults: new Map() };
+    const groups = [...new Set([...Object.values(GROUPS), "other"])];
+    for (const group of groups) {
+      const box = el("input", { type: "checkbox", checked: true, "data-group": group });
+      box.addEventListener("change", () => this.list.classList.toggle(`hide-${group.replace(/\W/g, "")}`, !box.checked));
+      filters.append(el("label", { class: "filter" }, box, ` ${group}`));
+    }
+  }
+
+  add(batch) {
+    // In a storm only the newest lines can be kept anyway: every event is told (the story needs them
+    // all), but no more than the cap become DOM nodes.
+    const from = Math.max(0, batch.length - MAX_LINES);
+    const lines = [];
+    batch.forEach(({ id, kind, data }, i) => {
+      let told;
+      try {
+        told = narrate(kind, data, this.ctx);
+      } catch (err) {
+        told = ["info", `${kind} (unreadable)`];
+      }
+      if (this.ctx.faults.size > 1000) this.ctx.faults.clear();
+      if (i >= from) lines.push(this._line(id, kind, data.t, told));
+    });
+    this.list.prepend(...lines.reverse());
+    while (this.list.childElementCount > MAX_LINES) this.list.lastElementChild.remove();
+  }
+
+  marker(text) {
+    this.list.prepend(this._line(null, "marker", null, ["warn", text]));
+  }
+
+  _line(id, kind, t, [tone, text]) {
+    const group = groupOf(kind).replace(/\W/g, "");
+    return el(
+      "li",
+      { class: `ev ${tone}`, "data-kind": kind, "data-group": group, "data-id": id ?? "" },
+      el("time", {}, t === null || t === undefined ? "" : fmtClock(t)),
+      " ",
+      el("span", { class: "msg" }, text),
+    );
+  }
+}

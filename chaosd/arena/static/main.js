@@ -1,0 +1,134 @@
+// The Arena, live: polls the status, the active faults and the telemetry series; follows the event stream.
+import { AgentCards } from "./agents.js";
+import { getJSON } from "./api.js";
+import { LineChart } from "./charts.js";
+import { Controls } from "./controls.js";
+import { DagView } from "./dag.js";
+import { el } from "./dom.js";
+import { EventLog } from "./log.js";
+import { renderPostmortem } from "./postmortem.js";
+import { Stream } from "./stream.js";
+import { TopBar } from "./top.js";
+
+const LIVE_CHARTS = [
+  { id: "queue_depth", title: "Queue depth (tasks)", series: [{ key: "queue_depth", label: "depth", cls: "s1" }], digits: 0 },
+  { id: "queue_slope", title: "dQ/dt (tasks/s)", series: [{ key: "queue_slope", label: "dQ/dt", cls: "s2" }] },
+  { id: "sojourn_p95", title: "p95 sojourn (s)", series: [{ key: "sojourn_p95", label: "p95", cls: "s2" }], digits: 3 },
+  {
+    id: "throughput",
+    title: "Throughput vs offered (tasks/s)",
+    series: [
+      { key: "arrival_rate", label: "offered", cls: "s3" },
+      { key: "throughput", label: "throughput", cls: "s1" },
+      { key: "goodput", label: "goodput", cls: "s4" },
+    ],
+  },
+  { id: "throttle", title: "Throttle factor", series: [{ key: "throttle_factor", label: "factor", cls: "s2" }], digits: 2 },
+];
+
+// Runs ``task`` every ``ms`` with never two in flight; ``now()`` runs it at once (debounced).
+function poller(task, ms) {
+  let busy = false;
+  let again = false;
+  let timer = null;
+  const run = async () => {
+    clearTimeout(timer);
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    try {
+      await task();
+    } catch (err) {
+      // the connection line says the daemon is away; the next round tries again
+    } finally {
+      busy = false;
+      timer = setTimeout(run, again ? 50 : ms);
+      again = false;
+    }
+  };
+  return { start: run, now: run };
+}
+
+async function boot() {
+  const top = new TopBar(document.getElementById("top"));
+  const dag = new DagView(document.getElementById("dag"));
+  const agents = new AgentCards(document.getElementById("agents"));
+  const log = new EventLog(document.getElementById("log"), document.getElementById("log-filter"));
+  const charts = LIVE_CHARTS.map((spec) => new LineChart(document.getElementById("charts"), spec));
+  let controls = null;
+  let status = null;
+  let active = [];
+
+  const statusPoll = poller(async () => {
+    const [s, f] = await Promise.all([getJSON("/api/v1/status"), getJSON("/api/v1/faults?active=true")]);
+    status = s;
+    active = f.faults || [];
+    top.status(s);
+    dag.update(s.dag, s.route || [], active);
+    agents.update(s.agents || [], s.leader, active);
+    if (controls) controls.update(s);
+  }, 1000);
+  const seriesPoll = poller(async () => {
+    const ts = await getJSON("/api/v1/timeseries");
+    top.faults(ts.faults);
+    for (const chart of charts) chart.update(ts.points);
+  }, 2000);
+
+  const actions = await getJSON("/api/v1/actions").catch(() => ({ actions: [] }));
+  controls = new Controls(document.getElementById("controls"), actions.actions, () => {
+    statusPoll.now();
+    seriesPoll.now();
+  });
+  statusPoll.start();
+  seriesPoll.start();
+
+  const stream = new Stream({
+    checkRun: async () => (await getJSON("/api/v1/status")).run_id,
+    onState: (state) => top.connectionState(state),
+    onRunChange: (old, now) => log.marker(`— the daemon restarted: run ${old} ended, run ${now} began —`),
+    onEvents: (batch) => {
+      log.add(batch);
+      if (batch.some((e) => e.kind !== "score")) statusPoll.now();
+      if (batch.some((e) => e.kind === "fault" || e.kind === "score")) seriesPoll.now();
+    },
+  });
+  stream.start();
+  window.addEventListener("hashchange", () => openRun(location.hash));
+  await listRuns();
+  if (location.hash.startsWith("#run=")) openRun(location.hash);
+  return status;
+}
+
+async function listRuns() {
+  const select = document.getElementById("runs");
+  const body = await getJSON("/api/v1/runs").catch(() => ({ runs: [] }));
+  const runs = body.runs || [];
+  select.replaceChildren(
+    el("option", { value: "" }, runs.length ? "choose a run…" : "no runs stored"),
+    ...runs.map((r) => el("option", { value: r.id }, `${r.id} — ${r.status}${r.score && r.score.grade ? ` (${r.score.grade})` : ""}`)),
+  );
+  document.getElementById("runs-open").addEventListener("click", () => {
+    if (select.value) location.hash = `run=${encodeURIComponent(select.value)}`;
+  });
+}
+
+async function openRun(hash) {
+  const root = document.getElementById("postmortem");
+  const id = decodeURIComponent(hash.slice("#run=".length));
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) return;
+  try {
+    const run = await getJSON(`/api/v1/runs/${id}`);
+    if (!run.report) {
+      root.replaceChildren(el("p", {}, `Run ${id} has no report yet (${run.status}).`));
+      return;
+    }
+    renderPostmortem(root, run.report, `Post-mortem: run ${id}`);
+    root.scrollIntoView();
+  } catch (err) {
+    root.replaceChildren(el("p", { class: "error" }, `Run ${id} could not be read.`));
+  }
+}
+
+boot();

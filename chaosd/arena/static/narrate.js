@@ -1,0 +1,126 @@
+// Events told in plain words: "✗ kill_leader → orchestrator-0 killed", "✓ orchestrator-1 elected leader (0.48 s)".
+import { fmtNum, fmtSeconds } from "./format.js";
+
+// The log's filter groups, in the order of their check boxes.
+export const GROUPS = {
+  fault: "faults",
+  leader: "leader",
+  agent: "agents",
+  supervisor: "agents",
+  detector: "detector",
+  throttle: "throttle",
+  dag: "DAG",
+  breaker: "DAG",
+  lever: "lever",
+  survival: "plans",
+  scenario: "plans",
+  window: "plans",
+  score: "score",
+};
+
+export function groupOf(kind) {
+  return GROUPS[kind] || "other";
+}
+
+const VERBS = {
+  kill_leader: "killed",
+  kill_orchestrator: "killed",
+  kill_agent: "killed",
+  remove_node: "removed",
+  remove_edge: "removed",
+  pause_agent: "paused",
+  resume_agent: "resumed",
+  slow_agent: "slowed",
+  network_partition: "cut off",
+  tool_timeout: "hanging",
+  memory_corrupt: "corrupted",
+  mcp_disconnect: "disconnected",
+  llm_failure: "failing",
+  load_spike: "flooded",
+  latency_jitter: "jittered",
+  drop_messages: "dropping messages",
+  pool_exhaustion: "exhausted",
+};
+
+// ctx keeps what a later event needs: when the leader was lost, and each fault's injection time.
+export function narrate(kind, d, ctx) {
+  const list = (v) => (Array.isArray(v) ? v.join(", ") : String(v ?? ""));
+  switch (kind) {
+    case "fault":
+      switch (d.state) {
+        case "injected":
+          ctx.faults.set(d.id, d.t);
+          return ["bad", `✗ ${d.action} → ${list(d.targets)} ${VERBS[d.action] || "hit"} (fault #${d.id})`];
+        case "mechanism_recovered":
+          return ["info", `↺ ${d.action} #${d.id}: mechanism recovered`];
+        case "recovered":
+          return [
+            "good",
+            `✓ service recovered after ${d.action} #${d.id}` + (d.recovery_s === null || d.recovery_s === undefined ? "" : ` (${fmtSeconds(d.recovery_s)})`),
+          ];
+        case "failed":
+          return ["bad", `✗ ${d.action} #${d.id}: service did not recover in time`];
+        case "reverted":
+          return ["info", `· ${d.action} #${d.id} reverted (${d.by ?? "?"})`];
+        case "unmeasured":
+          return ["info", `· ${d.action} #${d.id}: recovery not measured (no steady state to compare with)`];
+        default:
+          return ["info", `${d.action} #${d.id}: ${d.state}`];
+      }
+    case "leader":
+      if (d.state === "lost") {
+        ctx.leaderLostAt = d.t;
+        return ["bad", `✗ leader ${d.replica} lost`];
+      }
+      if (d.state === "elected") {
+        const took = ctx.leaderLostAt === null ? "" : ` (${fmtSeconds(d.t - ctx.leaderLostAt)})`;
+        ctx.leaderLostAt = null;
+        return ["good", `✓ ${d.replica} elected leader${took}`];
+      }
+      return ["info", `leader ${d.replica}: ${d.state}`];
+    case "agent":
+      return d.state === "dead" ? ["bad", `✗ ${d.agent} down`] : ["good", `✓ ${d.agent} ${d.state === "alive" ? "back up" : d.state}`];
+    case "supervisor":
+      return d.state === "gave_up"
+        ? ["bad", `✗ supervisor gave up on ${d.agent} after ${d.restarts} restarts`]
+        : ["info", `↺ supervisor ${d.state} ${d.agent}`];
+    case "detector": {
+      const tone = d.new === "collapsed" ? "bad" : d.new === "healthy" ? "good" : "warn";
+      return [tone, `${tone === "good" ? "✓" : "⚠"} detector ${d.old} → ${d.new} (${d.reason})`];
+    }
+    case "throttle":
+      return ["warn", `⇅ throttle ${d.action}: producers at ${fmtNum(100 * d.factor, 0)} %`];
+    case "dag":
+      return ["info", `⤳ route ${list(d.route)}` + (d.bypassed && d.bypassed.length ? ` (bypassing ${list(d.bypassed)})` : "")];
+    case "breaker":
+      return d.open && d.open.length ? ["warn", `⚡ circuit open: ${list(d.open)}`] : ["good", "✓ every circuit closed"];
+    case "lever":
+      return d.state === "pulled"
+        ? ["bad", `⛔ lever pulled (${d.reason ?? "no reason"}): ${d.reverted} fault(s) reverted`]
+        : ["good", "✓ lever released"];
+    case "survival":
+    case "scenario": {
+      const name = kind === "scenario" ? ` ${d.name ?? ""}` : "";
+      const extra = d.reason ? ` (${d.reason})` : d.interval ? ` (a fault every ${fmtSeconds(d.interval)})` : "";
+      return ["info", `▶ ${kind}${name} ${d.state}${extra}`];
+    }
+    case "window":
+      return ["info", `▭ window ${d.id} “${d.name ?? ""}” ${d.state}` + (d.grade ? `: ${d.grade}` : "")];
+    case "score":
+      return ["info", `score ${fmtNum(d.total)} (${d.grade ?? "–"})`];
+    case "mcp":
+      return ["good", `✓ MCP ${d.stage} ${d.state}`];
+    case "memory":
+      return ["good", `✓ memory ${d.stage} ${d.state}`];
+    case "run":
+      return ["info", `run ${d.state}`];
+    case "gap":
+      return ["warn", `⚠ events ${d.from}–${d.to} were missed (no longer buffered)`];
+    case "overflow":
+      return ["warn", `⚠ too many events at once: resuming after #${d.resume_after}`];
+    case "close":
+      return ["warn", "⚠ the daemon is shutting down; reconnecting…"];
+    default:
+      return ["info", `${kind}: ${JSON.stringify(d)}`];
+  }
+}

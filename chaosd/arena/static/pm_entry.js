@@ -1,0 +1,3 @@
+// The offline post-mortem file's entry point: its report is the JSON block embedded in the page.
+const pmData = document.getElementById("report-data");
+renderPostmortem(document.getElementById("postmortem"), JSON.parse(pmData.textContent), document.title);

@@ -1,0 +1,112 @@
+// The post-mortem of a finished run: its score, its timeline with the faults and incidents marked, its verdicts.
+import { LineChart } from "./charts.js";
+import { el } from "./dom.js";
+import { fmtNum, fmtSeconds } from "./format.js";
+import { ScoreRing } from "./ring.js";
+
+const PM_CHARTS = [
+  { id: "queue_depth", title: "Queue depth (tasks)", series: [{ key: "queue_depth", label: "depth", cls: "s1" }], digits: 0 },
+  { id: "sojourn_p95", title: "p95 sojourn (s)", series: [{ key: "sojourn_p95", label: "p95", cls: "s2" }], digits: 3 },
+  {
+    id: "throughput",
+    title: "Throughput vs offered (tasks/s)",
+    series: [
+      { key: "offered_per_s", label: "offered", cls: "s3" },
+      { key: "throughput_per_s", label: "throughput", cls: "s1" },
+      { key: "goodput_per_s", label: "goodput", cls: "s4" },
+    ],
+  },
+  { id: "throttle", title: "Throttle factor", series: [{ key: "throttle_factor", label: "factor", cls: "s2" }], digits: 2 },
+];
+
+function pmTable(headers, rows) {
+  return el(
+    "table",
+    {},
+    el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) => el("td", {}, c))))),
+  );
+}
+
+function pmMarks(report) {
+  const end = Number(report.duration_s) || 0;
+  const marks = [];
+  for (const f of report.faults || []) {
+    const from = Number(f.injected_at);
+    const to = f.service_recovered_at ?? f.reverted_at ?? end;
+    marks.push({ from, to: Number(to), cls: `fault ${f.outcome || ""}`, label: `#${f.id} ${f.action} → ${f.outcome}` });
+  }
+  for (const e of (report.collapse && report.collapse.episodes) || []) {
+    marks.push({ from: Number(e.detected_at), to: Number(e.cleared_at ?? end), cls: "collapse", label: `collapse: ${e.reason}` });
+  }
+  return marks;
+}
+
+export function renderPostmortem(root, report, title) {
+  const score = report.score || {};
+  const head = el("header", { class: "pm-head" });
+  const ring = new ScoreRing(head);
+  ring.update(score);
+  const facts = el(
+    "dl",
+    { class: "pm-facts" },
+    el("dt", {}, "Scenario"),
+    el("dd", {}, report.scenario ?? "–"),
+    el("dt", {}, "Seed"),
+    el("dd", {}, report.seed ?? "–"),
+    el("dt", {}, "Clock"),
+    el("dd", {}, report.clock ?? "–"),
+    el("dt", {}, "Duration"),
+    el("dd", {}, fmtSeconds(report.duration_s)),
+    el("dt", {}, "Faults"),
+    el("dd", {}, String((report.faults || []).length)),
+  );
+  head.append(facts);
+  const charts = el("div", { class: "charts" });
+  const timeline = report.timeline || [];
+  const marks = pmMarks(report);
+  for (const spec of PM_CHARTS) new LineChart(charts, spec).update(timeline, marks);
+  const faults = pmTable(
+    ["#", "action", "targets", "injected", "service recovered", "recovery", "outcome"],
+    (report.faults || []).map((f) => [
+      String(f.id),
+      f.action,
+      (f.targets || []).join(", "),
+      `${fmtNum(f.injected_at)} s`,
+      f.service_recovered_at === null || f.service_recovered_at === undefined ? "–" : `${fmtNum(f.service_recovered_at)} s`,
+      fmtSeconds(f.recovery_s),
+      f.outcome ?? "–",
+    ]),
+  );
+  const incidents = pmTable(
+    ["#", "actions", "started", "recovery", "outcome"],
+    (report.incidents || []).map((i) => [
+      String(i.id),
+      (i.actions || []).join(", "),
+      `${fmtNum(i.started_at)} s`,
+      fmtSeconds(i.recovery_s),
+      i.outcome ?? "–",
+    ]),
+  );
+  const diagnostics = pmTable(
+    ["cause", "count", "share"],
+    (report.diagnostics || []).map((d) => [d.cause, String(d.count), `${fmtNum(100 * d.share, 0)} %`]),
+  );
+  const expectations = pmTable(
+    ["check", "wanted", "measured", "passed"],
+    (report.expectations || []).map((e) => [e.check, String(e.wanted ?? e.expected), String(e.measured ?? e.actual), e.passed ? "✓" : "✗"]),
+  );
+  root.replaceChildren(
+    el("h2", {}, title || `Post-mortem: ${report.scenario ?? "run"}`),
+    head,
+    charts,
+    el("h3", {}, "Faults"),
+    faults,
+    el("h3", {}, "Incidents"),
+    incidents,
+    el("h3", {}, "Diagnostics"),
+    diagnostics,
+    el("h3", {}, "Expectations"),
+    expectations,
+  );
+}

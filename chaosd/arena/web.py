@@ -1,0 +1,73 @@
+"""The arena's routes: the page and its static files (with a strict CSP), and the telemetry series."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from aiohttp import web
+
+from chaosd.arena.series import FaultTally, Series
+from chaosd.report import rounded
+from chaosd.views import TimeseriesBody
+
+__all__ = ["CSP", "arena_routes", "static_files"]
+
+# No inline script, nothing from another origin: data rendered as text cannot turn into code.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+}
+_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+
+
+def static_files() -> dict[str, bytes]:
+    """Every file shipped in ``chaosd/arena/static``, read once: only these names are ever served."""
+    root = resources.files("chaosd.arena") / "static"
+    return {
+        entry.name: entry.read_bytes()
+        for entry in root.iterdir()
+        if entry.is_file() and any(entry.name.endswith(ext) for ext in _TYPES)
+    }
+
+
+def _file(name: str, body: bytes) -> web.Response:
+    kind = _TYPES[name[name.rindex(".") :]]
+    return web.Response(body=body, headers={**_HEADERS, "Content-Type": kind})
+
+
+def arena_routes(files: dict[str, bytes], series: Series, tally: FaultTally) -> web.RouteTableDef:
+    routes = web.RouteTableDef()
+
+    async def page(request: web.Request) -> web.Response:
+        return _file("index.html", files["index.html"])
+
+    routes.get("/")(page)
+    routes.get("/arena")(page)
+
+    @routes.get("/arena/static/{name}")
+    async def static(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        body = files.get(name)
+        if body is None:
+            raise web.HTTPNotFound()
+        return _file(name, body)
+
+    @routes.get("/api/v1/timeseries")
+    async def timeseries(request: web.Request) -> web.Response:
+        body: TimeseriesBody = {
+            "step_s": series.step_s,
+            "window_s": series.window_s,
+            "points": series.points(),
+            "faults": tally.as_dict(),
+        }
+        return web.json_response(rounded(body), dumps=lambda o: json.dumps(o, sort_keys=True))
+
+    return routes

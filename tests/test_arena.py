@@ -1,0 +1,364 @@
+"""The Arena: the daemon's own page, driven in a real Chromium against a real daemon on loopback."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from daemon_harness import ROOT, TOKEN, Daemon, ready_daemon, wait_for
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from chaosd.arena.postmortem import embed_json
+from chaosd.arena.series import FaultTally, Series
+from chaosd.cli import main as cli_main
+from chaosd.events import Event
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Recoveries confirmed after 1 s (3 s by default) and survival slots of 4 s: the tests see verdicts quickly.
+ENV = {"CHAOSD_RECOVERY__CONFIRM": "1"}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    yield from ready_daemon(tmp_path_factory.mktemp("arena"), env=ENV)
+
+
+class _Arena:
+    """One tab on the page, with what went wrong in it (script errors, console errors, CSP violations)."""
+
+    def __init__(self, browser: Browser, base: str, token: str | None = TOKEN) -> None:
+        self.page: Page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.goto(base + "/arena")
+        expect(self.page.locator("#connection")).to_have_text("● live", timeout=10_000)
+        expect(self.page.locator(".fault-row")).to_have_count(17)
+        if token is not None:
+            self.page.fill("#token", token)
+            self.page.click("#token-save")
+
+    def button(self, name: str) -> Any:
+        return self.page.get_by_role("button", name=name, exact=True)
+
+    def log(self) -> Any:
+        return self.page.locator("#log")
+
+    def close(self) -> None:
+        self.page.close()
+
+
+@pytest.fixture
+def arena(browser: Browser, daemon: Daemon) -> Iterator[_Arena]:
+    tab = _Arena(browser, daemon.base)
+    yield tab
+    tab.close()
+    assert tab.errors == []
+
+
+def _faults(daemon: Daemon) -> list[dict[str, Any]]:
+    code, body = daemon.get("/api/v1/faults")
+    assert code == 200
+    faults: list[dict[str, Any]] = body["faults"]
+    return faults
+
+
+def _settled(daemon: Daemon) -> None:
+    """No fault active and none still waiting for its verdict: the next one starts from a steady state."""
+    wait_for(lambda: all(f["outcome"] not in ("active", "recovering") for f in _faults(daemon)), 60, "verdicts")
+
+
+def test_page_is_served_with_a_strict_policy(daemon: Daemon) -> None:
+    for path in ("/", "/arena", "/arena/static/main.js", "/arena/static/arena.css"):
+        with urllib.request.urlopen(daemon.base + path, timeout=10) as resp:
+            assert resp.status == 200
+            assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
+            assert "frame-ancestors 'none'" in resp.headers["Content-Security-Policy"]
+            assert resp.headers["X-Content-Type-Options"] == "nosniff"
+    assert daemon.get("/arena/static/..%2F__init__.py")[0] == 404
+    assert daemon.get("/api/v1/timeseries?points=5")[0] == 400  # no query parameters
+    code, series = daemon.get("/api/v1/timeseries")
+    assert code == 200 and 0 < len(series["points"]) <= 600
+    assert {"t", "queue_depth", "queue_slope", "sojourn_p95", "throughput", "arrival_rate", "throttle_factor"} <= set(
+        series["points"][-1]
+    )
+
+
+def test_kill_leader_moves_the_leader_mark_and_tells_the_recovery(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    old = daemon.get("/api/v1/status")[1]["leader"]
+    page = arena.page
+    leader = page.locator('.agent[data-leader="true"]')
+    expect(leader).to_have_attribute("data-agent", old)
+    injected = page.locator("#count-injected")
+    expect(injected).not_to_have_text("–")
+    before = injected.text_content()
+    page.fill("#ttl-kill_leader", "2")
+    arena.button("Kill leader").click()
+    expect(leader).to_have_count(1, timeout=5_000)
+    expect(leader).not_to_have_attribute("data-agent", old, timeout=5_000)
+    expect(arena.log()).to_contain_text(f"✗ kill_leader → {old} killed", timeout=5_000)
+    expect(arena.log()).to_contain_text(re.compile(r"✓ orchestrator-\d elected leader \(\d+ ms\)"), timeout=5_000)
+    expect(arena.log()).to_contain_text("✓ service recovered after kill_leader", timeout=10_000)
+    expect(injected).not_to_have_text(before or "", timeout=5_000)
+    expect(page.locator("#count-recovered")).not_to_have_text("0", timeout=5_000)
+
+
+def test_a_removed_stage_shows_removed_and_rerouted_then_restored(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    page = arena.page
+    search = page.locator('#dag [data-node="search"]')
+    expect(search).to_have_attribute("data-state", "route")
+    page.select_option("#target-remove_node", "search")
+    page.fill("#ttl-remove_node", "2")
+    arena.button("Remove node").click()
+    expect(search).to_have_attribute("data-state", "removed", timeout=5_000)
+    expect(page.locator('#dag [data-node="search_backup"]')).to_have_attribute("data-state", "route", timeout=5_000)
+    expect(page.locator("#dag")).to_have_attribute("data-route", re.compile(r"\bsearch_backup\b"))
+    expect(page.locator('#dag [data-edge="plan->search"]')).to_have_attribute("data-state", "removed")
+    expect(search).to_have_text(re.compile("remove_node"))
+    # The TTL ends: the stage is back and the route goes through it again.
+    expect(search).to_have_attribute("data-state", "route", timeout=8_000)
+    expect(page.locator("#dag")).to_have_attribute("data-route", re.compile(r"\bsearch\b"))
+    expect(arena.log()).to_contain_text("✗ remove_node → search removed")
+
+
+def test_a_wrong_token_is_refused_visibly_and_the_lever_blocks_the_buttons(browser: Browser, daemon: Daemon) -> None:
+    tab = _Arena(browser, daemon.base, token="not-the-token-at-all")
+    try:
+        page = tab.page
+        count = len(_faults(daemon))
+        tab.button("Kill agent").click()
+        note = page.locator('.fault-row[data-action="kill_agent"] .note')
+        expect(note).to_have_text("✗ missing or wrong bearer token (Authorization)")
+        assert len(_faults(daemon)) == count
+        page.fill("#token", TOKEN)
+        page.click("#token-save")
+        tab.button("Pull lever").click()
+        for name in ("Kill leader", "Remove node", "Pool exhaustion", "Start survival", "Run scenario"):
+            expect(tab.button(name)).to_be_disabled(timeout=5_000)
+        expect(page.locator("#lever-top")).to_have_text("pulled (pulled from the arena)")
+        assert daemon.get("/api/v1/status")[1]["lever"] == "pulled from the arena"
+        tab.button("Release lever").click()
+        for name in ("Kill leader", "Remove node", "Pool exhaustion", "Start survival", "Run scenario"):
+            expect(tab.button(name)).to_be_enabled(timeout=5_000)
+        assert daemon.get("/api/v1/status")[1]["lever"] is None
+        assert len(_faults(daemon)) == count
+        # Only the refusal reached the console (Chromium logs the 401 itself).
+        assert all("401" in e for e in tab.errors), tab.errors
+    finally:
+        tab.close()
+
+
+def test_survival_from_the_page_moves_the_ring_and_the_counters(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    page = arena.page
+    injected = page.locator("#count-injected")
+    expect(injected).not_to_have_text("–")
+    before = int(injected.text_content() or 0)
+    page.fill("#survival-interval", "4")
+    page.fill("#survival-duration", "30")
+    page.select_option("#survival-actions", ["kill_agent", "pool_exhaustion"])
+    arena.button("Start survival").click()
+    expect(page.locator("#survival-state")).to_have_text("running", timeout=5_000)
+    expect(injected).to_have_text(re.compile(rf"^(?!{before}$)\d+$"), timeout=10_000)
+    expect(arena.log()).to_contain_text("▶ survival started")
+    ring = page.locator("svg.ring").first
+
+    def ring_follows_the_score() -> bool:
+        total = daemon.get("/api/v1/score")[1]["total"]
+        shown = ring.get_attribute("data-total")
+        return bool(shown) and abs(float(shown or 0) - total) < 0.5
+
+    wait_for(ring_follows_the_score, 10, "the ring to show the daemon's score")
+    expect(ring).to_have_attribute("aria-label", re.compile(r"^score \d+\.\d, grade [A-F][+-]?$"))
+    arena.button("Stop survival").click()
+    expect(page.locator("#survival-state")).to_have_text("stopped", timeout=5_000)
+
+
+def test_the_scenario_picker_offers_what_the_daemon_can_run(arena: _Arena, daemon: Daemon) -> None:
+    names = daemon.get("/api/v1/scenarios")[1]["scenarios"]
+    assert "leader_assassination" in names
+    options = arena.page.locator("#scenario-name option")
+    expect(options).to_have_count(len(names))
+    assert options.all_text_contents() == names
+
+
+def test_markup_in_an_event_is_shown_as_text(arena: _Arena, daemon: Daemon) -> None:
+    name = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
+    code, window = daemon.request("POST", "/api/v1/windows", {"name": name})
+    assert code == 201
+    line = arena.page.locator('#log li[data-kind="window"]').filter(has_text=name)
+    expect(line).to_have_count(1, timeout=5_000)
+    assert name in (line.text_content() or "")
+    assert arena.page.locator("#log script, #log img").count() == 0
+    assert arena.page.evaluate("window.pwned") is None
+    daemon.request("DELETE", f"/api/v1/windows/{window['id']}")
+
+
+def test_every_control_is_named_and_reachable_by_keyboard(arena: _Arena) -> None:
+    page = arena.page
+    snapshot = page.locator("body").aria_snapshot()
+    controls = [
+        line.strip()
+        for line in snapshot.splitlines()
+        if re.match(r"\s*- (button|combobox|spinbutton|textbox|listbox|checkbox)\b", line)
+    ]
+    assert len([c for c in controls if c.startswith("- button")]) >= 17 + 6
+    unnamed = [c for c in controls if not re.match(r'- \w+ "[^"]+"', c)]
+    assert unnamed == []
+    # Tab walks through them all: no control needs a mouse.
+    reached: set[str] = set()
+    for _ in range(200):
+        page.keyboard.press("Tab")
+        reached.add(page.evaluate("document.activeElement.textContent.trim() || document.activeElement.id"))
+    assert {"Kill leader", "Pool exhaustion", "Pull lever", "Start survival", "Run scenario", "token"} <= reached
+    # Enter on a focused button acts like a click.
+    page.locator('button[data-action="resume_agent"]').focus()
+    page.keyboard.press("Enter")
+    note = page.locator('.fault-row[data-action="resume_agent"] .note')
+    expect(note).to_have_text(re.compile(r"^(✓ done|✗ .+)$"), timeout=5_000)
+    if "✗" in (note.text_content() or ""):  # nothing was paused: refused (409), and Chromium logs the refusal
+        arena.errors[:] = [e for e in arena.errors if "409" not in e]
+
+
+def test_the_post_mortem_file_opens_offline_with_its_charts(browser: Browser, tmp_path: Path) -> None:
+    report = tmp_path / "la.json"
+    run = [sys.executable, "-m", "chaosd", "run", "leader_assassination", "--report", str(report), "--quiet"]
+    subprocess.run(run, cwd=ROOT, check=True, timeout=120)
+    data = json.loads(report.read_text())
+    data["scenario"] = "</script><script>window.pwned=1</script><!--<script>"  # must stay text
+    report.write_text(json.dumps(data))
+    out = tmp_path / "pm.html"
+    assert cli_main(["report", str(report), "--html", "--out", str(out)]) == 0
+    html = out.read_text()
+    block = html.split('<script type="application/json" id="report-data">')[1].split("</script>")[0]
+    assert "<" not in block and json.loads(block)["scenario"] == data["scenario"]
+    context = browser.new_context(offline=True)
+    page = context.new_page()
+    errors: list[str] = []
+    requests: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("request", lambda r: requests.append(r.url))
+    try:
+        page.goto(out.as_uri())
+        lines = page.locator("svg.chart path.line")
+        expect(lines).to_have_count(6)  # depth, p95, offered/throughput/goodput, throttle
+        for i in range(6):
+            expect(lines.nth(i)).to_have_attribute("d", re.compile(r"^M[\d.]+ [\d.]+(L[\d.]+ [\d.]+){10,}$"))
+        expect(page.locator("svg.chart rect.band")).to_have_count(4 * len(data["faults"]))
+        expect(page.locator("table").first.locator("tbody tr")).to_have_count(len(data["faults"]))
+        expect(page.locator("svg.ring")).to_have_attribute("data-grade", data["score"]["grade"])
+        expect(page.locator("h2")).to_contain_text(data["scenario"])
+        assert page.evaluate("window.pwned") is None
+        assert errors == [] and requests == [out.as_uri()]
+    finally:
+        context.close()
+
+
+def test_report_command_refuses_a_missing_or_invalid_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["report", str(tmp_path / "missing.json"), "--html"]) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a report"}')
+    assert cli_main(["report", str(bad), "--html"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"chaosd: error: {tmp_path / 'missing.json'}: no such file",
+        f"chaosd: error: {bad}: not a run report (no timeline list)",
+    ]
+
+
+def test_embedded_json_cannot_end_its_script_block() -> None:
+    text = embed_json({"a": "</script><!--<script>&"})
+    assert "<" not in text and ">" not in text and json.loads(text) == {"a": "</script><!--<script>&"}
+
+
+def test_the_series_stays_bounded_however_long_the_daemon_runs() -> None:
+    series = Series(tick_s=0.1)  # ten minutes at one point a second
+    fields = dict.fromkeys(
+        ("queue_slope", "sojourn_p95", "throughput", "arrival_rate", "admitted_rate", "goodput"), 1.0
+    )
+    for k in range(36_000):  # an hour of ticks
+        series.add(SimpleNamespace(t=k / 10, queue_depth=k, **fields), 1.0, "healthy")  # type: ignore[arg-type]
+    points = series.points()
+    assert len(series) == 600 and points[-1]["queue_depth"] == 35_999  # the newest tick stands for its step
+    assert points[-1]["t"] - points[0]["t"] == pytest.approx(599.0)  # one point per second, the newest of each
+    tally = FaultTally()
+    for state, extra in (("injected", {}), ("recovered", {"recovery_s": 2.0}), ("recovered", {"recovery_s": None})):
+        tally.on_event(Event(1, 0.0, "fault", {"id": 1, "state": state, **extra}))
+    tally.on_event(Event(2, 0.0, "fault", {"id": 2, "state": "failed"}))
+    assert tally.as_dict() == {"injected": 1, "recovered": 2, "failed": 1, "mean_recovery_s": 2.0}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_the_page_reconnects_after_a_restart_without_duplicate_lines(
+    browser: Browser, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    tmp = tmp_path_factory.mktemp("arena-restart")
+    env = {**ENV, "CHAOSD_API__PORT": str(_free_port())}
+    first = Daemon(tmp, env=env)
+    second: Daemon | None = None
+    tab = None
+    try:
+        tab = _Arena(browser, first.base)
+        log = tab.log()
+        first.request("POST", "/api/v1/windows", {"name": "before-restart"})
+        expect(log).to_contain_text("before-restart", timeout=5_000)
+        first.terminate()
+        expect(tab.page.locator("#connection")).to_have_text("reconnecting…", timeout=5_000)
+        second = Daemon(tmp, env=env)
+        expect(log).to_contain_text(f"run {first.run_id} ended, run {second.run_id} began", timeout=15_000)
+        expect(tab.page.locator("#connection")).to_have_text("● live", timeout=10_000)
+        second.request("POST", "/api/v1/windows", {"name": "after-restart"})
+        expect(log).to_contain_text("after-restart", timeout=5_000)
+        # Newest first: the new run's lines, the marker, the old run's lines; no id twice within a run.
+        rows = tab.page.locator("#log li").evaluate_all("ls => ls.map(l => [l.dataset.kind, l.dataset.id])")
+        marker = [i for i, (kind, _) in enumerate(rows) if kind == "marker"]
+        assert len(marker) == 1
+        for part in (rows[: marker[0]], rows[marker[0] + 1 :]):
+            ids = [i for _, i in part if i]
+            assert len(ids) == len(set(ids)) and ids
+        assert tab.page.locator("#log li").filter(has_text="before-restart").count() == 1
+        assert tab.page.locator("#log li").filter(has_text="after-restart").count() == 1
+        # The run that ended is a post-mortem now, drawn by the same page code.
+        tab.page.goto(f"{second.base}/arena#run={first.run_id}")
+        expect(tab.page.locator("#postmortem svg.chart path.line")).to_have_count(6, timeout=10_000)
+        expect(tab.page.locator("#postmortem h2")).to_have_text(f"Post-mortem: run {first.run_id}")
+    finally:
+        if tab is not None:
+            tab.close()
+        first.kill()
+        if second is not None:
+            second.kill()
