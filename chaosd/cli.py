@@ -19,6 +19,7 @@ from chaosd.clock import wall_time
 from chaosd.config import Settings, load_settings
 from chaosd.durations import parse_duration
 from chaosd.errors import ConfigError, FaultError
+from chaosd.handlers import refuse_virtual_time
 from chaosd.plans import (
     SURVIVAL_DEFAULT,
     check_actions,
@@ -217,6 +218,8 @@ def _run(args: argparse.Namespace) -> int:
         return _fail([f"--{'actions' if args.actions else 'overlap'}: only with --survival"])
     elif scenario is not None and scenario.actions:
         plan = scenario_plan(scenario.actions)
+    if not args.realtime:  # a user's stage handler waits on the real clock: refused before anything starts
+        refuse_virtual_time(settings.stages, str(args.config or (path if scenario is not None else "configuration")))
     bar = None if args.quiet or not sys.stdout.isatty() else _ProgressBar(duration, virtual=not args.realtime)
     started = wall_time()
     try:

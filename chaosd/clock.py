@@ -7,11 +7,12 @@ so the same coroutines run in real time (the daemon) and in virtual time (``chao
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import select
 import selectors
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 __all__ = [
@@ -58,6 +59,7 @@ class _VirtualSelector(selectors.BaseSelector):
 
     def __init__(self, start: float) -> None:
         self.now = start
+        self.grace = 0.0  # real seconds outside I/O gets before the clock jumps (see VirtualEventLoop.outside)
         self._real = selectors.DefaultSelector()
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
@@ -70,7 +72,7 @@ class _VirtualSelector(selectors.BaseSelector):
         return self._real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        events = self._real.select(0)
+        events = self._real.select(self.grace if timeout != 0 else 0)
         if events or timeout == 0:
             return events
         if timeout is None:
@@ -126,6 +128,18 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self._vselector.now
+
+    @contextlib.contextmanager
+    def outside(self, grace: float = 0.2) -> Iterator[None]:
+        """While the loop waits on the outside world (a socket's peer, a thread), give it ``grace`` real seconds
+        to answer before the clock jumps to the next timer: an HTTP client in virtual time, storage's thread.
+        """
+        before = self._vselector.grace
+        self._vselector.grace = grace
+        try:
+            yield
+        finally:
+            self._vselector.grace = before
 
 
 def new_event_loop(*, virtual: bool) -> asyncio.AbstractEventLoop:

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from chaosd.durations import Seconds
 from chaosd.errors import ConfigError
+from chaosd.handlers import handler_problems
 
 __all__ = [
     "ApiConfig",
@@ -136,7 +137,13 @@ class PressureConfig(_Model):
 
 class StageConfig(_Model):
     name: str = Field(min_length=1, max_length=64)
-    kind: Literal["compute", "tool", "llm", "memory", "mcp"] = "compute"
+    kind: Literal["compute", "tool", "llm", "memory", "mcp", "python"] = "compute"
+    handler: str | None = Field(
+        default=None, min_length=1, description='python: "package.module:function", an async callable of yours'
+    )
+    params: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="python: a table handed to the handler as context.params"
+    )
     service: ServiceConfig = ServiceConfig()
     timeout: Seconds = Field(default=0.0, ge=0, description="0 = none")
     retries: int = Field(default=0, ge=0, le=100)
@@ -289,6 +296,16 @@ class RunConfig(_Model):
     timeline: Seconds = Field(default=5.0, gt=0, description="report timeline sample interval")
 
 
+class HistoryConfig(_Model):
+    """What a long-running process keeps in memory; everything older is in storage (the daemon) or counted."""
+
+    faults: int = Field(default=1000, ge=10, le=1_000_000, description="newest faults and incidents kept in memory")
+    timeline: int = Field(default=2000, ge=10, le=1_000_000, description="newest report timeline points kept")
+    entries: int = Field(
+        default=1000, ge=10, le=1_000_000, description="newest plan log entries, collapse episodes and throttle actions"
+    )
+
+
 class DaemonConfig(_Model):
     status_interval: Seconds = Field(default=10.0, gt=0)
     report: str = "chaosd-report.json"
@@ -376,6 +393,7 @@ class Settings(BaseSettings):
     queue: QueueConfig = QueueConfig()
     workers: WorkersConfig = WorkersConfig()
     stages: tuple[StageConfig, ...] = Field(default_factory=_default_stages)
+    history: HistoryConfig = HistoryConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     detector: DetectorConfig = DetectorConfig()
     throttle: ThrottleConfig = ThrottleConfig()
@@ -510,7 +528,7 @@ def load_settings(
     file_data = read_toml(config_path) if config_path is not None else {}
     data = deep_merge(file_data, overlay or {})
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as exc:
         problems: list[tuple[str, str, str]] = []
         for error in exc.errors():
@@ -527,3 +545,18 @@ def load_settings(
                 source = "configuration"
             problems.append((source, field, _describe(error)))
         raise ConfigError(problems) from None
+    # Handlers are imported here, once the stages are valid, so a bad one stops chaosd before anything runs.
+    handlers = handler_problems(settings.stages)
+    if handlers:
+        source = _stages_source(config_path, overlay, overlay_source)
+        raise ConfigError([(source, field, problem) for field, problem in handlers])
+    return settings
+
+
+def _stages_source(config_path: Path | None, overlay: Mapping[str, Any] | None, overlay_source: str) -> str:
+    """Where the stage list came from: it is replaced whole, never merged, so one source holds all of it."""
+    if ENV_PREFIX + "STAGES" in os.environ:
+        return f"environment {ENV_PREFIX}STAGES"
+    if overlay and "stages" in overlay:
+        return overlay_source
+    return str(config_path) if config_path is not None else "configuration"

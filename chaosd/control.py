@@ -8,14 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from chaosd.errors import FaultError
 from chaosd.events import Event
 from chaosd.faults import CATALOGUE, FaultRecord
+from chaosd.faults.incidents import IncidentBook
 from chaosd.faults.injector import TERMINAL
+from chaosd.history import RecentLog
 from chaosd.plans import (
     Tally,
     check_actions,
@@ -49,14 +51,15 @@ class PlanRun:
     state: str = "running"  # running → finished | stopped | failed
     ended_at: float | None = None
     reason: str | None = None
-    log: list[dict[str, Any]] = field(default_factory=list)
+    log: RecentLog = field(default_factory=lambda: RecentLog(1000))  # the newest history.entries
     expectations: list[dict[str, Any]] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     before: Tally | None = None  # the task counts when it started: its window is what happened since
     final: dict[str, Any] | None = None  # its window report as it ended (see Controller.plan_report)
+    book: IncidentBook | None = None  # its incidents' running totals, for its score
 
-    def fault_ids(self) -> set[int]:
-        return {int(e["fault"]) for e in self.log if e.get("fault") is not None}
+    def owns(self, record: FaultRecord) -> bool:
+        return record.owner is self
 
 
 MAX_WINDOWS = 100  # windows kept (open ones, then the newest closed); the oldest closed one goes first
@@ -66,7 +69,8 @@ MAX_WINDOWS = 100  # windows kept (open ones, then the newest closed); the oldes
 class Window:
     """A measurement window an experiment opens and closes: its own score, tasks and faults.
 
-    Its faults are those injected while it was open (ids count up from 1 in injection order).
+    Its faults are those injected while it was open (ids count up from 1 in injection order); its score
+    reads its book, which counts every incident holding one of them, whether or not still in memory.
     """
 
     id: int
@@ -74,18 +78,17 @@ class Window:
     started_at: float
     before: Tally
     after_fault: int  # faults with a larger id were injected while it was open
-    injected: Callable[[], int]  # how many faults the daemon has injected so far
     ended_at: float | None = None
     until_fault: int | None = None  # the last fault id of a closed window
     final: WindowReport | None = None
+    book: IncidentBook | None = None  # its incidents' running totals, for its score
 
     @property
     def open(self) -> bool:
         return self.ended_at is None
 
-    def fault_ids(self) -> set[int]:
-        last = self.until_fault if self.until_fault is not None else self.injected()
-        return set(range(self.after_fault + 1, last + 1))
+    def owns(self, record: FaultRecord) -> bool:
+        return self.after_fault < record.id and (self.until_fault is None or record.id <= self.until_fault)
 
     def summary(self) -> WindowSummary:
         return {
@@ -172,7 +175,7 @@ class Controller:
         )
         if self.exp.injector.lever is not None:
             raise FaultError("survival", f"the safety lever is pulled ({self.exp.injector.lever})", status=409)
-        run = PlanRun("survival", "survival", self.exp.pipeline.elapsed(), duration)
+        run = self._new_run("survival", "survival", duration)
         run.before = Tally.of(self._counts())
         plan = survival_plan(
             interval,
@@ -182,6 +185,7 @@ class Controller:
             room=room,
             last_at=max(0.0, duration - ttl),
             log=run.log,
+            owner=run,
         )
         run.task = asyncio.create_task(self._drive(run, plan(self.exp)), name="survival")
         self.survival = run
@@ -205,13 +209,25 @@ class Controller:
         check_expectations(scenario.expect, source)
         check_speed(scenario, speed, settings.faults.default_ttl, settings.recovery.confirm)
         duration = scenario.run_duration(settings.faults.default_ttl) / speed
-        run = PlanRun("scenario", scenario.name, self.exp.pipeline.elapsed(), duration)
+        run = self._new_run("scenario", scenario.name, duration)
         run.before = Tally.of(self.exp.report())
-        plan = scenario_plan(scenario.actions, speed=speed, log=run.log)
+        plan = scenario_plan(scenario.actions, speed=speed, log=run.log, owner=run)
         run.task = asyncio.create_task(self._drive(run, plan(self.exp), scenario.expect), name="scenario")
         self.scenario = run
         self.exp.events.record(run.started_at, "scenario", name=scenario.name, state="started", speed=speed)
         return run
+
+    def _new_run(self, kind: str, name: str, duration: float) -> PlanRun:
+        run = PlanRun(kind, name, self.exp.pipeline.elapsed(), duration)
+        run.log = RecentLog(self.exp.settings.history.entries)
+        run.book = IncidentBook(run.owns)
+        self.exp.injector.books.append(run.book)
+        return run
+
+    def _owned(self, run: PlanRun | Window, *, pending: bool = False) -> list[FaultRecord]:
+        """The plan's or window's faults still in memory (history.faults), or only those without a verdict."""
+        injector = self.exp.injector
+        return [f for f in (injector._pending if pending else injector.faults) if run.owns(f)]
 
     async def _drive(self, run: PlanRun, plan: Any, expect: Mapping[str, Any] | None = None) -> None:
         try:
@@ -224,7 +240,8 @@ class Controller:
             if run.kind == "scenario":  # expectations never judge a pending fault; bounded: one not
                 # recovered within recovery.limit of its end is failed by the injector
                 recovery = self.exp.settings.recovery
-                await self.await_verdicts(run.fault_ids(), recovery.limit + recovery.confirm + 1.0)
+                pending = [f.id for f in self._owned(run, pending=True)]
+                await self.await_verdicts(pending, recovery.limit + recovery.confirm + 1.0)
         except asyncio.CancelledError:
             run.state = "stopped"
             run.reason = run.reason or "stopped"
@@ -269,6 +286,7 @@ class Controller:
     def _finish(self, run: PlanRun) -> None:
         run.ended_at = self.exp.pipeline.elapsed()
         run.final = self.plan_report(run)  # the window ends with the run: its status stops moving
+        self._forget_book(run.book)
         self.exp.events.record(run.ended_at, run.kind, name=run.name, state=run.state, reason=run.reason)
 
     def plan_report(self, run: PlanRun) -> dict[str, Any]:
@@ -281,7 +299,7 @@ class Controller:
         if run.final is not None:
             return run.final
         window = self._window(run, faults=True)
-        window["actions"] = list(run.log)
+        window["actions"] = list(run.log)  # the newest history.entries
         result: dict[str, Any] = rounded(window)
         return result
 
@@ -298,9 +316,10 @@ class Controller:
             name=name or f"window-{self._window_ids}",
             started_at=self.exp.pipeline.elapsed(),
             before=Tally.of(self._counts()),
-            after_fault=len(injector.faults),
-            injected=lambda: len(injector.faults),
+            after_fault=injector.injected,
         )
+        window.book = IncidentBook(window.owns)
+        injector.books.append(window.book)
         self.windows[window.id] = window
         closed = [w for w in self.windows.values() if not w.open]
         for old in closed[: max(0, len(self.windows) - MAX_WINDOWS)]:
@@ -346,8 +365,9 @@ class Controller:
         if not window.open:
             raise FaultError("id", f"window {window_id} is already closed", status=409)
         window.ended_at = self.exp.pipeline.elapsed()
-        window.until_fault = len(self.exp.injector.faults)
+        window.until_fault = self.exp.injector.injected
         window.final = self.window_report(window)
+        self._forget_book(window.book)
         score = window.final["score"]
         self.exp.events.record(
             window.ended_at,
@@ -367,15 +387,16 @@ class Controller:
         The score needs the counts and the plan's incidents only; rendering every fault (``faults``)
         costs far more, so a status, which is polled, goes without.
         """
-        records = self._plan_faults(run)
+        records = self._owned(run)  # those still in memory: its score reads its book, which counted them all
         incidents = self.exp.injector.incidents
-        numbers = sorted({f.incident for f in records if 0 < f.incident <= len(incidents)})
+        numbers = sorted({f.incident for f in records if f.incident})
         now = self._counts()
         now["faults"] = [f.as_dict() for f in records] if faults else []
-        now["incidents"] = [incidents[n - 1].as_dict() for n in numbers]
+        now["incidents"] = [i.as_dict() for n in numbers if (i := incidents.get(n)) is not None]
         before = run.before or Tally()  # a plan without a snapshot: judged from the daemon's start
         ids = {f.id for f in records}
-        window = window_report(before, now, ids, ScoreWeights.from_config(self.exp.settings.score))
+        weights = ScoreWeights.from_config(self.exp.settings.score)
+        window = window_report(before, now, ids, weights, run.book)
         # The incidents holding its faults: what ``max_recovery_s`` judges (as the run report's do).
         window["incidents"] = [i for i in now["incidents"] if ids.intersection(i["faults"])]
         end = run.ended_at if run.ended_at is not None else self.exp.pipeline.elapsed()
@@ -406,8 +427,11 @@ class Controller:
         undetected = sum(store.undetected_reads for store in p.memory.values())
         return {"tasks": tasks, "diagnostics": [{"cause": "corruption_undetected", "count": undetected}]}
 
-    def _plan_faults(self, run: PlanRun | Window) -> list[FaultRecord]:
-        return [self.exp.injector.get(fault_id) for fault_id in sorted(run.fault_ids())]
+    def _forget_book(self, book: IncidentBook | None) -> None:
+        """Its window has ended: the book stops counting (its plan's or window's report is final)."""
+        books = self.exp.injector.books
+        if book is not None and book in books:
+            books.remove(book)
 
     async def stop_plan(self, run: PlanRun | None, what: str) -> PlanRun:
         if run is None:
@@ -425,11 +449,32 @@ class Controller:
     def revert_faults(self, run: PlanRun) -> list[int]:
         """Revert the faults ``run`` injected that are still active; their ids."""
         reverted = []
-        for fault_id in sorted(run.fault_ids()):
-            if self.exp.injector.get(fault_id).active:
-                self.revert(fault_id)
-                reverted.append(fault_id)
+        for record in self._owned(run, pending=True):
+            if record.active:
+                self.revert(record.id)
+                reverted.append(record.id)
         return reverted
+
+    def sizes(self) -> dict[str, int]:
+        """How many entries each long-lived in-memory structure holds now (for bounds, soak and tests)."""
+        exp = self.exp
+        p = exp.pipeline
+        plans = [run for run in (self.survival, self.scenario) if run is not None]
+        return {
+            "faults": len(exp.injector.faults),
+            "faults_pending": len(exp.injector._pending),
+            "incidents": len(exp.injector.incidents),
+            "timeline": len(exp._timeline),
+            "plan_log": len(exp.plan_log) + sum(len(run.log) for run in plans),
+            "collapse_episodes": len(exp.detector.episodes),
+            "throttle_actions": len(exp.throttle.actions),
+            "restarts": sum(len(a.restarts) for a in p.agents.values()),
+            "events": len(exp.events),
+            "windows": len(self.windows),
+            "dispatch_log": len(p.dispatcher._log),
+            "in_flight": len(p.ledger.in_flight),
+            "queue_blocked": len(p.queue.blocked),
+        }
 
     def plan_status(self, run: PlanRun | None) -> PlanStatus:
         """A plan's progress. ``score`` is its own window's (from its start to its end, or to now while it
@@ -447,8 +492,8 @@ class Controller:
             "ended_at": run.ended_at,
             "duration_s": run.duration,
             "elapsed_s": (run.ended_at if run.ended_at is not None else now) - run.started_at,
-            "actions": sum(1 for e in run.log if e.get("ok")),
-            "log": run.log[-50:],
+            "actions": run.log.ok,
+            "log": run.log.newest(50),
             "reason": run.reason,
             "window": window["window"],
             "score": window["score"],

@@ -34,6 +34,9 @@ class EventLog:
             subscriber(event)
         return event
 
+    def __len__(self) -> int:
+        return len(self._events)
+
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         self._subscribers.append(callback)
         return lambda: self._subscribers.remove(callback)

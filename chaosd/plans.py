@@ -9,13 +9,15 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError, ScenarioError
 from chaosd.faults import CATALOGUE, FaultRecord
+from chaosd.faults.incidents import IncidentBook
 from chaosd.faults.injector import TERMINAL
+from chaosd.history import RecentLog
 from chaosd.runner import Experiment
 from chaosd.scenario import CHECKS, Scenario, ScenarioAction
 from chaosd.score import ScoreInputs, ScoreWeights, compute_score
@@ -78,7 +80,11 @@ def check_actions(actions: Sequence[ScenarioAction], source: str, max_ttl: float
 
 
 def scenario_plan(
-    actions: Sequence[ScenarioAction], *, speed: float = 1.0, log: list[dict[str, Any]] | None = None
+    actions: Sequence[ScenarioAction],
+    *,
+    speed: float = 1.0,
+    log: RecentLog | None = None,
+    owner: object | None = None,
 ) -> Plan:
     """Inject each action after its delay (relative to the previous action).
 
@@ -105,7 +111,7 @@ def scenario_plan(
             if ttl is not None:
                 ttl /= speed
             try:
-                record = exp.injector.inject(spec.type, spec.target_id, params, ttl)
+                record = exp.injector.inject(spec.type, spec.target_id, params, ttl, owner=owner)
                 entry.update(ok=True, fault=record.id, targets=list(record.targets))
             except FaultError as exc:
                 entry.update(ok=False, error=str(exc))
@@ -167,7 +173,8 @@ def survival_plan(
     room: float | None = None,
     last_at: float | None = None,
     progress: Callable[[Experiment], None] | None = None,
-    log: list[dict[str, Any]] | None = None,
+    log: RecentLog | None = None,
+    owner: object | None = None,
 ) -> Plan:
     """Every ``interval``: the next action of a shuffled round of ``actions``, on a random valid target.
 
@@ -232,7 +239,7 @@ def survival_plan(
                 if target is None:
                     continue
                 try:
-                    record = exp.injector.inject(action, target, ttl=fault_ttl)
+                    record = exp.injector.inject(action, target, ttl=fault_ttl, owner=owner)
                 except FaultError:
                     continue
                 previous = record
@@ -427,12 +434,18 @@ class Tally:
 
 
 def window_report(
-    before: Tally, report: Mapping[str, Any], fault_ids: Collection[int], weights: ScoreWeights
+    before: Tally,
+    report: Mapping[str, Any],
+    fault_ids: Collection[int],
+    weights: ScoreWeights,
+    book: IncidentBook | None = None,
 ) -> dict[str, Any]:
     """What happened since ``before``, from the live ``report``: task counts, their score, the window's faults.
 
     ``faults`` keeps only ``fault_ids`` (the scenario's). ``lost`` counts tasks that went missing in the
     window and still are; the score uses the window's counts and faults, with the formula the report uses.
+    A ``book`` (the plan's or window's running totals of its incidents) judges the recoveries instead of
+    ``report["incidents"]``: every incident it ever had, not only those still in memory.
     """
     after = Tally.of(report)
 
@@ -450,21 +463,28 @@ def window_report(
     mine = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
     judged = [i for i in mine if i["outcome"] in ("recovered", "failed")]
     times = tuple(float(i["recovery_s"]) for i in judged if i["outcome"] == "recovered" and i["recovery_s"] is not None)
-    score = compute_score(
-        ScoreInputs(
-            offered=offered,
-            accepted=accepted,
-            good=good,
-            lost=lost,
-            duplicated=grew("duplicated"),
-            undetected_corruptions=grew("corrupted"),
-            faults_judged=len(judged),
-            faults_recovered=len(times),
-            recovery_times_s=times,
-            faults_inconsistent=sum(1 for i in judged if not i.get("consistent", True)),
-        ),
-        weights,
+    counts = ScoreInputs(
+        offered=offered,
+        accepted=accepted,
+        good=good,
+        lost=lost,
+        duplicated=grew("duplicated"),
+        undetected_corruptions=grew("corrupted"),
+        faults_judged=len(judged),
+        faults_recovered=len(times),
+        recovery_times_s=times,
+        faults_inconsistent=sum(1 for i in judged if not i.get("consistent", True)),
     )
+    if book is not None:
+        counts = replace(
+            counts,
+            faults_judged=book.judged,
+            faults_recovered=book.recovered,
+            recovery_times_s=(),
+            recovery_total_s=book.recovery.value,
+            faults_inconsistent=book.inconsistent,
+        )
+    score = compute_score(counts, weights)
     tasks = {
         name: grew(name) for name in ("offered", "accepted", "completed", "late", "degraded", "failed", "rejected")
     }

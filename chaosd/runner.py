@@ -6,6 +6,7 @@ The same coroutines run on the virtual loop (``chaosd run``) and the real one (t
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,8 @@ from chaosd.clock import Clock, LoopClock, new_event_loop, wall_time
 from chaosd.config import Settings
 from chaosd.events import EventLog
 from chaosd.faults import Injector
+from chaosd.faults.incidents import PENDING
+from chaosd.history import RecentLog
 from chaosd.pipeline import Pipeline
 from chaosd.report import latency_block, rounded
 from chaosd.rng import Streams
@@ -26,6 +29,7 @@ from chaosd.telemetry.detector import CollapseDetector
 from chaosd.telemetry.engine import Telemetry
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.telemetry.throttle import Throttle
+from chaosd.views import TimelinePoint
 
 __all__ = ["Experiment", "run_offline"]
 
@@ -63,12 +67,13 @@ class Experiment:
         self.scenario = scenario
         self.virtual = virtual
         self.events = EventLog()
-        self.throttle = Throttle(settings.throttle)
+        keep = settings.history
+        self.throttle = Throttle(settings.throttle, keep.entries)
         self.pipeline = Pipeline(settings, clock, admission=self.throttle, measure_from=warmup, events=self.events)
         tick = settings.telemetry.tick
-        self.detector = CollapseDetector(settings.detector, tick)
+        self.detector = CollapseDetector(settings.detector, tick, keep.entries)
         self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)
-        self._timeline: list[dict[str, Any]] = []
+        self._timeline: deque[TimelinePoint] = deque(maxlen=keep.timeline)
         self._next_sample = settings.run.timeline
         self._warm: _Mark | None = None
         self.injector = Injector(
@@ -79,9 +84,10 @@ class Experiment:
             Streams(settings.seed).stream("faults"),
             self.events,
             tick,
+            keep.faults,
         )
         self.stop = asyncio.Event()
-        self.plan_log: list[dict[str, Any]] = []  # scenario actions and survival picks, as they happened
+        self.plan_log = RecentLog(keep.entries)  # scenario actions and survival picks, as they happened
         self.expectations: list[dict[str, Any]] = []
 
     def _mark(self) -> _Mark:
@@ -209,8 +215,9 @@ class Experiment:
             (f.injected_at, f.reverted_at, f.params["factor"]) for f in self.injector.faults if f.action == "load_spike"
         ]
         peak = p.shape.peak(warm.t, end.t, surges)
-        # Rounded before they are summed, so the time collapsed is exactly their sum in the report too;
-        # an episode still open counts up to the end of the run.
+        # Rounded before they are summed, so the time collapsed is exactly their sum in the report too (while
+        # every episode is kept: history.entries); an episode still open counts up to the end of the run.
+        detector = self.detector
         episodes = [
             {
                 "detected_at": e.detected_at,
@@ -218,8 +225,10 @@ class Experiment:
                 "reason": e.reason,
                 "duration_s": round((e.cleared_at if e.cleared_at is not None else end.t) - e.detected_at, 6),
             }
-            for e in self.detector.episodes
+            for e in detector.episodes
         ]
+        last = detector.episodes[-1] if detector.episodes else None
+        still_open = round(end.t - last.detected_at, 6) if last is not None and last.cleared_at is None else 0.0
         queue = p.queue
         actions = self.throttle.actions
         report: dict[str, Any] = {
@@ -274,22 +283,22 @@ class Experiment:
             },
             "collapse": {
                 "detector": s.detector.enabled,
-                "count": len(episodes),
+                "count": detector.episode_count,
                 "episodes": episodes,
-                "time_collapsed_s": sum(e["duration_s"] for e in episodes),
+                "time_collapsed_s": detector.closed_s + still_open,
                 "final_state": self.detector.state.value,
             },
             "throttle": {
                 "enabled": s.throttle.enabled,
-                "decreases": sum(1 for a in actions if a.action == "decrease"),
-                "increases": sum(1 for a in actions if a.action == "increase"),
-                "lowest_factor": min((a.factor for a in actions), default=1.0),
+                "decreases": self.throttle.decreases,
+                "increases": self.throttle.increases,
+                "lowest_factor": self.throttle.lowest_factor,
                 "final_factor": self.throttle.factor,
                 "refused": measured.rejected_by.get("throttled", 0),
-                "actions": [{"at": a.at, "action": a.action, "factor": a.factor} for a in actions[:1000]],
-                "actions_truncated": max(0, len(actions) - 1000),
+                "actions": [{"at": a.at, "action": a.action, "factor": a.factor} for a in actions],
+                "actions_truncated": self.throttle.decreases + self.throttle.increases - len(actions),
             },
-            "timeline": self._timeline[-2000:],
+            "timeline": list(self._timeline),
         }
         report.update(self._resilience(report))
         result: dict[str, Any] = rounded(report)
@@ -305,8 +314,8 @@ class Experiment:
         _, lost, in_flight = accounted if accounted is not None else p.ledger.unaccounted(p.holders())
         m = p.ledger.measured
         # Judged per incident: overlapping faults share one recovery, an isolated fault is its own incident.
-        judged = [i for i in self.injector.incidents if i.outcome in ("recovered", "failed")]
-        times = tuple(t for i in judged if (t := i.recovery_s) is not None)
+        # The injector's book has counted every incident as it closed: O(1), however long the run.
+        book = self.injector.book
         return compute_score(
             ScoreInputs(
                 offered=m.offered - in_flight,
@@ -315,10 +324,11 @@ class Experiment:
                 lost=lost,
                 duplicated=p.audit.measured.count,
                 undetected_corruptions=sum(s.undetected_reads for s in p.memory.values()),
-                faults_judged=len(judged),
-                faults_recovered=len(times),
-                recovery_times_s=times,
-                faults_inconsistent=sum(1 for i in judged if not i.consistent),
+                faults_judged=book.judged,
+                faults_recovered=book.recovered,
+                recovery_times_s=(),
+                recovery_total_s=book.recovery.value,
+                faults_inconsistent=book.inconsistent,
             ),
             ScoreWeights.from_config(self.settings.score),
         )
@@ -327,9 +337,9 @@ class Experiment:
         """Faults with their recoveries, the score, diagnostics — all from measurements of this run."""
         p = self.pipeline
         t = report["tasks"]
-        faults = [f.as_dict() for f in self.injector.faults]
+        injector = self.injector
+        faults = [f.as_dict() for f in injector.faults]  # the newest history.faults; the counts are of all
         undetected = sum(store.undetected_reads for store in p.memory.values())
-        recovered = [f for f in faults if f["recovered"]]
         score = self.live_score((t["lost_all_cohorts"], t["lost"], t["in_flight"]))
         causes: dict[str, int] = {}
         for reason, n in t["failed_by"].items():
@@ -342,7 +352,7 @@ class Experiment:
         causes["lease_expired"] = p.dispatcher.lease_expired
         causes["corruption_undetected"] = undetected
         causes["degraded"] = t["degraded"]  # completed in time without a stage's result: not good
-        causes["faults_failed"] = sum(1 for f in faults if f["outcome"] == "failed")
+        causes["faults_failed"] = injector.outcomes["failed"]
         dead = sorted(a.id for a in p.agents.values() if not a.alive)
         causes["agents_dead"] = len(dead)
         collapse = report["collapse"]
@@ -357,23 +367,25 @@ class Experiment:
                 d["agents"] = dead  # still dead at the end: the supervisor is off, or gave up on them
             elif d["cause"] == "collapsed_s":  # seconds in congestion collapse, and whether it outlived the run
                 d["episodes"], d["final_state"] = len(collapse["episodes"]), collapse["final_state"]
-        by_action: dict[str, list[float]] = {}
-        for f in recovered:
-            if f["recovery_s"] is not None:  # a fault in a shared incident has no time of its own
-                by_action.setdefault(f["action"], []).append(f["recovery_s"])
-        incidents = [i.as_dict() for i in self.injector.incidents]
+        incidents = [i.as_dict() for i in injector.incidents]
         return {
             "faults": faults,
             "incidents": incidents,
             "faults_summary": {
-                "incidents": len(incidents),
-                "incidents_recovered": sum(1 for i in incidents if i["outcome"] == "recovered"),
-                "injected": len(faults),
-                "recovered": len(recovered),
-                "failed": sum(1 for f in faults if f["outcome"] == "failed"),
-                "unmeasured": sum(1 for f in faults if f["outcome"] == "unmeasured"),
-                "pending": sum(1 for f in faults if f["outcome"] in ("active", "recovering")),
-                "mean_recovery_s_by_action": {a: sum(v) / len(v) for a, v in sorted(by_action.items())},
+                "incidents": injector.incidents.total,
+                "incidents_recovered": injector.book.outcomes["recovered"],
+                "injected": injector.injected,
+                "recovered": injector.outcomes["recovered"],
+                "failed": injector.outcomes["failed"],
+                "unmeasured": injector.outcomes["unmeasured"],
+                "pending": sum(1 for f in injector._pending if f.outcome in PENDING),
+                # A fault in a shared incident has no time of its own: it is not in its action's mean.
+                "mean_recovery_s_by_action": {
+                    a: s.mean for a, s in sorted(injector.recovery_by_action.items()) if s.mean is not None
+                },
+                # The report lists the newest faults and incidents (history.faults); the counts are of all.
+                "faults_listed": len(faults),
+                "incidents_listed": len(incidents),
                 "baseline": baseline.as_dict() if (baseline := self.injector.baseline()) is not None else None,
                 "slo": self.settings.slo.model_dump(),
                 "lever": self.injector.lever,
@@ -390,7 +402,7 @@ class Experiment:
             },
             "score": score.as_dict(),
             "diagnostics": diagnostics,
-            "actions": self.plan_log,
+            "actions": list(self.plan_log),
             "expectations": self.expectations,
         }
 

@@ -94,6 +94,9 @@ class ScoreInputs:
     faults_recovered: int  # service recovered within its limit
     recovery_times_s: tuple[float, ...]  # recovery time of each recovered fault (its clock: heal or restore)
     faults_inconsistent: int = 0  # judged incidents during which an effect was duplicated or corrupted
+    # A long run's running total instead of every time: then recovery_times_s is empty, and the mean is this
+    # over faults_recovered.
+    recovery_total_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -122,7 +125,12 @@ class ScoreInputs:
             )
         if self.faults_recovered > self.faults_judged:
             raise ValueError(f"faults_recovered: {self.faults_recovered} exceeds faults_judged ({self.faults_judged})")
-        if len(self.recovery_times_s) != self.faults_recovered:
+        if self.recovery_total_s is not None:
+            if self.recovery_times_s:
+                raise ValueError("recovery_times_s: give the times or their total (recovery_total_s), not both")
+            if not (math.isfinite(self.recovery_total_s) and self.recovery_total_s >= 0.0):
+                raise ValueError(f"recovery_total_s: must be finite and >= 0, got {self.recovery_total_s!r}")
+        elif len(self.recovery_times_s) != self.faults_recovered:
             raise ValueError(
                 f"recovery_times_s: {len(self.recovery_times_s)} times for "
                 f"faults_recovered={self.faults_recovered}; need one per recovered fault"
@@ -210,7 +218,8 @@ def compute_score(inputs: ScoreInputs, weights: ScoreWeights = ScoreWeights()) -
         if inputs.faults_recovered == 0:
             recovery_speed = 0.0
         else:
-            mean_s = math.fsum(inputs.recovery_times_s) / len(inputs.recovery_times_s)
+            total = inputs.recovery_total_s
+            mean_s = (math.fsum(inputs.recovery_times_s) if total is None else total) / inputs.faults_recovered
             recovery_speed = _speed(mean_s, weights)
         share = weights.recovery_rate_share
         recovery = share * recovery_rate + (1.0 - share) * recovery_speed

@@ -263,6 +263,10 @@ class Storage:
             return await self._read(f"{_FAULTS} ORDER BY r.started_unix, f.run_id, f.id", (), _fault)
         return await self._read(f"{_FAULTS} WHERE f.run_id = ? ORDER BY f.id", (run_id,), _fault)
 
+    async def fault(self, run_id: str, fault_id: int) -> FaultView | None:
+        found = await self._read(f"{_FAULTS} WHERE f.run_id = ? AND f.id = ?", (run_id, fault_id), _fault)
+        return found[0] if found else None
+
     async def events(self, run_id: str, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         sql = "SELECT id, t, kind, data FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"
         return await self._read(sql, (run_id, after_id, limit), _event)

@@ -348,8 +348,12 @@ class ActionsBody(TypedDict):
 
 @_closed
 class FaultsBody(TypedDict):
-    faults: list[FaultView]
+    faults: Annotated[list[FaultView], Field(description="the newest faults, those still in memory (history.faults)")]
     lever: str | None
+    injected: Annotated[int, Field(description="faults injected in this run")]
+    first_in_memory: Annotated[
+        int, Field(description="the oldest fault id in memory; older ones: GET /api/v1/faults/{id}, from storage")
+    ]
 
 
 @_closed

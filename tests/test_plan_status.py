@@ -132,7 +132,9 @@ def _from_report(ctl: Controller, run: PlanRun) -> dict[str, Any]:
     """The window as it was computed before: from the whole live report."""
     weights = ScoreWeights.from_config(ctl.exp.settings.score)
     assert run.before is not None
-    result: dict[str, Any] = rounded(window_report(run.before, ctl.exp.report(), run.fault_ids(), weights))
+    # From the report's incidents, not the plan's running book: the two must agree.
+    ids = {f.id for f in ctl.exp.injector.faults if run.owns(f)}
+    result: dict[str, Any] = rounded(window_report(run.before, ctl.exp.report(), ids, weights))
     return result
 
 

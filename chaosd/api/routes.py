@@ -23,7 +23,7 @@ from chaosd.api.schemas import (
 )
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
-from chaosd.faults import CATALOGUE
+from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.injector import MAX_WAIT_S, STATES, check_labels, matches
 from chaosd.report import rounded
 from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name, scenario_names
@@ -170,7 +170,7 @@ async def status(request: web.Request) -> web.Response:
         "started_unix": request.app[STARTED],
         "uptime_s": p.elapsed(),
         "agents": [
-            {"id": a.id, "kind": a.kind, "state": a.state, "restarts": len(a.restarts), "gave_up": a.gave_up}
+            {"id": a.id, "kind": a.kind, "state": a.state, "restarts": a.restart_count, "gave_up": a.gave_up}
             for a in p.agents.values()
         ],
         "leader": p.dispatcher.leader_id,
@@ -244,14 +244,20 @@ async def faults(request: web.Request) -> web.Response:
     if active not in ("", "true", "false", "1", "0"):
         raise FaultError("active", "must be true or false", status=400)
     labels, actions, states = _selector(request)
-    records = request.app[CONTROLLER].exp.injector.faults
+    injector = request.app[CONTROLLER].exp.injector
+    records: list[FaultRecord] = list(injector.faults)  # the newest history.faults; older ones: GET …/{id}
     if active in ("true", "1"):
         records = [f for f in records if f.active]
     elif active in ("false", "0"):
         records = [f for f in records if not f.active]
     if labels or actions or states:
         records = [f for f in records if matches(f, labels, actions, states)]
-    body: FaultsBody = {"faults": [f.as_dict() for f in records], "lever": request.app[CONTROLLER].exp.injector.lever}
+    body: FaultsBody = {
+        "faults": [f.as_dict() for f in records],
+        "lever": injector.lever,
+        "injected": injector.injected,
+        "first_in_memory": injector.faults.first_kept,
+    }
     return _ok(body)
 
 
@@ -297,7 +303,14 @@ async def fault(request: web.Request) -> web.Response:
     """One fault; with ``?wait=30s``, answered as soon as it gets its verdict, or with its state at the deadline."""
     wait = _wait(request)
     ctl = request.app[CONTROLLER]
-    record = ctl.exp.injector.get(_path_id(request))
+    fault_id = _path_id(request)
+    record = ctl.exp.injector.faults.get(fault_id)
+    if record is None and 0 < fault_id <= ctl.exp.injector.injected:
+        # Older than the faults kept in memory (history.faults): as storage recorded it at its last change.
+        stored = await request.app[STORAGE].fault(request.app[RUN_ID], fault_id)
+        if stored is not None:
+            return _ok(stored)
+    record = ctl.exp.injector.get(fault_id)  # 404 when there is no such fault
     await ctl.await_verdicts((record.id,), wait)
     return _ok(record.as_dict())
 
@@ -439,11 +452,10 @@ async def stop_scenario(request: web.Request) -> web.Response:
 @routes.get("/api/v1/score")
 async def score(request: web.Request) -> web.Response:
     exp = request.app[CONTROLLER].exp
-    faults = exp.injector.faults
     body: ScoreBody = {
         **exp.live_score().as_dict(),
-        "faults_injected": len(faults),
-        "faults_recovered": sum(1 for f in faults if f.outcome == "recovered"),
+        "faults_injected": exp.injector.injected,
+        "faults_recovered": exp.injector.outcomes["recovered"],
     }
     return _ok(body)
 

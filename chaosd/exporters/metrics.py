@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -23,6 +23,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from chaosd import __version__
+from chaosd.events import Event
 from chaosd.faults import CATALOGUE
 from chaosd.histogram import LogHistogram
 from chaosd.runner import Experiment
@@ -80,15 +81,55 @@ class ServerStats(Protocol):
         ...
 
 
-def _histogram(
-    name: str, doc: str, labels: Sequence[str], series: dict[tuple[str, ...], list[float]]
-) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, doc, labels=list(labels))
-    for key, values in series.items():
-        buckets = [(repr(b), float(sum(1 for v in values if v <= b))) for b in RECOVERY_BUCKETS]
-        buckets.append(("+Inf", float(len(values))))
-        family.add_metric(list(key), buckets, sum(values))
-    return family
+class _FaultSeries:
+    """Per-action fault counters and recovery histograms, kept up to date from the fault events.
+
+    A scrape reads them as they stand: its cost does not grow with the faults the daemon has injected.
+    """
+
+    def __init__(self, exp: Experiment) -> None:
+        self._exp = exp
+        self.injected: dict[str, int] = dict.fromkeys(CATALOGUE, 0)
+        self.failed: dict[str, int] = dict.fromkeys(CATALOGUE, 0)
+        keys = [(a, k) for a in CATALOGUE for k in ("mechanism", "service")]
+        self.buckets: dict[tuple[str, str], list[int]] = {key: [0] * len(RECOVERY_BUCKETS) for key in keys}
+        self.count: dict[tuple[str, str], int] = dict.fromkeys(keys, 0)
+        self.sum: dict[tuple[str, str], float] = dict.fromkeys(keys, 0.0)
+        exp.events.subscribe(self.on_event)
+
+    def _observe(self, key: tuple[str, str], value: float) -> None:
+        counts = self.buckets[key]
+        for i, bound in enumerate(RECOVERY_BUCKETS):
+            if value <= bound:
+                counts[i] += 1
+        self.count[key] += 1
+        self.sum[key] += value
+
+    def on_event(self, event: Event) -> None:
+        if event.kind != "fault":
+            return
+        data = event.data
+        action, state = data.get("action"), data.get("state")
+        if not isinstance(action, str) or action not in self.injected:
+            return
+        if state == "injected":
+            self.injected[action] += 1
+        elif state == "failed":
+            self.failed[action] += 1
+        elif state == "recovered" and isinstance(seconds := data.get("recovery_s"), int | float):
+            self._observe((action, "service"), float(seconds))  # the fault's own clock: heal or restore
+        elif state == "mechanism_recovered":
+            record = self._exp.injector.faults.get(int(data["id"]))
+            if record is not None and record.mechanism_recovered_at is not None:
+                self._observe((action, "mechanism"), record.mechanism_recovered_at - record.injected_at)
+
+    def histogram(self, name: str, doc: str) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, doc, labels=["action", "kind"])
+        for key, counts in self.buckets.items():
+            buckets = [(repr(b), float(n)) for b, n in zip(RECOVERY_BUCKETS, counts, strict=True)]
+            buckets.append(("+Inf", float(self.count[key])))
+            family.add_metric(list(key), buckets, self.sum[key])
+        return family
 
 
 class ExperimentCollector(Collector):
@@ -102,6 +143,7 @@ class ExperimentCollector(Collector):
         server: ServerStats | None = None,
     ) -> None:
         self.exp = experiment
+        self._faults = _FaultSeries(experiment)
         self._spans = spans or (lambda: (0, 0))
         self._server = server
 
@@ -163,32 +205,23 @@ class ExperimentCollector(Collector):
         for s in DetectorState:
             one_hot.add_metric([s.value], 1.0 if s is state else 0.0)
         yield one_hot
-        yield CounterMetricFamily("chaosd_collapses", "Collapse episodes", value=len(exp.detector.episodes))
+        yield CounterMetricFamily("chaosd_collapses", "Collapse episodes", value=exp.detector.episode_count)
         yield GaugeMetricFamily("chaosd_throttle_factor", "Admitted share of the load", value=exp.throttle.factor)
 
-        faults = exp.injector.faults
+        series = self._faults
         injected = CounterMetricFamily("chaosd_faults_injected", "Faults injected", labels=["action"])
         active = GaugeMetricFamily("chaosd_faults_active", "Faults active", labels=["action"])
         failed_faults = CounterMetricFamily("chaosd_faults_failed", "Faults not recovered in time", labels=["action"])
-        recovery: dict[tuple[str, ...], list[float]] = {(a, k): [] for a in CATALOGUE for k in ("mechanism", "service")}
+        active_now = [f.action for f in exp.injector.active()]  # the faults in play: a handful, not the history
         for action in CATALOGUE:
-            mine = [f for f in faults if f.action == action]
-            injected.add_metric([action], float(len(mine)))
-            active.add_metric([action], float(sum(1 for f in mine if f.active)))
-            failed_faults.add_metric([action], float(sum(1 for f in mine if f.outcome == "failed")))
-        for f in faults:
-            if f.mechanism_recovered_at is not None:
-                recovery[(f.action, "mechanism")].append(f.mechanism_recovered_at - f.injected_at)
-            if (t := f.recovery_s) is not None:  # the fault's own clock: heal (from injection) or restore
-                recovery[(f.action, "service")].append(t)
+            injected.add_metric([action], float(series.injected[action]))
+            active.add_metric([action], float(active_now.count(action)))
+            failed_faults.add_metric([action], float(series.failed[action]))
         yield injected
         yield active
         yield failed_faults
-        yield _histogram(
-            "chaosd_fault_recovery_seconds",
-            "Recovery time (mechanism: from injection; service: heal or restore clock)",
-            ["action", "kind"],
-            recovery,
+        yield series.histogram(
+            "chaosd_fault_recovery_seconds", "Recovery time (mechanism: from injection; service: heal or restore clock)"
         )
         yield GaugeMetricFamily(
             "chaosd_safety_lever", "1 while the lever is pulled", value=1.0 if exp.injector.lever else 0.0

@@ -362,7 +362,7 @@ class DropMessages(Action):
 class StageAction(Action):
     """Targets stages: a name, a kind (all stages of it), or ``random``."""
 
-    kinds: tuple[str, ...] = ("compute", "tool", "llm", "memory", "mcp")
+    kinds: tuple[str, ...] = ("compute", "tool", "llm", "memory", "mcp", "python")
     default_target = "random"
 
     def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
@@ -460,7 +460,7 @@ class RemoveEdge(Action):
 class ToolTimeout(StageAction):
     name = "tool_timeout"
     description = "Tool calls hang until their timeout; retried, then degraded."
-    kinds = ("tool",)
+    kinds = ("tool", "python")  # a python stage's calls hang in place of its handler
     default_target = "random"  # one tool: the breaker routes around it; "tool" hangs every tool stage
     params = {"timeout": Param(0.0, 0.0, 60.0, "seconds a hung call waits (0 = the stage's timeout)", seconds=True)}
     heals_itself = True
@@ -491,9 +491,13 @@ class ToolTimeout(StageAction):
 class LlmFailure(StageAction):
     name = "llm_failure"
     description = "The primary model errors; retries go to the fallback model."
-    kinds = ("llm",)
+    kinds = ("llm", "python")  # a python stage's calls fail in place of its handler
     default_target = "llm"
     heals_itself = True
+
+    def heals(self, rt: Pipeline, targets: tuple[str, ...]) -> bool:
+        # A python stage has no fallback model: nothing but the fault's end heals it.
+        return all(rt.stages[n].kind == "llm" for n in targets)
 
     def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         memo: Memo = {}

@@ -9,15 +9,17 @@ time of its own: no fault borrows another's recovery.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from chaosd.history import Sum
 from chaosd.views import IncidentView
 
 if TYPE_CHECKING:
     from chaosd.faults.injector import FaultRecord
 
-__all__ = ["IMPACT_KINDS", "Incident", "TaskImpact", "impact_between"]
+__all__ = ["IMPACT_KINDS", "Incident", "IncidentBook", "TaskImpact", "impact_between"]
 
 TaskImpact = dict[str, int]
 # What users felt, counted in tasks, and effects the audit found wrong (applied twice, or corrupted).
@@ -84,3 +86,35 @@ class Incident:
             "impact_tasks": dict(self.tasks),
             "consistent": self.consistent,
         }
+
+
+class IncidentBook:
+    """Running totals of judged incidents, what the score needs: O(1) however many incidents there were.
+
+    ``owns`` picks the faults whose incidents count (every fault, a plan's, a window's): an incident counts
+    once, when it closes, if it holds one of them.
+    """
+
+    def __init__(self, owns: Callable[[FaultRecord], bool] | None = None) -> None:
+        self.owns = owns
+        self.closed = 0
+        self.outcomes: dict[str, int] = {"recovered": 0, "failed": 0, "unmeasured": 0}
+        self.judged = 0  # recovered or failed (not unmeasured)
+        self.recovered = 0  # recovered with a time (what the speed averages)
+        self.recovery = Sum()
+        self.inconsistent = 0  # judged ones during which an effect was duplicated or corrupted
+
+    def add(self, incident: Incident) -> None:
+        if self.owns is not None and not any(self.owns(m) for m in incident.members):
+            return
+        self.closed += 1
+        outcome = incident.outcome
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if outcome not in ("recovered", "failed"):
+            return
+        self.judged += 1
+        if not incident.consistent:
+            self.inconsistent += 1
+        if outcome == "recovered" and (seconds := incident.recovery_s) is not None:
+            self.recovered += 1
+            self.recovery.add(seconds)

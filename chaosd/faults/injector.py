@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, cast
 
@@ -25,7 +26,8 @@ from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
 from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
-from chaosd.faults.incidents import IMPACT_KINDS, PENDING, Incident, TaskImpact, impact_between
+from chaosd.faults.incidents import IMPACT_KINDS, PENDING, Incident, IncidentBook, TaskImpact, impact_between
+from chaosd.history import Kept, Sum
 from chaosd.pipeline import Pipeline
 from chaosd.views import BaselineView, FaultView
 
@@ -140,6 +142,7 @@ class FaultRecord:
     impact_tasks: TaskImpact = field(default_factory=dict)  # tasks late, failed, refused, degraded while active
     tally_from: tuple[int, ...] = ()  # the task tally at injection
     incident: int = 0  # the incident it belongs to
+    owner: object | None = None  # the plan (survival, scenario) that injected it, if one did
     shared: bool = False  # its incident has other faults: the recovery is the incident's, not its own
     _streak_from: float | None = None
 
@@ -202,6 +205,7 @@ class Injector:
         rng: random.Random,
         events: EventLog,
         tick: float,
+        keep: int = 1000,
     ) -> None:
         self.cfg = cfg
         self.recovery = recovery
@@ -211,10 +215,17 @@ class Injector:
         self.rt = runtime
         self._rng = rng
         self._events = events
-        self.faults: list[FaultRecord] = []
+        # The newest ``keep`` faults and incidents; older ones are in storage (the daemon), and in the totals.
+        self.faults: Kept[FaultRecord] = Kept(keep)
         # Not reverted yet, or without a verdict yet (a fault may recover while still active): a tick's work.
         self._pending: list[FaultRecord] = []
-        self.incidents: list[Incident] = []
+        self.incidents: Kept[Incident] = Kept(keep)
+        # Totals over every fault ever: what the score, the report's summary and the metrics read, in O(1).
+        self.outcomes: dict[str, int] = dict.fromkeys(TERMINAL, 0)
+        self.recovery_by_action: dict[str, Sum] = {}
+        self.book = IncidentBook()  # every incident
+        self.books: list[IncidentBook] = []  # those of the open plans and windows
+        self.verdict_listeners: list[Callable[[FaultRecord], None]] = []
         self.lever: str | None = None  # why the safety lever is pulled, or None
         self.closed: str | None = None  # why no fault is accepted any more (shutdown), or None
         self._window: deque[ServiceView] = deque(maxlen=max(1, round(recovery.baseline_window / tick)))
@@ -226,10 +237,21 @@ class Injector:
     def active(self) -> list[FaultRecord]:
         return [f for f in self._pending if f.active]
 
+    @property
+    def injected(self) -> int:
+        """Faults injected so far (ids count from 1: the newest id)."""
+        return self.faults.total
+
     def get(self, fault_id: int) -> FaultRecord:
         """A fault by id: ids count from 1 in injection order, so it is found by index, not by a search."""
-        if 0 < fault_id <= len(self.faults):
-            return self.faults[fault_id - 1]
+        record = self.faults.get(fault_id)
+        if record is not None:
+            return record
+        if 0 < fault_id <= self.faults.total:
+            kept = self.faults.limit
+            raise FaultError(
+                "id", f"fault {fault_id} is older than the {kept} kept in memory (history.faults)", status=404
+            )
         raise FaultError("id", f"no fault {fault_id}", status=404)
 
     def inject(
@@ -239,6 +261,7 @@ class Injector:
         params: dict[str, object] | None = None,
         ttl: float | None = None,
         labels: dict[str, str] | None = None,
+        owner: object | None = None,
     ) -> FaultRecord:
         """Apply one fault, or raise :class:`FaultError` naming the field, having changed nothing."""
         if self.closed is not None:
@@ -269,7 +292,7 @@ class Injector:
             raise FaultError("target", conflict, status=409)
         now = self.rt.elapsed()
         record = FaultRecord(
-            id=len(self.faults) + 1,
+            id=self.faults.total + 1,
             action=action,
             target=target,
             targets=targets,
@@ -280,6 +303,7 @@ class Injector:
             heals=spec.heals(self.rt, targets),
             tally_from=self.tally(),
             labels=tags,
+            owner=owner,
         )
         record.impact_tasks = dict.fromkeys(IMPACT_KINDS, 0)
         record.memo = spec.apply(self.rt, targets, checked)
@@ -291,16 +315,17 @@ class Injector:
 
     def _join_incident(self, record: FaultRecord) -> None:
         """Injected while another fault is still active or recovering: one incident, judged together."""
+        last = self.incidents.last()
         if record.action == "resume_agent":  # an instantaneous remedy, not a blow of its own
-            record.incident = self.incidents[-1].id if self.incidents else 0
+            record.incident = self.incidents.total
             return
-        if self.incidents and self.incidents[-1].open:
-            incident = self.incidents[-1]
+        if last is not None and last.open:
+            incident = last
             incident.members.append(record)
             for member in incident.members:
                 member.shared = True
         else:
-            incident = Incident(len(self.incidents) + 1, [record], tally_from=record.tally_from)
+            incident = Incident(self.incidents.total + 1, [record], tally_from=record.tally_from)
             incident.tasks = dict(record.impact_tasks)
             self.incidents.append(incident)
         record.incident = incident.id
@@ -352,8 +377,9 @@ class Injector:
         if record.active:
             record.impact_tasks = impact_between(record.tally_from, tally)
         if record.incident and record.action != "resume_agent":
-            incident = self.incidents[record.incident - 1]
-            incident.tasks = impact_between(incident.tally_from, tally)
+            incident = self.incidents.get(record.incident)
+            if incident is not None:
+                incident.tasks = impact_between(incident.tally_from, tally)
 
     def _revert(self, record: FaultRecord, why: str) -> None:
         CATALOGUE[record.action].revert(self.rt, record.targets, record.params, record.memo)
@@ -419,9 +445,9 @@ class Injector:
             # A resume is instantaneous; anything else still in play keeps the baseline unfed.
             unsettled = unsettled or (record.outcome in PENDING and record.action != "resume_agent")
         self._pending = [r for r in pending if r.active or r.outcome in PENDING]
-        for incident in felt:
-            if incident:  # 0: a resume with no incident before it
-                self.incidents[incident - 1].impact_s += self._tick
+        for number in felt:
+            if (incident := self.incidents.get(number)) is not None:  # 0: a resume with no incident before it
+                incident.impact_s += self._tick
         if not unsettled:
             self._window.append(s)
         self._check_stop_conditions(s)
@@ -442,8 +468,7 @@ class Injector:
         end = record.reverted_at if record.reverted_at is not None else record.injected_at + record.ttl
         if within is None:
             if not record.active and (record.mechanism_recovered_at is not None or s.t > end + self.recovery.limit):
-                record.outcome = "unmeasured"  # nothing to judge the service against: no verdict, no time
-                self._events.record(s.t, "fault", id=record.id, action=record.action, state="unmeasured")
+                self._settle(record, "unmeasured", s.t)  # nothing to judge the service against: no verdict, no time
             return False
         felt = record.active and not within
         if felt:
@@ -459,16 +484,30 @@ class Injector:
             and s.t >= record.mechanism_recovered_at
         ):
             record.service_recovered_at = max(record._streak_from, record.injected_at)
-            record.outcome = "recovered"
-            self._events.record(
-                s.t, "fault", id=record.id, action=record.action, state="recovered", recovery_s=record.recovery_s
-            )
+            self._settle(record, "recovered", s.t)
             return felt
         if s.t > end + self.recovery.limit:
-            record.outcome = "failed"
             record.service_recovered_at = None
-            self._events.record(s.t, "fault", id=record.id, action=record.action, state="failed")
+            self._settle(record, "failed", s.t)
         return felt
+
+    def _settle(self, record: FaultRecord, outcome: str, now: float) -> None:
+        """The fault's verdict: counted in the totals, its incident judged once its last member has one."""
+        record.outcome = outcome
+        self.outcomes[outcome] += 1
+        if outcome == "recovered":
+            # Shared incidents are judged as one (see the incident): the fault has no time of its own then.
+            if (seconds := record.recovery_s) is not None:
+                self.recovery_by_action.setdefault(record.action, Sum()).add(seconds)
+            self._events.record(now, "fault", id=record.id, action=record.action, state=outcome, recovery_s=seconds)
+        else:
+            self._events.record(now, "fault", id=record.id, action=record.action, state=outcome)
+        incident = self.incidents.get(record.incident) if record.action != "resume_agent" else None
+        if incident is not None and record in incident.members and not incident.open:
+            for book in (self.book, *self.books):
+                book.add(incident)
+        for listener in self.verdict_listeners:
+            listener(record)
 
     def _check_stop_conditions(self, s: ServiceView) -> None:
         if self.lever is not None:

@@ -20,7 +20,8 @@ class Agent:
     partitioned: bool = False
     slow: float = 1.0  # service-time multiplier (workers) or rate divisor (producers)
     served: int = 0  # tasks finished (workers) or offered (producers): progress after a restart
-    restarts: list[float] = field(default_factory=list)
+    restarts: list[float] = field(default_factory=list)  # restart times within the supervisor's window
+    restart_count: int = 0  # restarts in all
     gave_up: bool = False  # the supervisor stopped restarting it
     task: asyncio.Task[None] | None = None
     gate: asyncio.Event = field(default_factory=asyncio.Event)

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from chaosd.clock import Clock
 from chaosd.config import Settings
 from chaosd.events import EventLog
+from chaosd.handlers import refuse_virtual_time
 from chaosd.histogram import LogHistogram
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.audit import Audit
@@ -48,6 +49,8 @@ class Pipeline:
         measure_from: float = 0.0,
         events: EventLog | None = None,
     ) -> None:
+        if getattr(clock, "virtual", False):
+            refuse_virtual_time(settings.stages)  # user handlers wait on the real clock
         self.settings = settings
         self.clock = clock
         self.t0 = clock.now()

@@ -2,21 +2,28 @@
 
 tool → a hung call is cut at the timeout, retried, and finally degraded; llm → retried on the
 fallback model; memory → checksums catch corruption, the entry is restored from the checkpoint;
-mcp → while disconnected calls fail fast and a reconnect loop retries with backoff.
+mcp → while disconnected calls fail fast and a reconnect loop retries with backoff; python → the
+user's handler is awaited, with the same timeout, retries, breaker and faults around it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import random
 from collections.abc import Callable
+from types import MappingProxyType
 
 from chaosd.clock import Clock
 from chaosd.config import ServiceConfig, StageConfig
+from chaosd.errors import ConfigError
+from chaosd.handlers import Handler, HandlerError, StageContext, load_handler
 from chaosd.pipeline.backoff import backoff_delay
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.resources import McpConnection, MemoryStore
+from chaosd.pipeline.task import Task
 
 __all__ = ["DEGRADED", "StageRunner", "make_sampler"]
 
@@ -25,6 +32,8 @@ DEGRADED = "degraded"
 
 # A tool call hanging under a tool_timeout fault, when the stage sets no timeout of its own.
 DEFAULT_HANG_TIMEOUT = 0.1
+
+_log = logging.getLogger("chaosd")
 
 
 def make_sampler(service: ServiceConfig, rng: random.Random) -> Callable[[], float]:
@@ -71,7 +80,12 @@ class StageRunner:
         self.cfg = cfg
         self._rng = rng
         self.sample = make_sampler(cfg.service, rng)
-        self._fallback = make_sampler(cfg.fallback, rng) if cfg.fallback is not None else None
+        self._fallback = make_sampler(cfg.fallback, rng) if cfg.fallback is not None and cfg.kind != "python" else None
+        # python: imported once here, at build; the service time is only the handler's expected duration.
+        self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None
+        self._params = MappingProxyType(dict(cfg.params))
+        self.handler_errors: dict[str, int] = {}  # attempts whose handler raised, by exception type
+        self.handler_timeouts = 0  # attempts whose handler was cut at the stage timeout
         self._queue = queue
         self._ledger = ledger
         self._sleep = clock.sleep
@@ -158,7 +172,7 @@ class StageRunner:
         self._open(now)
         return False
 
-    async def run(self, slow: float = 1.0) -> str | None:
+    async def run(self, slow: float = 1.0, task: Task | None = None) -> str | None:
         """None when the stage served the task; :data:`DEGRADED` when it went on without; else why it failed."""
         cfg = self.cfg
         timeout = cfg.timeout
@@ -167,7 +181,10 @@ class StageRunner:
         attempt = 0
         use_fallback = self._fallback is not None and self.is_open(self._now())
         while True:
-            reason = await self._attempt(slow, timeout, use_fallback)
+            if self.handler is not None:
+                reason = await self._call(self.handler, slow, timeout, task, attempt + 1)
+            else:
+                reason = await self._attempt(slow, timeout, use_fallback)
             if reason is None:
                 self.successes += 1
                 if not use_fallback:
@@ -221,3 +238,72 @@ class StageRunner:
         if use_fallback:
             self.fallback_served += 1
         return None
+
+    async def _call(self, handler: Handler, slow: float, timeout: float, task: Task | None, attempt: int) -> str | None:
+        """One attempt of a python stage: the faults act first, in place of the call or before it."""
+        sleep = self._sleep
+        if self.removed:
+            return "node_removed"
+        if self.hang:
+            await sleep(self.hang_timeout)
+            return "tool_timeout"
+        if self.llm_down:
+            await sleep(self.sample() * slow)  # the model answers with an error after its usual time
+            return "llm_error"
+        p = self.failure_probability() if self.cfg.pressure.enabled or self.cfg.failure_probability else 0.0
+        if p > 0.0 and self._rng.random() < p:
+            if timeout > 0.0:
+                await sleep(timeout)
+                return "timeout"
+            return "error"
+        # A slow worker is late to call by (factor - 1) x the stage's expected time; jitter adds its own draw.
+        delay = (slow - 1.0) * self.sample() if slow > 1.0 else 0.0
+        if self.jitter:
+            delay += self._rng.uniform(0.0, self.jitter)
+        faults = tuple(name for name, on in (("slow_agent", slow > 1.0), ("latency_jitter", self.jitter > 0.0)) if on)
+        deadline = self._now() + timeout if timeout > 0.0 else None
+        context = StageContext(
+            stage=self.name,
+            attempt=attempt,
+            timeout=timeout or None,
+            deadline=deadline,
+            faults=faults,
+            task_id=task.id if task is not None else -1,
+            params=self._params,
+        )
+        # The clock is the running loop's (clock.now is loop.time), so the deadline is the loop's too.
+        scope = asyncio.timeout_at(deadline)
+        try:
+            async with scope:
+                if delay > 0.0:
+                    await sleep(delay)
+                await handler(task, context)
+        except TimeoutError as exc:
+            if scope.expired():
+                self.handler_timeouts += 1
+                return "timeout"
+            self._handler_failed(exc)  # the handler's own timeout (its client's): a failure of the handler
+            return "handler_error"
+        except Exception as exc:  # whatever user code raises is a failed attempt, not a crashed worker
+            self._handler_failed(exc)
+            return "handler_error"
+        return None
+
+    def _handler_failed(self, exc: Exception) -> None:
+        cause = type(exc).__name__
+        seen = self.handler_errors.get(cause, 0)
+        self.handler_errors[cause] = seen + 1
+        if not seen:  # the first of each kind with its traceback; the rest are counted
+            _log.warning(
+                "stage %s: handler raised %s; further ones are counted, not logged", self.name, cause, exc_info=exc
+            )
+
+
+def _build_handler(cfg: StageConfig) -> Handler:
+    where = f"stages.{cfg.name}.handler"
+    if cfg.handler is None:
+        raise ConfigError([("configuration", where, 'required for kind = "python"')])
+    try:
+        return load_handler(cfg.handler)
+    except HandlerError as exc:
+        raise ConfigError([("configuration", where, str(exc))]) from None

@@ -56,7 +56,10 @@ class Supervisor:
         if agent.alive:
             return
         now = self._clock.now()
+        # Only the restarts within the window decide anything: older ones are counted, not kept.
+        agent.restarts = [t for t in agent.restarts if now - t <= self.cfg.window]
         agent.restarts.append(now)
+        agent.restart_count += 1
         self.restarts += 1
         self._restart(agent)
         self._events.record(now - self._t0, "supervisor", agent=agent.id, state="restarted")

@@ -105,7 +105,7 @@ class Worker:
         degraded = False
         for stage in route or ():
             begun = now()
-            reason = await stage.run(self.agent.slow)
+            reason = await stage.run(self.agent.slow, task)
             tracer.stage(handle, stage.name, stage.kind, begun, now(), reason)
             if reason == DEGRADED:
                 degraded, reason = True, None
@@ -172,7 +172,7 @@ class Worker:
                         if service > 0.0:
                             await sleep(service)
                         continue
-                    reason = await stage.run(slow)
+                    reason = await stage.run(slow, task)
                     if reason == DEGRADED:
                         degraded, reason = True, None
                     elif reason is not None:

@@ -54,7 +54,7 @@ class Episode:
 class CollapseDetector:
     """Feeds on snapshots, one per tick; reports state transitions and collapse episodes."""
 
-    def __init__(self, cfg: DetectorConfig, tick: float) -> None:
+    def __init__(self, cfg: DetectorConfig, tick: float, keep: int = 1000) -> None:
         self.cfg = cfg
         self.state = DetectorState.HEALTHY
         hold_ticks = max(1, round(cfg.hold / tick))
@@ -65,7 +65,9 @@ class CollapseDetector:
         self._persist: deque[bool] = deque(maxlen=max(1, round(cfg.clear_hold / tick)))
         self._ages: deque[float] = deque(maxlen=max(1, round(cfg.standing_window / tick)))
         self._calm_since: float | None = None
-        self.episodes: list[Episode] = []
+        self.episodes: deque[Episode] = deque(maxlen=keep)  # the newest; the totals below are of all
+        self.episode_count = 0
+        self.closed_s = 0.0  # time collapsed in the episodes that cleared, each rounded to 6 decimals
         self.baseline_p95 = 0.0
 
     def _held(self, history: deque[bool]) -> bool:
@@ -94,6 +96,7 @@ class CollapseDetector:
             if raised is not None:
                 self._persist.clear()
                 self.episodes.append(Episode(detected_at=s.t, reason=raised))
+                self.episode_count += 1
                 return self._go(s.t, DetectorState.COLLAPSED, raised)
             if growing or slow:
                 return self._go(s.t, DetectorState.WARNING, "queue_growth" if growing else "latency_growth")
@@ -111,7 +114,9 @@ class CollapseDetector:
         if state is DetectorState.COLLAPSED and calm_for >= cfg.clear_hold:
             return self._go(s.t, DetectorState.RECOVERING, "overload cleared")
         if state is DetectorState.RECOVERING and calm_for >= cfg.clear_hold + cfg.recover_hold:
-            self.episodes[-1].cleared_at = s.t
+            episode = self.episodes[-1]
+            episode.cleared_at = s.t
+            self.closed_s += round(s.t - episode.detected_at, 6)
             self._growth.clear()
             self._latency.clear()
             self._persist.clear()

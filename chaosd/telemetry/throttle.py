@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from chaosd.config import ThrottleConfig
@@ -20,11 +21,14 @@ class ThrottleAction:
 class Throttle:
     """The admission factor producers obey (1 = everything offered is submitted)."""
 
-    def __init__(self, cfg: ThrottleConfig) -> None:
+    def __init__(self, cfg: ThrottleConfig, keep: int = 1000) -> None:
         self.cfg = cfg
         self.factor = 1.0
         self._last = float("-inf")
-        self.actions: list[ThrottleAction] = []
+        self.actions: deque[ThrottleAction] = deque(maxlen=keep)  # the newest; the counts below are of all
+        self.decreases = 0
+        self.increases = 0
+        self.lowest_factor = 1.0
 
     def update(self, state: DetectorState, t: float) -> ThrottleAction | None:
         cfg = self.cfg
@@ -41,4 +45,9 @@ class Throttle:
         self._last = t
         taken = ThrottleAction(at=t, action=action, factor=self.factor)
         self.actions.append(taken)
+        if action == "decrease":
+            self.decreases += 1
+        else:
+            self.increases += 1
+        self.lowest_factor = min(self.lowest_factor, self.factor)
         return taken
