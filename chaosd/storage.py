@@ -108,6 +108,7 @@ def _run(r: _Row) -> RunBody:
         "config": _loads(r[4]),
         "report": _loads(r[5]),
         "faults": faults,
+        "faults_next": None,
     }
 
 
@@ -249,19 +250,23 @@ class Storage:
         sql += " ORDER BY started_unix DESC, rowid DESC LIMIT ?"
         return await self._read(sql, (limit,), _summary)
 
-    async def run(self, run_id: str) -> RunBody | None:
+    async def run(self, run_id: str, faults_after: int = 0, faults_limit: int = 1000) -> RunBody | None:
+        """A run with one page of its faults: ids above ``faults_after``, at most ``faults_limit`` of them."""
         sql = "SELECT id, started_unix, ended_unix, status, config, report FROM runs WHERE id = ?"
         found = await self._read(sql, (run_id,), _run)
         if not found:
             return None
-        found[0]["faults"] = await self.faults(run_id)
+        page = await self.faults(run_id, after=faults_after, limit=faults_limit + 1)
+        found[0]["faults"] = page[:faults_limit]
+        found[0]["faults_next"] = page[faults_limit - 1]["id"] if len(page) > faults_limit else None
         return found[0]
 
-    async def faults(self, run_id: str | None = None) -> list[FaultView]:
-        """One run's faults by id, or every run's, oldest run first."""
+    async def faults(self, run_id: str | None = None, *, after: int = 0, limit: int = -1) -> list[FaultView]:
+        """One run's faults by id (those above ``after``, ``limit`` at most), or every run's, oldest run first."""
         if run_id is None:
             return await self._read(f"{_FAULTS} ORDER BY r.started_unix, f.run_id, f.id", (), _fault)
-        return await self._read(f"{_FAULTS} WHERE f.run_id = ? ORDER BY f.id", (run_id,), _fault)
+        sql = f"{_FAULTS} WHERE f.run_id = ? AND f.id > ? ORDER BY f.id LIMIT ?"
+        return await self._read(sql, (run_id, after, limit), _fault)
 
     async def fault(self, run_id: str, fault_id: int) -> FaultView | None:
         found = await self._read(f"{_FAULTS} WHERE f.run_id = ? AND f.id = ?", (run_id, fault_id), _fault)

@@ -41,6 +41,7 @@ Rate = Annotated[float, Field(ge=0, description="per second")]
 Share = Annotated[float, Field(ge=0, description="a share, 0 to 1")]
 Points = Annotated[float, Field(ge=0, le=100, description="0 to 100")]
 _closed = with_config(ConfigDict(extra="forbid"))
+_open = with_config(ConfigDict(extra="allow"))  # blocks that may carry more (a diagnostic's details, …)
 
 
 @_closed
@@ -219,6 +220,7 @@ class LatencyView(TypedDict):
     sojourn: LatencyBlock
 
 
+@_open
 class CollapseView(TypedDict):
     detector: bool
     count: int
@@ -227,12 +229,14 @@ class CollapseView(TypedDict):
     final_state: str
 
 
+@_open
 class ThrottleAction(TypedDict):
     at: RunInstant
     action: str
     factor: Share
 
 
+@_open
 class ThrottleView(TypedDict):
     enabled: bool
     decreases: int
@@ -244,6 +248,7 @@ class ThrottleView(TypedDict):
     actions_truncated: int
 
 
+@_open
 class DiagnosticView(TypedDict):
     """A cause of lost availability; some carry details (examples, agents, episodes, final_state)."""
 
@@ -252,6 +257,7 @@ class DiagnosticView(TypedDict):
     share: Share
 
 
+@_open
 class ReportView(TypedDict):
     """The run report (``chaosd run``, ``--report``, ``GET /api/v1/report``); blocks without a time field stay open."""
 
@@ -394,6 +400,7 @@ class WindowsBody(TypedDict):
     windows: list[WindowSummary]
 
 
+@_open
 class TaskCounts(TypedDict):
     offered: int
     accepted: int
@@ -419,6 +426,7 @@ class WindowReport(WindowSummary):
     diagnostics: list[DiagnosticView]
 
 
+@_open
 class PlanStatus(TypedDict):
     """A survival or scenario run; only ``state`` (idle) when there has been none."""
 
@@ -461,9 +469,13 @@ class RunBody(TypedDict):
     status: str
     config: dict[str, Any]
     report: ReportView | None
-    faults: list[FaultView]
+    faults: Annotated[list[FaultView], Field(description="one page: ids above faults_after, faults_limit at most")]
+    faults_next: Annotated[
+        int | None, Field(description="pass as faults_after for the next page; null when this is the last")
+    ]
 
 
+@_open
 class OpenApiDocument(TypedDict):
     """This API's OpenAPI 3.1 document."""
 

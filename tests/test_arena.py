@@ -124,7 +124,9 @@ def test_kill_leader_moves_the_leader_mark_and_tells_the_recovery(arena: _Arena,
     expect(leader).not_to_have_attribute("data-agent", old, timeout=5_000)
     expect(arena.log()).to_contain_text(f"✗ kill_leader → {old} killed", timeout=5_000)
     expect(arena.log()).to_contain_text(re.compile(r"✓ orchestrator-\d elected leader \(\d+ ms\)"), timeout=5_000)
-    expect(arena.log()).to_contain_text("✓ service recovered after kill_leader", timeout=10_000)
+    # The service's verdict waits for recovery.confirm of steady service: seconds here, longer when the machine
+    # is busy enough to slow the daemon's own loop (bounded by recovery.limit, 60 s, and its confirmation).
+    expect(arena.log()).to_contain_text("✓ service recovered after kill_leader", timeout=70_000)
     expect(injected).not_to_have_text(before or "", timeout=5_000)
     expect(page.locator("#count-recovered")).not_to_have_text("0", timeout=5_000)
 

@@ -85,7 +85,14 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     await clock.sleep(DAY)
                     out["sizes"].append(ctl.sizes())
                 with outside():
-                    for path in ("/api/v1/faults/1", "/api/v1/faults", "/api/v1/report", "/api/v1/score"):
+                    for path in (
+                        "/api/v1/faults/1",
+                        "/api/v1/faults",
+                        "/api/v1/report",
+                        "/api/v1/score",
+                        "/api/v1/runs/week?faults_limit=100",
+                        "/api/v1/runs/week?faults_after=600&faults_limit=100",
+                    ):
                         async with http.get(base + path) as r:
                             out[path] = (r.status, await r.json())
                     out["stored_first"] = await app[STORAGE].fault("week", 1)
@@ -160,3 +167,12 @@ def test_a_fault_from_day_one_is_served_on_day_seven_from_storage(week: dict[str
     code, listed = week["/api/v1/faults"]
     assert code == 200 and len(listed["faults"]) == KEEP
     assert listed["injected"] == week["injected"] and listed["first_in_memory"] == week["kept"][0]
+
+
+def test_the_runs_history_is_served_a_page_at_a_time(week: dict[str, Any]) -> None:
+    code, first = week["/api/v1/runs/week?faults_limit=100"]
+    assert code == 200 and [f["id"] for f in first["faults"]] == list(range(1, 101))
+    assert first["faults_next"] == 100
+    code, last = week["/api/v1/runs/week?faults_after=600&faults_limit=100"]
+    assert code == 200 and [f["id"] for f in last["faults"]] == list(range(601, week["injected"] + 1))
+    assert last["faults_next"] is None  # fewer than a page left: the last one

@@ -57,6 +57,7 @@ QUERY_PARAMS: dict[str, frozenset[str]] = {
     "/api/v1/faults/{id}": frozenset({"wait"}),
     "/api/v1/scenarios/run": frozenset({"speed"}),
     "/api/v1/events": frozenset({"types", "last_event_id", "replay"}),
+    "/api/v1/runs/{id}": frozenset({"faults_after", "faults_limit"}),
 }
 
 
@@ -474,12 +475,23 @@ async def runs(request: web.Request) -> web.Response:
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def _int_query(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 13) or not low <= int(raw) <= high:
+        raise FaultError(name, f"must be an integer from {low} to {high}", status=400)
+    return int(raw)
+
+
 @routes.get("/api/v1/runs/{id}")
 async def run(request: web.Request) -> web.Response:
     run_id = request.match_info["id"]
     if not _RUN_ID.fullmatch(run_id):
         raise FaultError("id", "must be a run id (letters, digits, - and _; at most 64)", status=400)
-    found = await request.app[STORAGE].run(run_id)
+    after = _int_query(request, "faults_after", 0, 0, 10**12)
+    limit = _int_query(request, "faults_limit", 1000, 1, 10_000)
+    found = await request.app[STORAGE].run(run_id, after, limit)
     if found is None:
         raise FaultError("id", f"no run {run_id!r}", status=404)
     return _ok(found)

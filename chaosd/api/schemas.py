@@ -325,7 +325,27 @@ def openapi_document() -> dict[str, Any]:
             "/api/v1/score": {"get": _op("The live resilience score", v.ScoreBody)},
             "/api/v1/report": {"get": _op("The inspect report: the run report so far", v.ReportView)},
             "/api/v1/runs": {"get": _op("History of runs, newest first", v.RunsBody)},
-            "/api/v1/runs/{id}": {"get": _op("One run with its faults and report", v.RunBody, parameters=_RUN_ID)},
+            "/api/v1/runs/{id}": {
+                "get": _op(
+                    "One run with its report and a page of its faults",
+                    v.RunBody,
+                    parameters=[
+                        *_RUN_ID,
+                        {
+                            "name": "faults_after",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 0, "maximum": 10**12},
+                        },
+                        {
+                            "name": "faults_limit",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 10_000},
+                        },
+                    ],
+                )
+            },
             "/api/v1/events": {"get": events},
         },
     }
