@@ -10,12 +10,10 @@ Usage: python scripts/arena_screenshot.py [--out docs/arena.png] [--seconds 40]
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -29,25 +27,11 @@ ACTIONS = ("kill_leader", "remove_node", "kill_agent", "pool_exhaustion", "load_
 
 
 def _start(tmp: Path) -> tuple[subprocess.Popen[str], str]:
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("CHAOSD_")},
-        "CHAOSD_API__PORT": "0",
-        "CHAOSD_API__TOKEN": TOKEN,
-        "CHAOSD_STORAGE__PATH": str(tmp / "chaosd.db"),
-        "CHAOSD_DAEMON__REPORT": str(tmp / "report.json"),
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "chaosd"], cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    stdout = proc.stdout
-    assert stdout is not None
-    for line in stdout:
-        if "listening on " in line:
-            # Keep reading, or status lines fill the pipe and stall the daemon.
-            threading.Thread(target=lambda: [None for _ in stdout], daemon=True).start()
-            return proc, line.split("listening on ")[1].split()[0]
-    raise RuntimeError("the daemon did not start")
+    """The daemon the benchmarks start (bench/_daemon.py), with the token the page is given."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _daemon import start_daemon  # noqa: PLC0415 - a sibling directory's helper, not a package
+
+    return start_daemon(tmp, {"CHAOSD_API__TOKEN": TOKEN})
 
 
 def _ready(base: str, deadline_s: float = 30.0) -> None:
