@@ -20,6 +20,8 @@ from chaosd.control import Controller
 from chaosd.report import rounded
 from chaosd.runner import Experiment
 
+pytestmark = pytest.mark.slow  # a minute or more of wall time: its file starts first (conftest.py)
+
 DAY = 86_400.0
 WEEK = 7 * DAY
 KEEP = 50  # history.faults: far fewer than the week's faults
