@@ -90,16 +90,14 @@ class Sum:
 
 
 class RecentLog:
-    """A plan's log: the newest ``limit`` entries, and how many there were (and how many succeeded) in all."""
+    """A plan's log: the newest ``limit`` entries, and how many succeeded in all."""
 
     def __init__(self, limit: int) -> None:
         self._entries: deque[dict[str, Any]] = deque(maxlen=limit)
-        self.total = 0
         self.ok = 0  # entries with a true "ok" when they were logged (actions carried out)
 
     def append(self, entry: dict[str, Any]) -> None:
         self._entries.append(entry)
-        self.total += 1
         if entry.get("ok"):
             self.ok += 1
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from chaosd.durations import parse_duration
@@ -458,11 +458,18 @@ def window_report(
     accepted = max((after.accepted - after.in_flight) - (before.accepted - before.in_flight), good + lost)
     offered = max((after.offered - after.in_flight) - (before.offered - before.in_flight), accepted)
     faults = [f for f in report["faults"] if f["id"] in fault_ids]
-    # Judged per incident, as the run's score is: the scenario's incidents are those holding its faults.
-    ids = set(fault_ids)
-    mine = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
-    judged = [i for i in mine if i["outcome"] in ("recovered", "failed")]
-    times = tuple(float(i["recovery_s"]) for i in judged if i["outcome"] == "recovered" and i["recovery_s"] is not None)
+    if book is not None:  # every incident it ever had, counted as each closed
+        judged, recovered, total_s, inconsistent = book.judged, book.recovered, book.recovery.value, book.inconsistent
+        times: tuple[float, ...] = ()
+    else:  # judged per incident, as the run's score is: the scenario's incidents are those holding its faults
+        ids = set(fault_ids)
+        mine = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
+        ended = [i for i in mine if i["outcome"] in ("recovered", "failed")]
+        times = tuple(
+            float(i["recovery_s"]) for i in ended if i["outcome"] == "recovered" and i["recovery_s"] is not None
+        )
+        judged, recovered, total_s = len(ended), len(times), None
+        inconsistent = sum(1 for i in ended if not i.get("consistent", True))
     counts = ScoreInputs(
         offered=offered,
         accepted=accepted,
@@ -470,20 +477,12 @@ def window_report(
         lost=lost,
         duplicated=grew("duplicated"),
         undetected_corruptions=grew("corrupted"),
-        faults_judged=len(judged),
-        faults_recovered=len(times),
+        faults_judged=judged,
+        faults_recovered=recovered,
         recovery_times_s=times,
-        faults_inconsistent=sum(1 for i in judged if not i.get("consistent", True)),
+        recovery_total_s=total_s,
+        faults_inconsistent=inconsistent,
     )
-    if book is not None:
-        counts = replace(
-            counts,
-            faults_judged=book.judged,
-            faults_recovered=book.recovered,
-            recovery_times_s=(),
-            recovery_total_s=book.recovery.value,
-            faults_inconsistent=book.inconsistent,
-        )
     score = compute_score(counts, weights)
     tasks = {
         name: grew(name) for name in ("offered", "accepted", "completed", "late", "degraded", "failed", "rejected")

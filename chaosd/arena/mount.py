@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from chaosd.arena.series import FaultTally, Series
+from chaosd.arena.series import Series
 from chaosd.arena.web import arena_routes, static_files
 from chaosd.control import Controller
 from chaosd.telemetry.snapshot import Snapshot
@@ -13,14 +13,12 @@ __all__ = ["add_arena"]
 
 
 def add_arena(app: web.Application, controller: Controller) -> None:
-    """Serve the page and ``GET /api/v1/timeseries``, fed by the experiment's telemetry and events."""
+    """Serve the page and ``GET /api/v1/timeseries``, fed by the experiment's telemetry and fault totals."""
     exp = controller.exp
     series = Series(exp.settings.telemetry.tick)
-    tally = FaultTally()
 
     def on_tick(snap: Snapshot) -> None:
         series.add(snap, exp.throttle.factor, exp.detector.state.value)
 
     exp.telemetry.listen(on_tick)
-    exp.events.subscribe(tally.on_event)
-    app.router.add_routes(arena_routes(static_files(), series, tally))
+    app.router.add_routes(arena_routes(static_files(), series, exp.injector))

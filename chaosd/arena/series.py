@@ -1,4 +1,4 @@
-"""The arena's memory of the live run: a bounded telemetry series and a running tally of fault verdicts."""
+"""The arena's memory of the live run: a bounded telemetry series."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from chaosd.events import Event
 from chaosd.telemetry.snapshot import Snapshot
-from chaosd.views import FaultTallyView, SeriesPoint
+from chaosd.views import SeriesPoint
 
-__all__ = ["FaultTally", "Series"]
+__all__ = ["Series"]
 
 WINDOW_S = 600.0  # the charts' last ten minutes
 MAX_POINTS = 600
@@ -81,33 +80,3 @@ class Series:
 
     def points(self) -> list[SeriesPoint]:
         return [p.as_dict() for p in self._points]
-
-
-class FaultTally:
-    """Faults injected, recovered and failed since the daemon started, and their mean recovery: O(1) memory."""
-
-    def __init__(self) -> None:
-        self.injected = 0
-        self.recovered = 0
-        self.failed = 0
-        self._recovery_sum = 0.0
-        self._timed = 0
-
-    def on_event(self, event: Event) -> None:
-        if event.kind != "fault":
-            return
-        state = event.data.get("state")
-        if state == "injected":
-            self.injected += 1
-        elif state == "failed":
-            self.failed += 1
-        elif state == "recovered":
-            self.recovered += 1
-            seconds = event.data.get("recovery_s")
-            if isinstance(seconds, int | float):
-                self._recovery_sum += float(seconds)
-                self._timed += 1
-
-    def as_dict(self) -> FaultTallyView:
-        mean = self._recovery_sum / self._timed if self._timed else None
-        return {"injected": self.injected, "recovered": self.recovered, "failed": self.failed, "mean_recovery_s": mean}

@@ -7,7 +7,8 @@ from importlib import resources
 
 from aiohttp import web
 
-from chaosd.arena.series import FaultTally, Series
+from chaosd.arena.series import Series
+from chaosd.faults import Injector
 from chaosd.report import rounded
 from chaosd.views import TimeseriesBody
 
@@ -43,7 +44,7 @@ def _file(name: str, body: bytes) -> web.Response:
     return web.Response(body=body, headers={**_HEADERS, "Content-Type": kind})
 
 
-def arena_routes(files: dict[str, bytes], series: Series, tally: FaultTally) -> web.RouteTableDef:
+def arena_routes(files: dict[str, bytes], series: Series, injector: Injector) -> web.RouteTableDef:
     routes = web.RouteTableDef()
 
     async def page(request: web.Request) -> web.Response:
@@ -66,7 +67,13 @@ def arena_routes(files: dict[str, bytes], series: Series, tally: FaultTally) -> 
             "step_s": series.step_s,
             "window_s": series.window_s,
             "points": series.points(),
-            "faults": tally.as_dict(),
+            # The injector's running totals: every fault of the run, whatever memory still holds.
+            "faults": {
+                "injected": injector.injected,
+                "recovered": injector.outcomes["recovered"],
+                "failed": injector.outcomes["failed"],
+                "mean_recovery_s": injector.mean_recovery_s,
+            },
         }
         return web.json_response(rounded(body), dumps=lambda o: json.dumps(o, sort_keys=True))
 

@@ -97,7 +97,6 @@ class IncidentBook:
 
     def __init__(self, owns: Callable[[FaultRecord], bool] | None = None) -> None:
         self.owns = owns
-        self.closed = 0
         self.outcomes: dict[str, int] = {"recovered": 0, "failed": 0, "unmeasured": 0}
         self.judged = 0  # recovered or failed (not unmeasured)
         self.recovered = 0  # recovered with a time (what the speed averages)
@@ -107,7 +106,6 @@ class IncidentBook:
     def add(self, incident: Incident) -> None:
         if self.owns is not None and not any(self.owns(m) for m in incident.members):
             return
-        self.closed += 1
         outcome = incident.outcome
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         if outcome not in ("recovered", "failed"):

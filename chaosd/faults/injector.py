@@ -18,7 +18,6 @@ from __future__ import annotations
 import random
 import re
 from collections import deque
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, cast
 
@@ -225,7 +224,6 @@ class Injector:
         self.recovery_by_action: dict[str, Sum] = {}
         self.book = IncidentBook()  # every incident
         self.books: list[IncidentBook] = []  # those of the open plans and windows
-        self.verdict_listeners: list[Callable[[FaultRecord], None]] = []
         self.lever: str | None = None  # why the safety lever is pulled, or None
         self.closed: str | None = None  # why no fault is accepted any more (shutdown), or None
         self._window: deque[ServiceView] = deque(maxlen=max(1, round(recovery.baseline_window / tick)))
@@ -236,6 +234,12 @@ class Injector:
 
     def active(self) -> list[FaultRecord]:
         return [f for f in self._pending if f.active]
+
+    @property
+    def mean_recovery_s(self) -> float | None:
+        """The mean of every fault's own recovery time (faults in shared incidents have none)."""
+        count = sum(s.count for s in self.recovery_by_action.values())
+        return sum(s.value for s in self.recovery_by_action.values()) / count if count else None
 
     @property
     def injected(self) -> int:
@@ -506,8 +510,6 @@ class Injector:
         if incident is not None and record in incident.members and not incident.open:
             for book in (self.book, *self.books):
                 book.add(incident)
-        for listener in self.verdict_listeners:
-            listener(record)
 
     def _check_stop_conditions(self, s: ServiceView) -> None:
         if self.lever is not None:
