@@ -1,9 +1,10 @@
 """The fault catalogue: seventeen reversible actions, each with its targets, parameters and recovery check.
 
 An action resolves its target (an id, a kind, ``random`` or a percentage of its default kind),
-applies itself, and can say when the runtime's own mechanism has healed the damage. Actions whose
-damage nothing heals but their end (a pause, a partition, jitter) report the mechanism as
-recovered when they are reverted.
+applies itself through the :class:`~chaosd.faults.runtime.Runtime` interface (never the pipeline's
+internals), and can say when the runtime's own mechanism has healed the damage. Actions whose damage
+nothing heals but their end (a pause, a partition, jitter) report the mechanism as recovered when
+they are reverted.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from typing import Any
 
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
-from chaosd.pipeline import Pipeline
-from chaosd.pipeline.agents import Agent
+from chaosd.faults.runtime import AgentState, Runtime
 from chaosd.views import ActionView
 
 __all__ = ["CATALOGUE", "Action", "Param"]
@@ -75,10 +75,10 @@ class Action:
             raise FaultError(f"params.{unknown[0]}", f"unknown parameter for {self.name} (valid: {valid})")
         return {name: p.check(name, given.get(name, p.default)) for name, p in self.params.items()}
 
-    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
         return _resolve_agents(rt, target, self.kinds, self.kinds[0], rng)
 
-    def conflict(self, rt: Pipeline, targets: tuple[str, ...], busy: set[tuple[str, str]]) -> str | None:
+    def conflict(self, rt: Runtime, targets: tuple[str, ...], busy: set[tuple[str, str]]) -> str | None:
         """Why these targets cannot take this fault now (None if they can)."""
         for t in targets:
             if (self.group, t) in busy:
@@ -89,25 +89,25 @@ class Action:
     def group(self) -> str:
         return self.name
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         raise NotImplementedError
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         """Undo what apply changed (idempotent)."""
 
-    def heals(self, rt: Pipeline, targets: tuple[str, ...]) -> bool:
+    def heals(self, rt: Runtime, targets: tuple[str, ...]) -> bool:
         """Whether a mechanism of the runtime heals this fault on these targets (its clock: heal or restore)."""
         return self.heals_itself
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         """The runtime's own mechanism has repaired the damage (for actions that heal themselves)."""
         return False
 
-    def lifted(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def lifted(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         """For a fault nothing heals: has something ended it before its TTL (a resume ends a pause)?"""
         return False
 
-    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         """After the fault ended: is the damage gone? (A kill is not undone by its end; a pause is.)"""
         return True
 
@@ -125,12 +125,13 @@ class Action:
 
 
 def _resolve_agents(
-    rt: Pipeline, target: str, kinds: tuple[str, ...], default_kind: str, rng: random.Random
+    rt: Runtime, target: str, kinds: tuple[str, ...], default_kind: str, rng: random.Random
 ) -> tuple[str, ...]:
-    agents = [a for a in rt.agents.values() if a.kind in kinds]
+    everyone = rt.agents
+    agents = [a for a in everyone.values() if a.kind in kinds]
     live = [a for a in agents if a.alive]
-    if target in rt.agents:
-        agent = rt.agents[target]
+    if target in everyone:
+        agent = everyone[target]
         if agent.kind not in kinds:
             raise FaultError("target", f"{target} is a {agent.kind}; this action takes a {' or '.join(kinds)}")
         return (target,)
@@ -158,15 +159,9 @@ def _resolve_agents(
     )
 
 
-def _agents(rt: Pipeline, targets: tuple[str, ...]) -> list[Agent]:
-    return [rt.agents[t] for t in targets]
-
-
-def _flag(rt: Pipeline, targets: tuple[str, ...], name: str, value: bool) -> None:
-    """Set one of an agent's gate flags (paused, partitioned, exhausted) and reopen or close its gate."""
-    for agent in _agents(rt, targets):
-        setattr(agent, name, value)
-        agent.refresh()
+def _agents(rt: Runtime, targets: tuple[str, ...]) -> list[AgentState]:
+    agents = rt.agents
+    return [agents[t] for t in targets]
 
 
 # --- leadership and agents ---------------------------------------------------------------------
@@ -179,10 +174,10 @@ class KillLeader(Action):
     default_target = "leader"
     heals_itself = True
 
-    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
         if target not in ("leader", "orchestrator"):
             raise FaultError("target", f"kill_leader targets the leader (got {target!r})")
-        leader = rt.dispatcher.leader_id
+        leader = rt.leader()
         if leader is None:
             raise FaultError("target", "no leader holds the lease right now", status=409)
         return (leader,)
@@ -191,16 +186,16 @@ class KillLeader(Action):
     def group(self) -> str:
         return "kill"
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        elections = rt.dispatcher.elections
-        for agent in _agents(rt, targets):
-            rt.kill(agent)
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        elections = rt.elections()
+        for t in targets:
+            rt.kill_agent(t)
         return {"elections": elections}
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        return rt.dispatcher.leader_id is not None and rt.dispatcher.elections > memo["elections"]
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+        return rt.leader() is not None and rt.elections() > memo["elections"]
 
-    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)
 
 
@@ -209,11 +204,11 @@ class KillOrchestrator(KillLeader):
     description = "Kill orchestrator replicas (the leader among them triggers an election)."
     default_target = "orchestrator"
 
-    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
         return _resolve_agents(rt, target, self.kinds, "orchestrator", rng)
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        return rt.dispatcher.leader_id is not None and all(a.alive for a in _agents(rt, targets))
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+        return rt.leader() is not None and all(a.alive for a in _agents(rt, targets))
 
 
 class KillAgent(Action):
@@ -225,17 +220,17 @@ class KillAgent(Action):
     def group(self) -> str:
         return "kill"
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for agent in _agents(rt, targets):
             if agent.alive:
-                rt.kill(agent)
+                rt.kill_agent(agent.id)
         return {"served": {t: rt.agents[t].served for t in targets}}
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         # Resurrected and working: alive again, and has done something since.
         return all(a.alive and a.served > memo["served"][a.id] for a in _agents(rt, targets))
 
-    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)
 
 
@@ -245,32 +240,32 @@ class PauseAgent(Action):
     # Nothing in the runtime heals a pause: it is endured, and timed from when it is lifted (the TTL,
     # or an operator's resume_agent, whichever comes first).
 
-    def lifted(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def lifted(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         return all(not a.paused for a in _agents(rt, targets))
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        _flag(rt, targets, "paused", True)
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        rt.pause(targets, True)
         return {}
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
-        _flag(rt, targets, "paused", False)
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        rt.pause(targets, False)
 
 
 class ResumeAgent(Action):
     name = "resume_agent"
     description = "Resume paused agents now; their pause_agent faults still end (as no-ops) at their TTL."
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        _flag(rt, targets, "paused", False)
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        rt.pause(targets, False)
         return {}
 
-    def conflict(self, rt: Pipeline, targets: tuple[str, ...], busy: set[tuple[str, str]]) -> str | None:
-        for t in targets:
-            if not rt.agents[t].paused:
-                return f"{t} is not paused"
+    def conflict(self, rt: Runtime, targets: tuple[str, ...], busy: set[tuple[str, str]]) -> str | None:
+        for agent in _agents(rt, targets):
+            if not agent.paused:
+                return f"{agent.id} is not paused"
         return None
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         return all(not a.paused for a in _agents(rt, targets))
 
     heals_itself = True
@@ -281,36 +276,34 @@ class SlowAgent(Action):
     description = "Slow workers (service × factor) or producers (rate ÷ factor)."
     params = {"factor": Param(5.0, 1.0, 1000.0, "slowdown factor")}
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        for agent in _agents(rt, targets):
-            agent.slow = params["factor"]
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        rt.slow(targets, params["factor"])
         return {}
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
-        for agent in _agents(rt, targets):
-            agent.slow = 1.0
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        rt.slow(targets, 1.0)
 
 
 class NetworkPartition(Action):
     name = "network_partition"
     description = "Cut workers or producers off: no dispatch, outcomes and offers lost; task leases expire."
 
-    def heals(self, rt: Pipeline, targets: tuple[str, ...]) -> bool:
+    def heals(self, rt: Runtime, targets: tuple[str, ...]) -> bool:
         # Cut-off workers: task leases expire and other workers take their tasks over (time to heal).
         # Nothing reconnects a cut-off producer: its offers are lost until the partition is lifted.
-        return all(rt.agents[t].kind == "worker" for t in targets)
+        return all(a.kind == "worker" for a in _agents(rt, targets))
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        held = sum(1 for w in rt.workers if w.agent.id in targets and w.current is not None)
-        _flag(rt, targets, "partitioned", True)
-        return {"held": held, "expired": rt.dispatcher.lease_expired}
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        held = rt.held_tasks(targets)
+        rt.partition(targets, True)
+        return {"held": held, "expired": rt.lease_expired()}
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         # The tasks the cut-off workers held have been taken back (their leases expired).
-        return bool(rt.dispatcher.lease_expired - memo["expired"] >= memo["held"])
+        return bool(rt.lease_expired() - memo["expired"] >= memo["held"])
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
-        _flag(rt, targets, "partitioned", False)
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        rt.partition(targets, False)
 
 
 class PoolExhaustion(Action):
@@ -319,12 +312,12 @@ class PoolExhaustion(Action):
     kinds = ("worker",)
     default_target = "75%"
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        _flag(rt, targets, "exhausted", True)
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        rt.exhaust(targets, True)
         return {}
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
-        _flag(rt, targets, "exhausted", False)
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        rt.exhaust(targets, False)
 
 
 class DropMessages(Action):
@@ -335,25 +328,21 @@ class DropMessages(Action):
     params = {"probability": Param(0.3, 0.0, 1.0, "share of dispatches lost")}
     heals_itself = True
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        workers = {w.agent.id: w for w in rt.workers}
-        for t in targets:
-            workers[t].drop_probability = params["probability"]
-        return {"expired": rt.dispatcher.lease_expired, "dropped": sum(workers[t].dropped for t in targets)}
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        rt.drop_dispatches(targets, params["probability"])
+        return {"expired": rt.lease_expired(), "dropped": rt.dropped(targets)}
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
-        for w in rt.workers:
-            if w.agent.id in targets:
-                w.drop_probability = 0.0
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        rt.drop_dispatches(targets, 0.0)
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         # Redelivery works: something was lost, and as many leases expired since as dispatches were lost.
-        dropped = sum(w.dropped for w in rt.workers if w.agent.id in targets) - memo["dropped"]
-        return bool(dropped > 0 and rt.dispatcher.lease_expired - memo["expired"] >= dropped)
+        dropped = rt.dropped(targets) - memo["dropped"]
+        return bool(dropped > 0 and rt.lease_expired() - memo["expired"] >= dropped)
 
-    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        dropped = sum(w.dropped for w in rt.workers if w.agent.id in targets) - memo["dropped"]
-        return bool(rt.dispatcher.lease_expired - memo["expired"] >= dropped)
+    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+        dropped = rt.dropped(targets) - memo["dropped"]
+        return bool(rt.lease_expired() - memo["expired"] >= dropped)
 
 
 # --- the workflow DAG and its stages -----------------------------------------------------------
@@ -365,7 +354,7 @@ class StageAction(Action):
     kinds: tuple[str, ...] = ("compute", "tool", "llm", "memory", "mcp", "python")
     default_target = "random"
 
-    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
         stages = rt.stages
         if target in stages:
             if stages[target].kind not in self.kinds:
@@ -391,28 +380,22 @@ class RemoveNode(StageAction):
     description = "Remove a stage from the DAG; the leader reroutes around it where an alternate path exists."
     heals_itself = True
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for name in targets:
-            rt.dag.removed_nodes.add(name)
-            rt.stages[name].removed = True
-            rt.stages[name].refresh()
-        rt.mark_dag_changed()
+            rt.remove_node(name, True)
         return {}
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
-            rt.dag.removed_nodes.discard(name)
-            rt.stages[name].removed = False
-            rt.stages[name].refresh()
-        rt.mark_dag_changed()
+            rt.remove_node(name, False)
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        route = rt.route_names
-        return not rt.dag_dirty and route is not None and not set(route) & set(targets)
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+        route = rt.settled_route()
+        return route is not None and not set(route) & set(targets)
 
-    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         # No alternate path: the damage ends when the node is back and the leader has rerouted.
-        return not rt.dag_dirty and rt.route_names is not None
+        return rt.settled_route() is not None
 
 
 class RemoveEdge(Action):
@@ -422,39 +405,38 @@ class RemoveEdge(Action):
     default_target = "random"
     heals_itself = True
 
-    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
-        edges = sorted(f"{a}->{b}" for a, succ in rt.dag.edges.items() for b in succ)
+    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
+        known = rt.edges()
+        edges = sorted(f"{a}->{b}" for a, b in known)
         if target == "random":
             if not edges:
                 raise FaultError("target", "the DAG has no edges", status=409)
             return (rng.choice(edges),)
         a, sep, b = target.partition("->")
-        if not sep or not rt.dag.has_edge(a.strip(), b.strip()):
+        if not sep or (a.strip(), b.strip()) not in known:
             raise FaultError("target", f"unknown edge {target!r} (edges: {', '.join(edges)}; or random)")
         return (f"{a.strip()}->{b.strip()}",)
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for edge in targets:
             a, _, b = edge.partition("->")
-            rt.dag.removed_edges.add((a, b))
-        rt.mark_dag_changed()
+            rt.remove_edge(a, b, True)
         return {}
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for edge in targets:
             a, _, b = edge.partition("->")
-            rt.dag.removed_edges.discard((a, b))
-        rt.mark_dag_changed()
+            rt.remove_edge(a, b, False)
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        route = rt.route_names
-        if rt.dag_dirty or route is None:
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+        route = rt.settled_route()
+        if route is None:
             return False
         used = set(itertools.pairwise(route))
         return not any(tuple(e.split("->")) in used for e in targets)
 
-    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        return not rt.dag_dirty and rt.route_names is not None
+    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+        return rt.settled_route() is not None
 
 
 class ToolTimeout(StageAction):
@@ -465,27 +447,22 @@ class ToolTimeout(StageAction):
     params = {"timeout": Param(0.0, 0.0, 60.0, "seconds a hung call waits (0 = the stage's timeout)", seconds=True)}
     heals_itself = True
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         memo: Memo = {}
         for name in targets:
             stage = rt.stages[name]
             memo[name] = (stage.hang_timeout, stage.degraded + stage.successes)
-            if params["timeout"]:
-                stage.hang_timeout = params["timeout"]
-            stage.hang = True
-            stage.refresh()
+            rt.hang(name, True, params["timeout"] or stage.hang_timeout)
         return memo
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
-            stage = rt.stages[name]
-            stage.hang = False
-            stage.hang_timeout = memo[name][0]
-            stage.refresh()
+            rt.hang(name, False, memo[name][0])
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         # Degrading (or succeeding) keeps tasks moving through the hung tool.
-        return all(rt.stages[n].degraded + rt.stages[n].successes > memo[n][1] for n in targets)
+        stages = rt.stages
+        return all(stages[n].degraded + stages[n].successes > memo[n][1] for n in targets)
 
 
 class LlmFailure(StageAction):
@@ -495,26 +472,25 @@ class LlmFailure(StageAction):
     default_target = "llm"
     heals_itself = True
 
-    def heals(self, rt: Pipeline, targets: tuple[str, ...]) -> bool:
+    def heals(self, rt: Runtime, targets: tuple[str, ...]) -> bool:
         # A python stage has no fallback model: nothing but the fault's end heals it.
-        return all(rt.stages[n].kind == "llm" for n in targets)
+        stages = rt.stages
+        return all(stages[n].kind == "llm" for n in targets)
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         memo: Memo = {}
         for name in targets:
-            stage = rt.stages[name]
-            memo[name] = stage.fallback_served
-            stage.llm_down = True
-            stage.refresh()
+            memo[name] = rt.stages[name].fallback_served
+            rt.llm_down(name, True)
         return memo
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
-            rt.stages[name].llm_down = False
-            rt.stages[name].refresh()
+            rt.llm_down(name, False)
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        return all(rt.stages[n].fallback_served > memo[n] for n in targets)
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+        stages = rt.stages
+        return all(stages[n].fallback_served > memo[n] for n in targets)
 
 
 class MemoryCorrupt(StageAction):
@@ -525,13 +501,13 @@ class MemoryCorrupt(StageAction):
     params = {"entries": Param(10, 1, 1_000_000, "entries to corrupt", integer=True)}
     heals_itself = True
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        return {name: rt.memory[name].corrupt(int(params["entries"])) for name in targets}
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        return {name: rt.corrupt_memory(name, int(params["entries"])) for name in targets}
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        return all(not set(memo[n]) & rt.memory[n].corrupted for n in targets)
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+        return all(not set(memo[n]) & rt.corrupted(n) for n in targets)
 
-    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)  # corruption outlives the fault until repaired
 
 
@@ -550,19 +526,19 @@ class McpDisconnect(StageAction):
     }
     heals_itself = True
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for name in targets:
-            rt.mcp[name].drop(params["outage"])
+            rt.mcp_drop(name, params["outage"])
         return {}
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
-            rt.mcp[name].server_up = True
+            rt.mcp_restore(name)
 
-    def healed(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
-        return all(rt.mcp[n].connected for n in targets)
+    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+        return all(rt.mcp_connected(n) for n in targets)
 
-    def restored(self, rt: Pipeline, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)
 
 
@@ -572,16 +548,14 @@ class LatencyJitter(StageAction):
     default_target = "all"
     params = {"jitter": Param(0.02, 0.0, 60.0, "largest extra delay, seconds", seconds=True)}
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for name in targets:
-            rt.stages[name].jitter = params["jitter"]
-            rt.stages[name].refresh()
+            rt.jitter(name, params["jitter"])
         return {}
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
-            rt.stages[name].jitter = 0.0
-            rt.stages[name].refresh()
+            rt.jitter(name, 0.0)
 
 
 # --- load ---------------------------------------------------------------------------------------
@@ -594,17 +568,17 @@ class LoadSpike(Action):
     default_target = "pipeline"
     params = {"factor": Param(3.0, 1.0, 1000.0, "load multiplier")}
 
-    def resolve(self, rt: Pipeline, target: str, rng: random.Random) -> tuple[str, ...]:
+    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
         if target != "pipeline":
             raise FaultError("target", f"load_spike targets the pipeline (got {target!r})")
         return ("pipeline",)
 
-    def apply(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
-        rt.surge.factor *= params["factor"]
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        rt.spike_load(params["factor"], True)
         return {}
 
-    def revert(self, rt: Pipeline, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
-        rt.surge.factor /= params["factor"]
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        rt.spike_load(params["factor"], False)
 
 
 CATALOGUE: dict[str, Action] = {

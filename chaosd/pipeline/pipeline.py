@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
 
 from chaosd.clock import Clock
@@ -226,6 +227,113 @@ class Pipeline:
 
     def elapsed(self) -> float:
         return self.clock.now() - self.t0
+
+    # --- what faults act through (chaosd.faults.runtime.Runtime; ``agents`` and ``stages`` above) --------
+    # Called when a fault is applied, reverted or checked, never per task.
+
+    def kill_agent(self, agent_id: str) -> None:
+        self.kill(self.agents[agent_id])
+
+    def pause(self, ids: Collection[str], on: bool) -> None:
+        for agent_id in ids:
+            agent = self.agents[agent_id]
+            agent.paused = on
+            agent.refresh()  # reopen or close its gate
+
+    def partition(self, ids: Collection[str], on: bool) -> None:
+        for agent_id in ids:
+            agent = self.agents[agent_id]
+            agent.partitioned = on
+            agent.refresh()
+
+    def exhaust(self, ids: Collection[str], on: bool) -> None:
+        for agent_id in ids:
+            agent = self.agents[agent_id]
+            agent.exhausted = on
+            agent.refresh()
+
+    def slow(self, ids: Collection[str], factor: float) -> None:
+        for agent_id in ids:
+            self.agents[agent_id].slow = factor
+
+    def drop_dispatches(self, ids: Collection[str], probability: float) -> None:
+        for worker in self.workers:
+            if worker.agent.id in ids:
+                worker.drop_probability = probability
+
+    def dropped(self, ids: Collection[str]) -> int:
+        return sum(w.dropped for w in self.workers if w.agent.id in ids)
+
+    def held_tasks(self, ids: Collection[str]) -> int:
+        return sum(1 for w in self.workers if w.agent.id in ids and w.current is not None)
+
+    def leader(self) -> str | None:
+        return self.dispatcher.leader_id
+
+    def elections(self) -> int:
+        return self.dispatcher.elections
+
+    def lease_expired(self) -> int:
+        return self.dispatcher.lease_expired
+
+    def edges(self) -> tuple[tuple[str, str], ...]:
+        return tuple((a, b) for a, successors in self.dag.edges.items() for b in successors)
+
+    def remove_node(self, name: str, removed: bool) -> None:
+        if removed:
+            self.dag.removed_nodes.add(name)
+        else:
+            self.dag.removed_nodes.discard(name)
+        stage = self.stages[name]
+        stage.removed = removed
+        stage.refresh()
+        self.mark_dag_changed()
+
+    def remove_edge(self, a: str, b: str, removed: bool) -> None:
+        if removed:
+            self.dag.removed_edges.add((a, b))
+        else:
+            self.dag.removed_edges.discard((a, b))
+        self.mark_dag_changed()
+
+    def settled_route(self) -> tuple[str, ...] | None:
+        return None if self.dag_dirty else self.route_names
+
+    def hang(self, name: str, on: bool, timeout: float) -> None:
+        stage = self.stages[name]
+        stage.hang, stage.hang_timeout = on, timeout
+        stage.refresh()
+
+    def llm_down(self, name: str, on: bool) -> None:
+        stage = self.stages[name]
+        stage.llm_down = on
+        stage.refresh()
+
+    def jitter(self, name: str, seconds: float) -> None:
+        stage = self.stages[name]
+        stage.jitter = seconds
+        stage.refresh()
+
+    def corrupt_memory(self, name: str, entries: int) -> list[int]:
+        return self.memory[name].corrupt(entries)
+
+    def corrupted(self, name: str) -> AbstractSet[int]:
+        return self.memory[name].corrupted
+
+    def mcp_drop(self, name: str, outage: float) -> None:
+        self.mcp[name].drop(outage)
+
+    def mcp_restore(self, name: str) -> None:
+        self.mcp[name].server_up = True
+
+    def mcp_connected(self, name: str) -> bool:
+        return self.mcp[name].connected
+
+    def spike_load(self, factor: float, on: bool) -> None:
+        if on:
+            self.surge.factor *= factor
+        else:
+            self.surge.factor /= factor
 
     def holders(self) -> Iterator[Task]:
         """Every task somebody answers for: queued, blocked at admission, dispatched, or in service."""
