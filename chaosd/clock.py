@@ -46,9 +46,8 @@ class LoopClock:
         self.now = loop.time
         self.virtual = isinstance(loop, VirtualEventLoop)
 
-    @staticmethod
-    async def sleep(seconds: float) -> None:
-        await asyncio.sleep(seconds)
+    # asyncio.sleep itself, not a coroutine around it: one frame less per task on the hot path.
+    sleep = staticmethod(asyncio.sleep)
 
     async def sleep_until(self, when: float) -> None:
         await asyncio.sleep(max(0.0, when - self.now()))
@@ -72,8 +71,12 @@ class _VirtualSelector(selectors.BaseSelector):
         return self._real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        events = self._real.select(self.grace if timeout != 0 else 0)
-        if events or timeout == 0:
+        if timeout == 0:
+            # Callbacks are ready: run them without a system call. Outside I/O is polled below, whenever the
+            # loop runs out of ready work, which in virtual time is every few callbacks.
+            return []
+        events = self._real.select(self.grace)
+        if events:
             return events
         if timeout is None:
             # No timer at all: only outside I/O (a thread's callback) can wake us, so wait for it.

@@ -115,10 +115,15 @@ class Telemetry:
 
     @staticmethod
     def _slope(readings: list[_Reading]) -> float:
-        if len(readings) < 2:
+        """Least-squares dQ/dt over the readings (a dozen points: plain Python beats numpy's per-call cost)."""
+        n = len(readings)
+        if n < 2:
             return 0.0
-        x = np.fromiter((r.t for r in readings), dtype=np.float64, count=len(readings))
-        y = np.fromiter((r.depth for r in readings), dtype=np.float64, count=len(readings))
-        x -= x.mean()
-        denom = float(x @ x)
-        return float(x @ (y - y.mean()) / denom) if denom > 0 else 0.0
+        mean_t = sum(r.t for r in readings) / n
+        mean_d = sum(r.depth for r in readings) / n
+        sxx = sxy = 0.0
+        for r in readings:
+            dx = r.t - mean_t
+            sxx += dx * dx
+            sxy += dx * (r.depth - mean_d)
+        return sxy / sxx if sxx > 0 else 0.0
