@@ -1,7 +1,7 @@
 """The daemon's pipeline without its HTTP server, on a virtual loop: Experiment + Controller as ``_serve`` builds them.
 
 Besides the experiment the daemon's own telemetry listeners are attached (the status line, the score event every
-5 s, the Arena's series and fault tally), so what piles up over a long run is what a real daemon holds.
+5 s, the Arena's series), so what piles up over a long run is what a real daemon holds.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from chaosd.arena.series import FaultTally, Series
+from chaosd.arena.series import Series
 from chaosd.clock import LoopClock, VirtualEventLoop
 from chaosd.config import Settings
 from chaosd.control import Controller
@@ -33,7 +33,6 @@ class VirtualDaemon:
         self.loop = VirtualEventLoop()
         self.clock = LoopClock(self.loop)
         self.lines = 0  # status lines the daemon would have printed
-        self.tally = FaultTally()  # the Arena's: faults injected, recovered, failed since the start
         self.exp, self.controller, self._stop = self.call(self._build)
         if daemon_listeners:
             self._listen()
@@ -71,7 +70,6 @@ class VirtualDaemon:
         exp.telemetry.listen(on_snapshot)
         exp.telemetry.listen(score_events)
         exp.telemetry.listen(arena)
-        exp.events.subscribe(self.tally.on_event)
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn`` run on the loop (what starts a task, such as ``start_survival``, needs a running loop)."""

@@ -300,6 +300,9 @@ class HistoryConfig(_Model):
     """What a long-running process keeps in memory; everything older is in storage (the daemon) or counted."""
 
     faults: int = Field(default=1000, ge=10, le=1_000_000, description="newest faults and incidents kept in memory")
+    report: int = Field(
+        default=100, ge=1, le=1_000_000, description="newest faults and incidents the live report lists"
+    )
     timeline: int = Field(default=2000, ge=10, le=1_000_000, description="newest report timeline points kept")
     entries: int = Field(
         default=1000, ge=10, le=1_000_000, description="newest plan log entries, collapse episodes and throttle actions"

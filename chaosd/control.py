@@ -210,7 +210,7 @@ class Controller:
         check_speed(scenario, speed, settings.faults.default_ttl, settings.recovery.confirm)
         duration = scenario.run_duration(settings.faults.default_ttl) / speed
         run = self._new_run("scenario", scenario.name, duration)
-        run.before = Tally.of(self.exp.report())
+        run.before = Tally.of(self._counts())
         plan = scenario_plan(scenario.actions, speed=speed, log=run.log, owner=run)
         run.task = asyncio.create_task(self._drive(run, plan(self.exp), scenario.expect), name="scenario")
         self.scenario = run

@@ -17,6 +17,7 @@ _HIGH = 1e5
 _FACTOR = 1.05
 _LOG_LOW = math.log(_LOW)
 _INV_LOG = 1.0 / math.log(_FACTOR)
+_SMALL = 24  # batches up to this size are binned in plain Python
 
 
 class LogHistogram:
@@ -47,6 +48,17 @@ class LogHistogram:
             return
         self._count += len(pending)
         self._sum = sum(pending, self._sum)  # left to right, as adding them one by one would
+        if len(pending) <= _SMALL:  # a light load: numpy's per-call cost would outweigh the work
+            counts_ = self._counts
+            top = self._top
+            for v in pending:
+                if v <= _LOW:
+                    counts_[0] += 1
+                else:
+                    i = math.ceil((math.log(v) - _LOG_LOW) * _INV_LOG)
+                    counts_[i if i < top else top] += 1
+            pending.clear()
+            return
         x = np.maximum(np.asarray(pending, dtype=np.float64), _LOW)  # at or below LOW: bucket 0
         index = np.minimum(np.ceil((np.log(x) - _LOG_LOW) * _INV_LOG), self._top).astype(np.intp)
         counts = np.frombuffer(self._counts, dtype=np.int64)

@@ -15,10 +15,26 @@ from chaosd.histogram import percentiles
 __all__ = ["latency_block", "render_summary", "rounded", "write_report"]
 
 
+_LEAVES = frozenset({int, str, bool, type(None)})
+
+
 def rounded(value: Any) -> Any:
-    """Floats to 6 decimals (microseconds), recursively: reports stay readable and byte-stable."""
-    if isinstance(value, float):
+    """Floats to 6 decimals (microseconds), recursively: reports stay readable and byte-stable.
+
+    Exact types first, leaves inline: a report holds tens of thousands of values, and a call per value
+    (or an ABC check) was most of a long run's report time.
+    """
+    kind = type(value)
+    if kind is float:
         return round(value, 6)
+    if kind is dict:
+        return {
+            k: round(v, 6) if type(v) is float else v if type(v) in _LEAVES else rounded(v) for k, v in value.items()
+        }
+    if kind is list or kind is tuple:
+        return [round(v, 6) if type(v) is float else v if type(v) in _LEAVES else rounded(v) for v in value]
+    if isinstance(value, float):  # a float subclass (numpy's float64)
+        return round(float(value), 6)
     if isinstance(value, Mapping):
         return {k: rounded(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,8 @@ from chaosd.telemetry.throttle import Throttle
 from chaosd.views import TimelinePoint
 
 __all__ = ["Experiment", "run_offline"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,17 +125,19 @@ class Experiment:
         if snap.t + 1e-9 >= self._next_sample:
             self._next_sample += self.settings.run.timeline
             self._timeline.append(
-                {
-                    "t": snap.t,
-                    "offered_per_s": snap.arrival_rate,
-                    "throughput_per_s": snap.throughput,
-                    "goodput_per_s": snap.goodput,
-                    "queue_depth": snap.queue_depth,
-                    "sojourn_p95": snap.sojourn_p95,
-                    "utilisation": snap.utilisation,
-                    "state": self.detector.state.value,
-                    "throttle_factor": self.throttle.factor,
-                }
+                rounded(
+                    {
+                        "t": snap.t,
+                        "offered_per_s": snap.arrival_rate,
+                        "throughput_per_s": snap.throughput,
+                        "goodput_per_s": snap.goodput,
+                        "queue_depth": snap.queue_depth,
+                        "sojourn_p95": snap.sojourn_p95,
+                        "utilisation": snap.utilisation,
+                        "state": self.detector.state.value,
+                        "throttle_factor": self.throttle.factor,
+                    }
+                )
             )
 
     async def _ticker(self) -> None:
@@ -199,8 +203,13 @@ class Experiment:
             waiter.cancel()
             await asyncio.gather(waiter, return_exceptions=True)
 
-    def report(self) -> dict[str, Any]:
-        """The report over the measured window (warm-up excluded); public field names."""
+    def report(self, listed: int | None = None) -> dict[str, Any]:
+        """The report over the measured window (warm-up excluded); public field names.
+
+        ``listed``: how many of the newest faults and incidents to list (the live report's
+        ``history.report``); None lists every one kept in memory (``history.faults``), as a final report does.
+        Counts and the score are of every fault either way.
+        """
         s = self.settings
         p = self.pipeline
         end = self._mark()
@@ -298,10 +307,11 @@ class Experiment:
                 "actions": [{"at": a.at, "action": a.action, "factor": a.factor} for a in actions],
                 "actions_truncated": self.throttle.decreases + self.throttle.increases - len(actions),
             },
-            "timeline": list(self._timeline),
+            "timeline": None,  # filled in after rounding: its points were rounded as they were taken
         }
-        report.update(self._resilience(report))
+        report.update(self._resilience(report, listed))
         result: dict[str, Any] = rounded(report)
+        result["timeline"] = list(self._timeline)
         return result
 
     def live_score(self, accounted: tuple[int, int, int] | None = None) -> Score:
@@ -333,12 +343,13 @@ class Experiment:
             ScoreWeights.from_config(self.settings.score),
         )
 
-    def _resilience(self, report: dict[str, Any]) -> dict[str, Any]:
+    def _resilience(self, report: dict[str, Any], listed: int | None) -> dict[str, Any]:
         """Faults with their recoveries, the score, diagnostics — all from measurements of this run."""
         p = self.pipeline
         t = report["tasks"]
         injector = self.injector
-        faults = [f.as_dict() for f in injector.faults]  # the newest history.faults; the counts are of all
+        # The newest history.faults (or ``listed``) faults and incidents; the counts are of all.
+        faults = [f.as_dict() for f in _newest(injector.faults, listed)]
         undetected = sum(store.undetected_reads for store in p.memory.values())
         score = self.live_score((t["lost_all_cohorts"], t["lost"], t["in_flight"]))
         causes: dict[str, int] = {}
@@ -367,7 +378,7 @@ class Experiment:
                 d["agents"] = dead  # still dead at the end: the supervisor is off, or gave up on them
             elif d["cause"] == "collapsed_s":  # seconds in congestion collapse, and whether it outlived the run
                 d["episodes"], d["final_state"] = len(collapse["episodes"]), collapse["final_state"]
-        incidents = [i.as_dict() for i in injector.incidents]
+        incidents = [i.as_dict() for i in _newest(injector.incidents, listed)]
         return {
             "faults": faults,
             "incidents": incidents,
@@ -431,6 +442,13 @@ class _Interrupt:
         elif now - self.first >= self._ECHO and self.task is not None:
             self.forced = True
             self.task.cancel()
+
+
+def _newest(kept: Iterable[T], count: int | None) -> Iterable[T]:
+    """The last ``count`` of ``kept`` (all of them when ``count`` is None), oldest first."""
+    if count is None:
+        return kept
+    return deque(kept, maxlen=count)
 
 
 def run_offline(

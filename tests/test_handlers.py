@@ -139,7 +139,9 @@ def test_a_handler_overrunning_the_timeout_is_cancelled_and_counted() -> None:
     for call in cut:
         assert call.ended is not None and call.context.deadline is not None
         assert call.ended < call.context.deadline + 0.1  # cut at the deadline, not later
-        assert call.ended - call.started >= 0.1 - 1e-3
+        # The deadline is the attempt's start plus the stage's timeout; the handler starts a moment after that
+        # (later still on a loaded machine), so it gets at most the timeout, never more.
+        assert 0 < call.context.deadline - call.started <= 0.1 + 1e-9
 
 
 def _fault_run(action: str, params: dict[str, object]) -> tuple[dict[str, Any], Experiment, FaultRecord]:

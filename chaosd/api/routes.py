@@ -463,7 +463,8 @@ async def score(request: web.Request) -> web.Response:
 
 @routes.get("/api/v1/report")
 async def report(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROLLER].exp.report())
+    exp = request.app[CONTROLLER].exp
+    return _ok(exp.report(listed=exp.settings.history.report))
 
 
 @routes.get("/api/v1/runs")

@@ -18,10 +18,9 @@ re-raises the same episode.
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left, insort
 from collections import deque
 from dataclasses import dataclass
-
-import numpy as np
 
 from chaosd.config import DetectorConfig
 from chaosd.telemetry.snapshot import Snapshot
@@ -62,6 +61,7 @@ class CollapseDetector:
         self._latency: deque[bool] = deque(maxlen=max(1, round(cfg.latency_hold / tick)))
         self._baseline: deque[float] = deque(maxlen=max(1, round(cfg.baseline_window / tick)))
         self._min_baseline_ticks = self._baseline.maxlen or 1
+        self._ordered: list[float] = []  # the same values, sorted: the median is read off, not computed per tick
         self._persist: deque[bool] = deque(maxlen=max(1, round(cfg.clear_hold / tick)))
         self._ages: deque[float] = deque(maxlen=max(1, round(cfg.standing_window / tick)))
         self._calm_since: float | None = None
@@ -81,9 +81,15 @@ class CollapseDetector:
         standing = min(self._ages) > cfg.standing_queue * s.mean_service
         growing = saturated and standing and s.queue_slope > max(0.0, cfg.min_growth * s.service_rate)
         if self.state in (DetectorState.HEALTHY, DetectorState.WARNING) and s.sojourn_p95 > 0:
-            self._baseline.append(s.sojourn_p95)
-            if len(self._baseline) >= self._min_baseline_ticks:
-                self.baseline_p95 = float(np.median(np.fromiter(self._baseline, dtype=np.float64)))
+            baseline, ordered = self._baseline, self._ordered
+            if len(baseline) == baseline.maxlen:
+                del ordered[bisect_left(ordered, baseline[0])]  # the value the append pushes out
+            baseline.append(s.sojourn_p95)
+            insort(ordered, s.sojourn_p95)
+            n = len(ordered)
+            if n >= self._min_baseline_ticks:
+                mid = n // 2
+                self.baseline_p95 = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
         slow = self.baseline_p95 > 0 and s.sojourn_p95 >= (1 + cfg.latency_growth) * self.baseline_p95
         self._growth.append(growing)
         self._latency.append(slow and standing and saturated and s.queue_slope > 0)
