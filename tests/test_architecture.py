@@ -21,6 +21,7 @@ LAYERS = [
     "config",
     "scenario",
     "pipeline",
+    "backends",
     "faults",
     "telemetry",
     "score",
