@@ -17,7 +17,9 @@ from chaosd.backends.redis_worker import RedisWorker
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import Settings, load_settings
 
-__all__ = ["default_id", "read_settings", "serve_process"]
+__all__ = ["EXIT_KILLED", "default_id", "read_settings", "serve_process"]
+
+EXIT_KILLED = 137  # the status a SIGKILLed process reports: the daemon asked this worker to die (kill_agent)
 
 _PARENT_CHECK = 0.5  # seconds between checks that the daemon is still there
 _REPLY_TIMEOUT = 2.0  # seconds
@@ -51,18 +53,24 @@ async def _orphaned(parent: int, clock: LoopClock) -> None:
         await clock.sleep(_PARENT_CHECK)
 
 
-async def _main(settings: Settings, role: str, agent_id: str, parent: int | None, stop: asyncio.Event) -> None:
+async def _main(settings: Settings, role: str, agent_id: str, parent: int | None, stop: asyncio.Event) -> int:
     clock = LoopClock(asyncio.get_running_loop())
     data, control = _client(settings), _client(settings)
     try:
+        killed: asyncio.Event | None = None
         if role == "orchestrator":
             runner = Replica(settings, agent_id, data, clock).run()
         else:
-            runner = RedisWorker(settings, agent_id, data, control, clock).run()
+            worker = RedisWorker(settings, agent_id, data, control, clock)
+            runner, killed = worker.run(), worker.killed
         work = asyncio.create_task(runner, name=agent_id)
         waiters: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait(), name="stop")]
         if parent is not None:
             waiters.append(asyncio.create_task(_orphaned(parent, clock), name="parent"))
+        if killed is not None:
+            # Cancelled at once like a SIGKILL: outcomes not yet at the sink stay pending and come back after
+            # their task lease; the non-zero status is for this process's own supervisor (systemd, compose).
+            waiters.append(asyncio.create_task(killed.wait(), name="killed"))
         try:
             await asyncio.wait([work, *waiters], return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -73,21 +81,22 @@ async def _main(settings: Settings, role: str, agent_id: str, parent: int | None
         error = work.exception() if work.done() and not work.cancelled() else None
         if error is not None:
             raise error
+        return EXIT_KILLED if killed is not None and killed.is_set() else 0
     finally:
         await data.aclose()
         await control.aclose()
 
 
 def serve_process(settings: Settings, role: str, agent_id: str, parent: int | None = None) -> int:
-    """Run one worker or orchestrator replica in this process until SIGTERM or SIGINT; the exit code."""
+    """Run one worker or orchestrator replica in this process until SIGTERM or SIGINT (0) or until the daemon
+    asks this worker to exit (:data:`EXIT_KILLED`); the exit code."""
     loop = new_event_loop(virtual=False)
     stop = asyncio.Event()
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        loop.run_until_complete(_main(settings, role, agent_id, parent, stop))
+        return loop.run_until_complete(_main(settings, role, agent_id, parent, stop))
     finally:
         for task in asyncio.all_tasks(loop):
             task.cancel()  # whatever outlived the grace period goes with the loop
         loop.close()
-    return 0

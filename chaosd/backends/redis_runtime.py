@@ -9,11 +9,13 @@ the heartbeats. Faults act on the processes: SIGKILL, SIGSTOP/SIGCONT, and a con
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,14 +29,14 @@ from chaosd.backends.redis_queue import RedisProducer, RedisQueue, still_cancell
 from chaosd.backends.redis_scripts import Keys
 from chaosd.clock import Clock
 from chaosd.config import Settings
-from chaosd.errors import ConfigError
+from chaosd.errors import ConfigError, FaultError
 from chaosd.events import EventLog
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.producer import Admission
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.worker import BusyMeter
+from chaosd.pipeline.worker import BusyMeter, Worker
 from chaosd.rng import Streams
 
 __all__ = ["RedisDispatch", "RedisPipeline"]
@@ -42,6 +44,8 @@ __all__ = ["RedisDispatch", "RedisPipeline"]
 _RESULTS_BATCH = 50_000  # results read per poll; more left over means the books are behind
 _SHUTDOWN_GRACE = 3.0  # seconds local processes get to exit on SIGTERM
 _READY_TIMEOUT = 30.0  # seconds the local processes get to start before producers start anyway
+_SNAPSHOT_EVERY = 1.0  # seconds between full reads of the stream (what the ledger calls held)
+_MAX_REMOTE = 256  # workers started elsewhere that the daemon lists; more still serve, unlisted
 
 
 class _RemoteBusy(BusyMeter):
@@ -97,6 +101,14 @@ class RedisDispatch(Dispatcher):
         return iter(())  # the stream's pending entries answer for dispatched tasks (RedisPipeline.holders)
 
 
+def _unavailable(action: str) -> FaultError:
+    return FaultError(
+        "action",
+        f"{action} is not available on the redis backend: each worker process keeps its own copy of that stage",
+        status=409,
+    )
+
+
 class RedisPipeline(Pipeline):
     """The runtime with its ingress queue, sink, lease and workers in Redis and local processes."""
 
@@ -150,6 +162,10 @@ class RedisPipeline(Pipeline):
         self._roles = {r.id: "orchestrator" for r in self.dispatcher.replicas}
         if backend.local_workers:
             self._roles.update({w.agent.id: "worker" for w in self.workers})
+        else:
+            for w in self.workers:  # processes somebody else starts: alive once they beat
+                w.agent.alive = False
+                w.agent.refresh()
         self.procs: LocalProcesses | None = None
         self._client: Redis | None = None
         self._held: set[int] = set()  # task ids in the stream at the monitor's last look
@@ -158,14 +174,29 @@ class RedisPipeline(Pipeline):
         self._control: dict[str, dict[str, str]] = {}
         self._stage_doc = ""
         self._beating: set[str] = set()  # workers whose heartbeat key exists
+        self._instances: dict[str, str] = {}  # the process behind each worker's last heartbeat
+        self._killed: dict[str, str] = {}  # remote worker -> the instance asked to exit (dead until another beats)
+        self._pending_by: dict[str, int] = {}  # the group's pending entries per consumer, at the last poll
+        self._remote = 0  # workers adopted from their heartbeats
+        self._unlisted: set[str] = set()  # beyond _MAX_REMOTE
+        self._streams = streams
+        self._wake = asyncio.Event()  # a fault changed something the processes must hear of now
+        self._polling = asyncio.Lock()  # one poll at a time: the control writes stay in order
         self._closed = False
         self.offset = 0.0
         self.results_read = 0
 
     # --- agents are processes ----------------------------------------------------------------------
 
+    def is_local(self, agent_id: str) -> bool:
+        """A process this daemon started and supervises (its replicas, and its workers unless told otherwise)."""
+        return agent_id in self._roles
+
     def kill(self, agent: Agent) -> None:
-        if self.procs is None or agent.id not in self._roles:
+        if agent.kind == "worker" and not self.is_local(agent.id):
+            self._kill_remote(agent)
+            return
+        if self.procs is None or not self.is_local(agent.id):
             super().kill(agent)
             return
         agent.alive = False
@@ -174,8 +205,20 @@ class RedisPipeline(Pipeline):
         self.events.record(self.elapsed(), "agent", agent=agent.id, state="dead", pid_killed=True)
         self.supervisor.died(agent)
 
+    def _kill_remote(self, agent: Agent) -> None:
+        """Ask the process behind the last heartbeat to exit now (its control hash); its own supervisor, not
+        this daemon, starts it again, and the agent is alive once a heartbeat from another process arrives."""
+        instance = self._instances.get(agent.id)
+        if not agent.alive or instance is None:
+            return
+        self._killed[agent.id] = instance
+        agent.alive = False
+        agent.refresh()
+        self.events.record(self.elapsed(), "agent", agent=agent.id, state="dead", exit_requested=instance)
+        self._wake.set()
+
     def start_agent(self, agent: Agent) -> None:
-        if self.procs is None or agent.id not in self._roles:
+        if self.procs is None or not self.is_local(agent.id):
             super().start_agent(agent)
             return
         agent.alive = True
@@ -187,6 +230,41 @@ class RedisPipeline(Pipeline):
     def pid(self, agent_id: str) -> int | None:
         """The OS process behind a local worker or replica (None when not running)."""
         return self.procs.pid(agent_id) if self.procs is not None else None
+
+    def _adopt(self, agent_id: str) -> None:
+        """A worker started elsewhere beats: list it, and let faults reach it through its control hash."""
+        agent = Agent(agent_id, "worker")
+        worker = Worker(
+            agent=agent,
+            route=self._current_route,
+            queue=self.queue,
+            ledger=self.ledger,
+            dispatcher=self.dispatcher,
+            clock=self.clock,
+            busy=self.busy,
+            wait=self.wait,
+            sojourn=self.sojourn,
+            rng=self._streams.stream(f"network:{agent_id}"),
+        )  # never run here: it carries the fault flags and what the heartbeats report
+        self.workers.append(worker)
+        self.agents[agent_id] = agent
+        self.events.record(self.elapsed(), "agent", agent=agent_id, state="joined")
+
+    def _observe_remote(self, agent: Agent, instance: str | None) -> None:
+        """A worker this daemon does not run is alive while it beats (and is not the process asked to exit)."""
+        killed = self._killed.get(agent.id)
+        alive = instance is not None and instance != killed
+        if alive == agent.alive:
+            return
+        agent.alive = alive
+        agent.refresh()
+        if alive:
+            if killed is not None:
+                del self._killed[agent.id]
+                agent.restart_count += 1  # restarted by its own supervisor
+            self.events.record(self.elapsed(), "agent", agent=agent.id, state="alive", instance=instance)
+        else:
+            self.events.record(self.elapsed(), "agent", agent=agent.id, state="dead", heartbeat="lost")
 
     def _check_processes(self) -> None:
         procs = self.procs
@@ -200,9 +278,90 @@ class RedisPipeline(Pipeline):
                 self.events.record(self.elapsed(), "agent", agent=agent_id, state="dead")
                 self.supervisor.died(agent)
         for agent_id in self._roles:
-            agent = self.agents[agent_id]
-            if agent.alive and agent.paused != procs.stopped(agent_id):
-                procs.signal(agent_id, signal.SIGSTOP if agent.paused else signal.SIGCONT)
+            self._signal_pause(agent_id)
+
+    def _signal_pause(self, agent_id: str) -> None:
+        """SIGSTOP a paused local process, SIGCONT a resumed one (no-op when it already matches)."""
+        procs = self.procs
+        agent = self.agents[agent_id]
+        if procs is not None and agent.alive and agent.paused != procs.stopped(agent_id):
+            procs.signal(agent_id, signal.SIGSTOP if agent.paused else signal.SIGCONT)
+
+    # --- what faults act through (chaosd.faults.runtime.Runtime) -------------------------------------
+    # The flags are the pipeline's (status, metrics and the catalogue read them); each change also reaches the
+    # processes at once: a signal here, or a control write the monitor makes as soon as it is woken. The
+    # monitor's periodic pass writes the same documents again if a write was lost (the safety net).
+
+    def kill_agent(self, agent_id: str) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is None:  # a replica started by hand can hold the lease without being an agent of ours
+            raise FaultError("target", f"{agent_id} is not a process this daemon runs or has seen beat", status=409)
+        self.kill(agent)
+
+    def pause(self, ids: Collection[str], on: bool) -> None:
+        super().pause(ids, on)
+        for agent_id in ids:
+            if self.is_local(agent_id):
+                self._signal_pause(agent_id)  # SIGSTOP / SIGCONT now
+        self._wake.set()  # remote workers: their control hash
+
+    def partition(self, ids: Collection[str], on: bool) -> None:
+        super().partition(ids, on)
+        self._wake.set()
+
+    def exhaust(self, ids: Collection[str], on: bool) -> None:
+        super().exhaust(ids, on)
+        self._wake.set()
+
+    def slow(self, ids: Collection[str], factor: float) -> None:
+        super().slow(ids, factor)
+        self._wake.set()
+
+    def drop_dispatches(self, ids: Collection[str], probability: float) -> None:
+        super().drop_dispatches(ids, probability)
+        self._wake.set()
+
+    def held_tasks(self, ids: Collection[str]) -> int:
+        """The consumers' pending entries: read and not yet acknowledged, so lost if the worker is cut off."""
+        return sum(self._pending_by.get(agent_id, 0) for agent_id in ids)
+
+    def remove_node(self, name: str, removed: bool) -> None:
+        super().remove_node(name, removed)
+        self._wake.set()  # the daemon reroutes, and the workers read the stage document
+
+    def remove_edge(self, a: str, b: str, removed: bool) -> None:
+        super().remove_edge(a, b, removed)
+        self._wake.set()
+
+    def hang(self, name: str, on: bool, timeout: float) -> None:
+        super().hang(name, on, timeout)
+        self._wake.set()
+
+    def llm_down(self, name: str, on: bool) -> None:
+        super().llm_down(name, on)
+        self._wake.set()
+
+    def jitter(self, name: str, seconds: float) -> None:
+        super().jitter(name, seconds)
+        self._wake.set()
+
+    # Each worker process has its own memory store and MCP connection; the daemon's copies serve no task, and
+    # breaking them would report damage nobody suffered. Refused before anything changes.
+
+    def corrupt_memory(self, name: str, entries: int) -> list[int]:
+        raise _unavailable("memory_corrupt")
+
+    def corrupted(self, name: str) -> AbstractSet[int]:
+        return frozenset()
+
+    def mcp_drop(self, name: str, outage: float) -> None:
+        raise _unavailable("mcp_disconnect")
+
+    def mcp_restore(self, name: str) -> None:
+        pass  # nothing was dropped
+
+    def mcp_connected(self, name: str) -> bool:
+        return True
 
     # --- what the stream holds ----------------------------------------------------------------------
 
@@ -215,7 +374,7 @@ class RedisPipeline(Pipeline):
                 yield task
 
     async def refresh(self) -> None:
-        """One monitor pass now (tests and reports that need the books current)."""
+        """One monitor pass now (tests and reports that need the books current); waits for one under way."""
         await self._poll(snapshot=True)
 
     # --- the monitor --------------------------------------------------------------------------------
@@ -231,6 +390,7 @@ class RedisPipeline(Pipeline):
                 "drop": repr(w.drop_probability),
                 "paused": "1" if paused else "0",
                 "partitioned": "1" if a.partitioned else "0",
+                "exit": self._killed.get(a.id, ""),  # the process (instance) kill_agent asked to exit
             }
         return docs
 
@@ -250,17 +410,33 @@ class RedisPipeline(Pipeline):
 
     async def _monitor(self) -> None:
         poll = self.settings.backend.poll
-        every = max(1, round(1.0 / poll))  # the whole stream is read about once a second
-        for k in itertools.count():
-            if self._closed:
-                return
-            await self.clock.sleep(poll)
+        next_snapshot = self.clock.now()
+        while not self._closed:
+            await self._nap(poll)
             self._check_processes()
+            now = self.clock.now()
             if self.dag_dirty:
-                self._update_route(self.clock.now())
-            await self._poll(snapshot=k % every == 0)
+                self._update_route(now)
+            snapshot = now >= next_snapshot  # the whole stream is read about once a second
+            if snapshot:
+                next_snapshot = now + _SNAPSHOT_EVERY
+            await self._poll(snapshot=snapshot)
+
+    async def _nap(self, seconds: float) -> None:
+        """Until the next poll is due, or sooner when a fault has something for the processes to hear."""
+        wake = self._wake
+        if not wake.is_set():
+            # The loop's own deadline (the clock reads the same loop): a fault's set() ends the nap early.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await wake.wait()
+        wake.clear()
 
     async def _poll(self, *, snapshot: bool) -> None:
+        async with self._polling:
+            await self._poll_once(snapshot=snapshot)
+
+    async def _poll_once(self, *, snapshot: bool) -> None:
         client = self._client
         if client is None:
             return
@@ -280,9 +456,10 @@ class RedisPipeline(Pipeline):
         pipe.get(keys.lease)
         pipe.hgetall(keys.stats)
         pipe.hgetall(keys.stage_stats)
-        workers = [w.agent.id for w in self.workers]
-        for agent_id in workers:
-            pipe.hgetall(keys.heartbeat(agent_id))
+        pipe.smembers(keys.members)
+        workers = list(self.workers)
+        for w in workers:
+            pipe.hgetall(keys.heartbeat(w.agent.id))
         control = self._control_doc()
         changed = {a: doc for a, doc in control.items() if self._control.get(a) != doc}
         for agent_id, doc in changed.items():
@@ -310,12 +487,15 @@ class RedisPipeline(Pipeline):
                 self._held = {int(fields["i"]) for _, fields in held if "i" in fields}
             else:
                 queue.recent |= recent  # no consistent picture this time: keep counting those as held
-        xlen, pending, head_entry, groups, lease, stats, stage_stats = replies[1:8]
-        beats = replies[8 : 8 + len(workers)]
-        if not any(isinstance(r, Exception) for r in replies[8 + len(workers) :]):
+        xlen, pending, head_entry, groups, lease, stats, stage_stats, members = replies[1:9]
+        beats = replies[9 : 9 + len(workers)]
+        if not any(isinstance(r, Exception) for r in replies[9 + len(workers) :]):
             self._control.update(changed)
             self._stage_doc = stage_doc
-        n_pending = pending.get("pending", 0) if isinstance(pending, dict) else 0
+        n_pending = 0
+        if isinstance(pending, dict):
+            n_pending = pending.get("pending", 0)
+            self._pending_by = {str(c["name"]): int(c["pending"]) for c in pending.get("consumers") or ()}
         head_age = 0.0
         if isinstance(head_entry, list) and head_entry:
             head_ms = int(str(head_entry[0][0]).partition("-")[0])
@@ -331,7 +511,7 @@ class RedisPipeline(Pipeline):
         if isinstance(stats, dict):
             self.lease.observe(lease if isinstance(lease, str) else None, stats)
             self.ledger.deduplicated = int(stats.get("deduplicated", 0))
-            for w in self.workers:
+            for w in workers:
                 w.dropped = int(stats.get(f"dropped:{w.agent.id}", 0))
         if isinstance(stage_stats, dict):
             for key, value in stage_stats.items():
@@ -339,17 +519,42 @@ class RedisPipeline(Pipeline):
                 stage = self.stages.get(name)
                 if stage is not None and counter in ("degraded", "successes", "fallback_served"):
                     setattr(stage, counter, int(value))
+        self._heartbeats(workers, beats)
+        if isinstance(members, set | list):
+            self._join(members)
+
+    def _heartbeats(self, workers: list[Worker], beats: list[Any]) -> None:
         busy = 0
-        self._beating = {w.agent.id for w, beat in zip(self.workers, beats, strict=True) if beat}
-        for w, beat in zip(self.workers, beats, strict=True):
-            task_id = beat.get("busy", "") if isinstance(beat, dict) else ""
-            if task_id and w.agent.alive and not w.agent.paused:
+        beating = set()
+        for w, beat in zip(workers, beats, strict=True):
+            agent = w.agent
+            if isinstance(beat, Exception):
+                continue  # no news: keep what the last poll said
+            instance = beat.get("instance") if beat else None
+            if beat:
+                beating.add(agent.id)
+                self._instances[agent.id] = instance or ""
+            if agent.kind == "worker" and not self.is_local(agent.id):
+                self._observe_remote(agent, instance)
+            task_id = beat.get("busy", "") if beat else ""
+            if task_id and agent.alive and not agent.paused:
                 busy += 1
                 held_task = self.ledger.in_flight.get(int(task_id))
                 w.current = held_task if held_task is not None else Task(int(task_id), 0.0, False)
             else:
                 w.current = None
+        self._beating = beating
         self.busy.busy = busy
+
+    def _join(self, members: Collection[str]) -> None:
+        """Workers that beat without being listed yet (started on another host, or by hand) become agents."""
+        for agent_id in sorted(set(members) - self.agents.keys() - self._unlisted):
+            if self._remote >= _MAX_REMOTE:
+                self._unlisted.add(agent_id)  # it serves, and its results count; it is not an agent here
+                self.events.record(self.elapsed(), "backend", state="unlisted", agent=agent_id, limit=_MAX_REMOTE)
+                continue
+            self._adopt(agent_id)
+            self._remote += 1
 
     def _books(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         """Each result is an effect the sink applied: the ledger, the histograms and the busy time hear of it."""

@@ -28,6 +28,7 @@ class Keys:
     log: str
     run: str
     stage_control: str
+    members: str
     prefix: str
 
     @classmethod
@@ -45,6 +46,7 @@ class Keys:
             log=f"{p}:dispatch",
             run=f"{p}:run",
             stage_control=f"{p}:control:stages",
+            members=f"{p}:workers",
             prefix=p,
         )
 
@@ -59,7 +61,16 @@ class Keys:
 
     def wiped_at_start(self) -> tuple[str, ...]:
         """What a starting daemon clears: the previous run's tasks and books (the fencing counter stays)."""
-        return (self.stream, self.results, self.stats, self.stage_stats, self.checkpoint, self.log, self.stage_control)
+        return (
+            self.stream,
+            self.results,
+            self.stats,
+            self.stage_stats,
+            self.checkpoint,
+            self.log,
+            self.stage_control,
+            self.members,
+        )
 
 
 # KEYS: stream. ARGV: group, capacity, field, value, …  → the entry id, or 0 when the queue is full.

@@ -2,8 +2,9 @@
 
 The stages are the in-memory runtime's own (``Pipeline`` builds them; it is never started here). Each outcome
 goes to the idempotent sink in the same round trip as the next read. Faults reach the process as a control
-hash (slow, drop, pause, partition) and a stage document (tool_timeout, llm_failure, jitter, removed nodes);
-SIGKILL and SIGSTOP come from the daemon's supervisor.
+hash (slow, drop, pause, partition, exit) and a stage document (tool_timeout, llm_failure, jitter, removed
+nodes); a local worker's SIGKILL and SIGSTOP come from the daemon. Each heartbeat names the process (its
+``instance``) and adds the worker to the members set, so the daemon lists workers it did not start.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import json
 import os
 import random
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +53,7 @@ class _Control:
     drop: float = 0.0
     paused: bool = False
     partitioned: bool = False
+    exit: str = ""  # the instance the daemon asked to exit (kill_agent on a worker it did not start)
     stages: str = ""
     reported: dict[str, int] = field(default_factory=dict)
 
@@ -67,6 +70,8 @@ class RedisWorker:
         self._clock = clock
         self._rng = random.Random(f"{settings.seed}:{agent_id}:{os.getpid()}")
         self.pipeline = Pipeline(settings, clock)  # the stages, DAG and route; never started
+        self.instance = f"{os.getpid()}-{secrets.token_hex(4)}"  # this process, not the next one with the same id
+        self.killed = asyncio.Event()  # set when the daemon asks this very process to exit
         self.control = _Control()
         self._resume = asyncio.Event()
         self._resume.set()
@@ -208,8 +213,17 @@ class RedisWorker:
         while True:
             k += 1
             pipe = self._ctl.pipeline(transaction=False)
-            pipe.hset(beat, mapping={"pid": os.getpid(), "busy": self.current or "", "served": self.served})
+            pipe.hset(
+                beat,
+                mapping={
+                    "pid": os.getpid(),
+                    "instance": self.instance,
+                    "busy": self.current or "",
+                    "served": self.served,
+                },
+            )
             pipe.pexpire(beat, ttl_ms)
+            pipe.sadd(keys.members, self.id)
             deltas = self._stage_deltas()
             for name, n in deltas.items():
                 pipe.hincrby(keys.stage_stats, name, n)
@@ -251,6 +265,9 @@ class RedisWorker:
         c.drop = float(control.get("drop", 0.0))
         c.paused = control.get("paused") == "1"
         c.partitioned = control.get("partitioned") == "1"
+        c.exit = control.get("exit", "")
+        if c.exit == self.instance:
+            self.killed.set()
         if c.paused or c.partitioned:
             self._resume.clear()
         else:
