@@ -7,6 +7,7 @@ The only module that exits the process: bad input → a message naming the field
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -100,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--id", help="agent id (default: ROLE-HOST-PID)")
     worker.add_argument("--role", choices=("worker", "orchestrator"), default="worker")
     worker.add_argument("--parent", type=int, help=argparse.SUPPRESS)  # exit when this process is gone
+    worker.add_argument("--spawner", action="store_true", help=argparse.SUPPRESS)  # the daemon's forking parent
     add_client_commands(sub)
     return parser
 
@@ -287,12 +289,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             _out(f"chaosd: wrote {write_postmortem(args.file, args.out)}")
             return 0
         if args.command == "worker":
-            from chaosd.backends.redis_process import default_id, read_settings, serve_process  # noqa: PLC0415
+            from chaosd.backends.redis_process import (  # noqa: PLC0415
+                default_id,
+                read_settings,
+                serve_process,
+                spawn_from,
+            )
 
             settings = read_settings(args.config, args.settings_json)
             if settings.backend.kind != "redis":
                 source = str(args.config or args.settings_json or "configuration")
                 return _fail([f"{source}: backend.kind: chaosd worker needs 'redis' (got {settings.backend.kind!r})"])
+            if args.spawner:
+                assigned = spawn_from(sys.stdin, sys.stdout)
+                if assigned is None:
+                    return 0  # the daemon closed our input: it is done
+                args.role, args.id = assigned
+                args.parent = os.getppid()  # the spawner: when it goes, the daemon has gone
             return serve_process(settings, args.role, args.id or default_id(args.role), args.parent)
         if args.command in COMMANDS:
             return run_client_command(args, _out, lambda line: print(line, file=sys.stderr))

@@ -8,7 +8,7 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from redis.asyncio import Redis
 
@@ -17,7 +17,7 @@ from chaosd.backends.redis_worker import RedisWorker
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import Settings, load_settings
 
-__all__ = ["EXIT_KILLED", "default_id", "read_settings", "serve_process"]
+__all__ = ["EXIT_KILLED", "default_id", "read_settings", "serve_process", "spawn_from"]
 
 EXIT_KILLED = 137  # the status a SIGKILLed process reports: the daemon asked this worker to die (kill_agent)
 
@@ -36,6 +36,32 @@ def read_settings(config: Path | None, settings_json: Path | None) -> Settings:
     if settings_json is not None:
         return load_settings(None, json.loads(settings_json.read_text()), str(settings_json))
     return load_settings(config)
+
+
+def spawn_from(commands: IO[str], replies: IO[str]) -> tuple[str, str] | None:
+    """The daemon's spawner: fork one process per ``ROLE ID LOG`` line, answering with its pid.
+
+    Returns ``(role, id)`` in each child, which goes on to serve as if started as ``chaosd worker --role ROLE
+    --id ID`` (its output in LOG), and None in the spawner once the daemon closes its input. Everything a worker
+    imports is imported before the first fork, so a child serves within milliseconds.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children; the daemon watches their pidfds
+    while line := commands.readline():
+        role, agent_id, log = line.rstrip("\n").split(" ", 2)
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out, 1)
+            os.dup2(out, 2)
+            os.close(out)
+            os.close(null)
+            return role, agent_id
+        replies.write(f"{pid}\n")
+        replies.flush()
+    return None
 
 
 def _client(settings: Settings) -> Redis:

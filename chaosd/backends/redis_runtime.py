@@ -641,7 +641,7 @@ class RedisPipeline(Pipeline):
             self._client = client
             path = Path(tmp.name) / "settings.json"
             self._children_settings(path)
-            self.procs = LocalProcesses(path, Path(tmp.name))
+            self.procs = LocalProcesses(path, Path(tmp.name), self.clock)
             for agent_id, role in self._roles.items():
                 self.procs.start(agent_id, role)
             await self._ready()
