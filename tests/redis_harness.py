@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from daemon_harness import wait_for
 
-__all__ = ["RedisServer", "free_port", "redis_settings", "running_redis"]
+__all__ = ["RedisServer", "free_port", "redis_settings", "running_redis", "server", "shared_redis"]
 
 
 def free_port() -> int:
@@ -81,6 +81,13 @@ class RedisServer:
         self.kill()
         self.start(persistent=persistent)
 
+    def emptied(self) -> RedisServer:
+        """FLUSHALL: the next test finds the server as a fresh one (the fencing counter starts again too)."""
+        with socket.create_connection((self.host, self.port), timeout=5) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            assert s.recv(16).startswith(b"+OK")
+        return self
+
 
 @contextmanager
 def running_redis(directory: Path, *, persistent: bool = False) -> Iterator[RedisServer]:
@@ -90,6 +97,19 @@ def running_redis(directory: Path, *, persistent: bool = False) -> Iterator[Redi
         yield server
     finally:
         server.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server for a module whose tests never restart it (import with ``server``)."""
+    with running_redis(tmp_path_factory.mktemp("redis")) as shared:
+        yield shared
+
+
+@pytest.fixture
+def server(shared_redis: RedisServer) -> RedisServer:
+    """The module's redis-server, emptied for this test."""
+    return shared_redis.emptied()
 
 
 def redis_settings(url: str, **sections: Any) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 import redis
-from redis_harness import RedisServer, redis_settings, running_redis
+import redis_harness
+from redis_harness import RedisServer, redis_settings
 
 from chaosd.backends.redis_runtime import RedisPipeline
 from chaosd.cli import main
@@ -21,6 +22,8 @@ from chaosd.errors import ConfigError
 from chaosd.runner import Experiment, run_offline
 
 pytestmark = pytest.mark.timeout(120)
+# One redis-server for the module, emptied before each test (none of them restarts it).
+shared_redis, server = redis_harness.shared_redis, redis_harness.server
 
 Plan = Callable[[Experiment], Coroutine[Any, Any, None]]
 
@@ -81,84 +84,82 @@ def test_the_cli_names_backend_kind_and_exits_2(tmp_path: Path, capsys: pytest.C
     assert len(err) == 1 and "backend.kind" in err[0], err
 
 
-def test_sigkill_mid_task_is_redelivered_once_and_the_supervisor_restarts(tmp_path: Path) -> None:
-    with running_redis(tmp_path) as server:
-        settings = load_settings(
-            None,
-            redis_settings(server.url, **QUIET),
-        )
-        client = redis.Redis.from_url(server.url, decode_responses=True)
-        seen: dict[str, Any] = {}
+def test_sigkill_mid_task_is_redelivered_once_and_the_supervisor_restarts(server: RedisServer) -> None:
+    settings = load_settings(
+        None,
+        redis_settings(server.url, **QUIET),
+    )
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    seen: dict[str, Any] = {}
 
-        async def plan(exp: Experiment) -> None:
-            rt = exp.pipeline
-            assert isinstance(rt, RedisPipeline)
-            baseline = exp.injector.baseline
-            await until(exp, lambda: (b := baseline()) is not None and b.goodput > 40, 15.0, "a busy baseline")
-            await until(exp, lambda: bool(pending_of(client, "worker-0")), 5.0, "worker-0 mid-task")
-            seen["pid"] = rt.pid("worker-0")
-            held = pending_of(client, "worker-0")
-            seen["held"] = [client.xrange("chaosd:tasks", e, e)[0][1]["i"] for e in held]
-            record = exp.injector.inject("kill_agent", "worker-0", {}, 3.0)
-            seen["fault"] = record.id
-            assert rt.pid("worker-0") is None  # the process is gone at once
-            await until(exp, lambda: rt.pid("worker-0") is not None, 10.0, "the supervisor's restart")
-            seen["new_pid"] = rt.pid("worker-0")
-            await until(exp, lambda: record.outcome in ("recovered", "failed"), 25.0, "a verdict on the kill")
-            await until(exp, lambda: all(t in results_by_task(client) for t in seen["held"]), 5.0, "redelivery")
-            await rt.refresh()
-            exp.stop.set()
+    async def plan(exp: Experiment) -> None:
+        rt = exp.pipeline
+        assert isinstance(rt, RedisPipeline)
+        baseline = exp.injector.baseline
+        await until(exp, lambda: (b := baseline()) is not None and b.goodput > 40, 15.0, "a busy baseline")
+        await until(exp, lambda: bool(pending_of(client, "worker-0")), 5.0, "worker-0 mid-task")
+        seen["pid"] = rt.pid("worker-0")
+        held = pending_of(client, "worker-0")
+        seen["held"] = [client.xrange("chaosd:tasks", e, e)[0][1]["i"] for e in held]
+        record = exp.injector.inject("kill_agent", "worker-0", {}, 3.0)
+        seen["fault"] = record.id
+        assert rt.pid("worker-0") is None  # the process is gone at once
+        await until(exp, lambda: rt.pid("worker-0") is not None, 10.0, "the supervisor's restart")
+        seen["new_pid"] = rt.pid("worker-0")
+        await until(exp, lambda: record.outcome in ("recovered", "failed"), 25.0, "a verdict on the kill")
+        await until(exp, lambda: all(t in results_by_task(client) for t in seen["held"]), 5.0, "redelivery")
+        await rt.refresh()
+        exp.stop.set()
 
-        report, _ = experiment(settings, 60.0, 1.0, plan)
-        assert seen["pid"] != seen["new_pid"]
-        with pytest.raises(ProcessLookupError):
-            os.kill(seen["pid"], 0)
-        fault = next(f for f in report["faults"] if f["id"] == seen["fault"])
-        assert fault["outcome"] == "recovered", fault
-        tasks = report["tasks"]
-        assert tasks["lost"] == 0 and tasks["lost_all_cohorts"] == 0
-        assert tasks["duplicated"] == 0
-        assert tasks["accepted"] == tasks["completed"] + tasks["failed"] + tasks["in_flight"] + tasks["lost"]
-        assert report["runtime"]["restarts"] >= 1
-        assert report["runtime"]["lease_expired"] >= len(seen["held"]) >= 1
-        counts = results_by_task(client)
-        for task in seen["held"]:  # the task the killed process held took effect exactly once
-            assert counts[task] == 1
-            assert client.exists(f"chaosd:effect:1:{task}") or client.keys(f"chaosd:effect:*:{task}")
-        assert max(counts.values()) == 1
-        client.close()
+    report, _ = experiment(settings, 60.0, 1.0, plan)
+    assert seen["pid"] != seen["new_pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(seen["pid"], 0)
+    fault = next(f for f in report["faults"] if f["id"] == seen["fault"])
+    assert fault["outcome"] == "recovered", fault
+    tasks = report["tasks"]
+    assert tasks["lost"] == 0 and tasks["lost_all_cohorts"] == 0
+    assert tasks["duplicated"] == 0
+    assert tasks["accepted"] == tasks["completed"] + tasks["failed"] + tasks["in_flight"] + tasks["lost"]
+    assert report["runtime"]["restarts"] >= 1
+    assert report["runtime"]["lease_expired"] >= len(seen["held"]) >= 1
+    counts = results_by_task(client)
+    for task in seen["held"]:  # the task the killed process held took effect exactly once
+        assert counts[task] == 1
+        assert client.exists(f"chaosd:effect:1:{task}") or client.keys(f"chaosd:effect:*:{task}")
+    assert max(counts.values()) == 1
+    client.close()
 
 
-def test_a_worker_stopped_past_its_lease_is_deduplicated_at_the_sink(tmp_path: Path) -> None:
-    with running_redis(tmp_path) as server:
-        settings = load_settings(
-            None,
-            redis_settings(server.url, **QUIET),
-        )
-        client = redis.Redis.from_url(server.url, decode_responses=True)
-        seen: dict[str, Any] = {}
+def test_a_worker_stopped_past_its_lease_is_deduplicated_at_the_sink(server: RedisServer) -> None:
+    settings = load_settings(
+        None,
+        redis_settings(server.url, **QUIET),
+    )
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    seen: dict[str, Any] = {}
 
-        async def plan(exp: Experiment) -> None:
-            rt = exp.pipeline
-            assert isinstance(rt, RedisPipeline)
-            await until(exp, lambda: bool(pending_of(client, "worker-1")), 15.0, "worker-1 mid-task")
-            # SIGSTOP (pause_agent on a local worker) for twice the task lease: its task goes to worker-0.
-            record = exp.injector.inject("pause_agent", "worker-1", {}, 2.0)
-            seen["pid"] = rt.pid("worker-1")
-            seen["state"] = Path(f"/proc/{seen['pid']}/stat")
-            await until(exp, lambda: seen["state"].read_text().split()[2] == "T", 2.0, "the process stopped")
-            await until(exp, lambda: rt.ledger.deduplicated >= 1, 15.0, "the late completion suppressed")
-            seen["outcome"] = record.outcome
-            await rt.refresh()
-            exp.stop.set()
+    async def plan(exp: Experiment) -> None:
+        rt = exp.pipeline
+        assert isinstance(rt, RedisPipeline)
+        await until(exp, lambda: bool(pending_of(client, "worker-1")), 15.0, "worker-1 mid-task")
+        # SIGSTOP (pause_agent on a local worker) for twice the task lease: its task goes to worker-0.
+        record = exp.injector.inject("pause_agent", "worker-1", {}, 2.0)
+        seen["pid"] = rt.pid("worker-1")
+        seen["state"] = Path(f"/proc/{seen['pid']}/stat")
+        await until(exp, lambda: seen["state"].read_text().split()[2] == "T", 2.0, "the process stopped")
+        await until(exp, lambda: rt.ledger.deduplicated >= 1, 15.0, "the late completion suppressed")
+        seen["outcome"] = record.outcome
+        await rt.refresh()
+        exp.stop.set()
 
-        report, _ = experiment(settings, 40.0, 1.0, plan)
-        assert report["runtime"]["deduplicated"] >= 1  # counted ...
-        assert report["tasks"]["duplicated"] == 0  # ... and no second effect
-        assert report["tasks"]["lost_all_cohorts"] == 0
-        assert report["runtime"]["lease_expired"] >= 1
-        assert max(results_by_task(client).values()) == 1
-        client.close()
+    report, _ = experiment(settings, 40.0, 1.0, plan)
+    assert report["runtime"]["deduplicated"] >= 1  # counted ...
+    assert report["tasks"]["duplicated"] == 0  # ... and no second effect
+    assert report["tasks"]["lost_all_cohorts"] == 0
+    assert report["runtime"]["lease_expired"] >= 1
+    assert max(results_by_task(client).values()) == 1
+    client.close()
 
 
 def test_the_worker_subcommand_refuses_the_memory_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,7 +170,7 @@ def test_the_worker_subcommand_refuses_the_memory_backend(tmp_path: Path, capsys
 
 
 def test_an_unreachable_redis_is_a_config_error(tmp_path: Path) -> None:
-    server = RedisServer(tmp_path)  # never started: nothing listens on its port
-    settings = load_settings(None, redis_settings(server.url))
+    absent = RedisServer(tmp_path)  # never started: nothing listens on its port
+    settings = load_settings(None, redis_settings(absent.url))
     with pytest.raises(ConfigError, match=r"backend\.url"):
         run_offline(settings, duration=1.0, warmup=0.1, virtual=False)

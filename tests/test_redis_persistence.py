@@ -19,8 +19,8 @@ from chaosd.runner import Experiment
 
 pytestmark = pytest.mark.timeout(120)
 
-# 80 tasks/s for 3 s, then nothing: the stream stops changing once the workers are stopped.
-LOAD = {"rate": 80.0, "phases": [{"type": "step", "at": 3.0, "rate": 0.0}]}
+# 80 tasks/s for 1.5 s, then nothing: the stream stops changing once the workers are stopped.
+LOAD = {"rate": 80.0, "phases": [{"type": "step", "at": 1.5, "rate": 0.0}]}
 
 
 def stream_tasks(client: redis.Redis) -> set[int]:
@@ -41,7 +41,7 @@ def crash_redis(server: RedisServer, tmp_path: Path, *, persistent: bool) -> dic
         pids = [pid for w in rt.workers if (pid := rt.pid(w.agent.id)) is not None]
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)  # they hold what they read; the stream keeps the rest
-        await until(exp, lambda: rt.elapsed() > 3.5, 10, "the producers to go quiet")
+        await until(exp, lambda: rt.elapsed() > 2.0, 10, "the producers to go quiet")
         await rt.refresh()
         in_stream = stream_tasks(client)
         assert in_stream, "the test needs tasks in the stream when Redis dies"
