@@ -7,6 +7,7 @@ The only module that exits the process: bad input → a message naming the field
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -94,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     post.add_argument("file", type=Path, help="a JSON run report (chaosd run --report, or the daemon's)")
     post.add_argument("--html", action="store_true", required=True, help="HTML output (the only format)")
     post.add_argument("--out", type=Path, help="where to write it (default: FILE with .html)")
+    worker = sub.add_parser("worker", help="run a worker (or orchestrator replica) process for backend.kind = redis")
+    worker.add_argument("--config", type=Path, help="TOML config file (the daemon's: the same [backend] section)")
+    worker.add_argument("--settings-json", type=Path, help=argparse.SUPPRESS)  # the daemon's own children
+    worker.add_argument("--id", help="agent id (default: ROLE-HOST-PID)")
+    worker.add_argument("--role", choices=("worker", "orchestrator"), default="worker")
+    worker.add_argument("--parent", type=int, help=argparse.SUPPRESS)  # exit when this process is gone
+    worker.add_argument("--spawner", action="store_true", help=argparse.SUPPRESS)  # the daemon's forking parent
     add_client_commands(sub)
     return parser
 
@@ -220,6 +228,9 @@ def _run(args: argparse.Namespace) -> int:
         plan = scenario_plan(scenario.actions)
     if not args.realtime:  # a user's stage handler waits on the real clock: refused before anything starts
         refuse_virtual_time(settings.stages, str(args.config or (path if scenario is not None else "configuration")))
+    if not args.realtime and settings.backend.kind == "redis":  # its workers are processes, on the real clock
+        source = str(args.config or (path if scenario is not None else "configuration"))
+        return _fail([f"{source}: backend.kind: 'redis' runs real processes in real time: use `chaosd run --realtime`"])
     bar = None if args.quiet or not sys.stdout.isatty() else _ProgressBar(duration, virtual=not args.realtime)
     started = wall_time()
     try:
@@ -277,6 +288,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             _out(f"chaosd: wrote {write_postmortem(args.file, args.out)}")
             return 0
+        if args.command == "worker":
+            from chaosd.backends.redis_process import (  # noqa: PLC0415
+                default_id,
+                read_settings,
+                serve_process,
+                spawn_from,
+            )
+
+            settings = read_settings(args.config, args.settings_json)
+            if settings.backend.kind != "redis":
+                source = str(args.config or args.settings_json or "configuration")
+                return _fail([f"{source}: backend.kind: chaosd worker needs 'redis' (got {settings.backend.kind!r})"])
+            if args.spawner:
+                assigned = spawn_from(sys.stdin, sys.stdout)
+                if assigned is None:
+                    return 0  # the daemon closed our input: it is done
+                args.role, args.id = assigned
+                args.parent = os.getppid()  # the spawner: when it goes, the daemon has gone
+            return serve_process(settings, args.role, args.id or default_id(args.role), args.parent)
         if args.command in COMMANDS:
             return run_client_command(args, _out, lambda line: print(line, file=sys.stderr))
         from chaosd.daemon import serve  # noqa: PLC0415 - aiohttp only for the daemon

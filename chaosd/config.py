@@ -21,6 +21,7 @@ from chaosd.handlers import handler_problems
 
 __all__ = [
     "ApiConfig",
+    "BackendConfig",
     "BackoffConfig",
     "DaemonConfig",
     "DetectorConfig",
@@ -359,6 +360,20 @@ class StorageConfig(_Model):
     path: str = Field(default="chaosd-data/chaosd.db", min_length=1)
 
 
+class BackendConfig(_Model):
+    """Where the runtime lives: in this process (``memory``, virtual time possible) or on Redis Streams."""
+
+    kind: Literal["memory", "redis"] = "memory"
+    url: str = Field(default="redis://127.0.0.1:6379/0", min_length=1, description="redis: the server")
+    stream: str = Field(default="chaosd:tasks", min_length=1, description="redis: the ingress stream")
+    group: str = Field(default="chaosd-workers", min_length=1, description="redis: the workers' consumer group")
+    prefix: str = Field(default="chaosd", min_length=1, description="redis: namespace of every other key")
+    local_workers: bool = Field(default=True, description="redis: the daemon runs workers.count worker processes")
+    batch: int = Field(default=1, ge=1, le=1000, description="redis: entries a worker reads at once (COUNT)")
+    effect_ttl: Seconds = Field(default=3600.0, gt=0, description="redis: how long the sink remembers an effect")
+    poll: Seconds = Field(default=0.05, gt=0, le=5, description="redis: the daemon's read interval")
+
+
 def _exp(mean: float) -> ServiceConfig:
     return ServiceConfig(distribution="exponential", mean=mean)
 
@@ -412,6 +427,7 @@ class Settings(BaseSettings):
     api: ApiConfig = ApiConfig()
     storage: StorageConfig = StorageConfig()
     tracing: TracingConfig = TracingConfig()
+    backend: BackendConfig = BackendConfig()
 
     @field_validator("stages")
     @classmethod

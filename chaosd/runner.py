@@ -15,13 +15,13 @@ import numpy as np
 import numpy.typing as npt
 
 from chaosd import __version__
+from chaosd.backends import make_pipeline
 from chaosd.clock import Clock, LoopClock, new_event_loop, wall_time
 from chaosd.config import Settings
 from chaosd.events import EventLog
 from chaosd.faults import Injector
 from chaosd.faults.incidents import PENDING
 from chaosd.history import RecentLog
-from chaosd.pipeline import Pipeline
 from chaosd.report import latency_block, rounded
 from chaosd.rng import Streams
 from chaosd.score import Score, ScoreInputs, ScoreWeights, compute_score, diagnose
@@ -71,7 +71,7 @@ class Experiment:
         self.events = EventLog()
         keep = settings.history
         self.throttle = Throttle(settings.throttle, keep.entries)
-        self.pipeline = Pipeline(settings, clock, admission=self.throttle, measure_from=warmup, events=self.events)
+        self.pipeline = make_pipeline(settings, clock, admission=self.throttle, measure_from=warmup, events=self.events)
         tick = settings.telemetry.tick
         self.detector = CollapseDetector(settings.detector, tick, keep.entries)
         self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)

@@ -25,6 +25,7 @@ LAYERS = [
     "config",
     "scenario",
     "pipeline",
+    "backends",
     "faults",
     "telemetry",
     "score",

@@ -1,0 +1,179 @@
+"""The Redis backend's keys and Lua scripts: each check-then-write runs atomically on the server.
+
+Admission (bounded XADD), the idempotent sink (SET NX + XACK + result), the leader lease with its fencing
+token, and the leader's fenced writes (reclaiming expired task leases, the checkpoint).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chaosd.config import BackendConfig
+
+__all__ = ["ACQUIRE", "ADMIT", "CHECKPOINT", "COMPLETE", "RENEW", "SWEEP", "Keys"]
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Every key the backend touches, named from the ``[backend]`` section."""
+
+    stream: str
+    group: str
+    results: str
+    stats: str
+    stage_stats: str
+    lease: str
+    fence: str
+    checkpoint: str
+    log: str
+    run: str
+    stage_control: str
+    members: str
+    prefix: str
+
+    @classmethod
+    def of(cls, cfg: BackendConfig) -> Keys:
+        p = cfg.prefix
+        return cls(
+            stream=cfg.stream,
+            group=cfg.group,
+            results=f"{p}:results",
+            stats=f"{p}:stats",
+            stage_stats=f"{p}:stagestats",
+            lease=f"{p}:lease",
+            fence=f"{p}:fence",
+            checkpoint=f"{p}:checkpoint",
+            log=f"{p}:dispatch",
+            run=f"{p}:run",
+            stage_control=f"{p}:control:stages",
+            members=f"{p}:workers",
+            prefix=p,
+        )
+
+    def effect(self, run: str, task: str) -> str:
+        return f"{self.prefix}:effect:{run}:{task}"
+
+    def control(self, agent: str) -> str:
+        return f"{self.prefix}:control:{agent}"
+
+    def heartbeat(self, agent: str) -> str:
+        return f"{self.prefix}:hb:{agent}"
+
+    def wiped_at_start(self) -> tuple[str, ...]:
+        """What a starting daemon clears: the previous run's tasks and books (the fencing counter stays)."""
+        return (
+            self.stream,
+            self.results,
+            self.stats,
+            self.stage_stats,
+            self.checkpoint,
+            self.log,
+            self.stage_control,
+            self.members,
+        )
+
+
+# KEYS: stream. ARGV: group, capacity, field, value, …  → the entry id, or 0 when the queue is full.
+# Waiting = entries in the stream minus those delivered and not yet acknowledged (acknowledged ones are
+# deleted), the same count the in-memory queue bounds. A stream or group lost with a Redis restart is recreated.
+ADMIT = """
+local stream, group = KEYS[1], ARGV[1]
+local pending = redis.pcall('XPENDING', stream, group)
+if type(pending) == 'table' and pending.err then
+  redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+  pending = {0}
+end
+if redis.call('XLEN', stream) - pending[1] >= tonumber(ARGV[2]) then
+  return 0
+end
+return redis.call('XADD', stream, '*', unpack(ARGV, 3))
+"""
+
+# KEYS: stream, results, effect, stats. ARGV: group, entry id, idempotent (1/0), effect ttl ms, field, value, …
+# → 1 when the effect was applied (its result is appended), 0 for a duplicate the sink suppressed.
+COMPLETE = """
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+if ARGV[3] == '1' then
+  if not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[4]) then
+    redis.call('HINCRBY', KEYS[4], 'deduplicated', 1)
+    return 0
+  end
+else
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+end
+redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
+return 1
+"""
+
+# KEYS: lease, fence. ARGV: replica identity, ttl ms → the fencing token held (a new one when elected), or 0.
+ACQUIRE = """
+local holder = redis.call('GET', KEYS[1])
+if holder then
+  local who, token = string.match(holder, '^(.*):(%d+)$')
+  if who == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(token)
+  end
+  return 0
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
+return token
+"""
+
+# KEYS: lease, stats. ARGV: identity, token, ttl ms → 1 renewed, 0 refused (a stale leader: counted).
+RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] .. ':' .. ARGV[2] then
+  redis.call('HINCRBY', KEYS[2], 'refused_writes', 1)
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# KEYS: stream, lease, log, stats. ARGV: group, identity, token, min idle ms, count, log maxlen
+# → tasks re-delivered, or -1 when the caller no longer holds the lease (the write is refused and counted).
+# An entry idle past the task lease is claimed, appended again (attempts + 1) and the old copy acknowledged and
+# deleted, so it goes back to the queue for any worker; its old holder, if it finishes, meets the sink's NX.
+SWEEP = """
+if redis.call('GET', KEYS[2]) ~= ARGV[2] .. ':' .. ARGV[3] then
+  redis.call('HINCRBY', KEYS[4], 'refused_writes', 1)
+  return -1
+end
+local claimed = redis.pcall('XAUTOCLAIM', KEYS[1], ARGV[1], 'reclaim', ARGV[4], '0-0', 'COUNT', ARGV[5])
+if type(claimed) ~= 'table' or claimed.err then
+  return 0
+end
+local n = 0
+for _, entry in ipairs(claimed[2]) do
+  local id, fields = entry[1], entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'n' then fields[i + 1] = tostring(tonumber(fields[i + 1]) + 1) end
+  end
+  redis.call('XADD', KEYS[1], '*', unpack(fields))
+  redis.call('XACK', KEYS[1], ARGV[1], id)
+  redis.call('XDEL', KEYS[1], id)
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[6], '*', 'op', 'redispatch', 'entry', id, 'token', ARGV[3])
+  n = n + 1
+end
+for _, id in ipairs(claimed[3] or {}) do
+  redis.call('XACK', KEYS[1], ARGV[1], id)
+end
+if n > 0 then
+  redis.call('HINCRBY', KEYS[4], 'lease_expired', n)
+  redis.call('HINCRBY', KEYS[4], 'redispatched', n)
+end
+return n
+"""
+
+# KEYS: lease, checkpoint, log, stats. ARGV: identity, token, log maxlen, field, value, … → 1 written, -1 refused.
+CHECKPOINT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] .. ':' .. ARGV[2] then
+  redis.call('HINCRBY', KEYS[4], 'refused_writes', 1)
+  return -1
+end
+redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'op', 'checkpoint', 'token', ARGV[2])
+return 1
+"""

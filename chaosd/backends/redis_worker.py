@@ -1,0 +1,297 @@
+"""A worker process: consumes the task stream through the consumer group and walks each task along the DAG.
+
+The stages are the in-memory runtime's own (``Pipeline`` builds them; it is never started here). Each outcome
+goes to the idempotent sink in the same round trip as the next read. Faults reach the process as a control
+hash (slow, drop, pause, partition, exit) and a stage document (tool_timeout, llm_failure, jitter, removed
+nodes); a local worker's SIGKILL and SIGSTOP come from the daemon. Each heartbeat names the process (its
+``instance``) and adds the worker to the members set, so the daemon lists workers it did not start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from chaosd.backends.redis_clock import server_offset
+from chaosd.backends.redis_queue import still_cancelled
+from chaosd.backends.redis_scripts import COMPLETE, Keys
+from chaosd.clock import Clock
+from chaosd.config import Settings
+from chaosd.pipeline import Pipeline
+from chaosd.pipeline.stages import DEGRADED, StageRunner
+
+__all__ = ["RedisWorker"]
+
+_CONTROL_EVERY = 0.1  # seconds between heartbeats (which also read the control hash)
+_RETRY = 0.1  # seconds before trying Redis again after a connection error
+_STAGE_COUNTERS = ("degraded", "successes", "fallback_served")
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """One finished task, waiting to reach the sink."""
+
+    entry: str
+    fields: dict[str, str]
+    reason: str  # "" = completed
+    degraded: bool
+    started: float
+    ended: float
+
+
+@dataclass(slots=True)
+class _Control:
+    slow: float = 1.0
+    drop: float = 0.0
+    paused: bool = False
+    partitioned: bool = False
+    exit: str = ""  # the instance the daemon asked to exit (kill_agent on a worker it did not start)
+    stages: str = ""
+    reported: dict[str, int] = field(default_factory=dict)
+
+
+class RedisWorker:
+    """One consumer of the group; ``run`` serves until cancelled."""
+
+    def __init__(self, settings: Settings, agent_id: str, data: Redis, control: Redis, clock: Clock) -> None:
+        self.settings = settings
+        self.id = agent_id
+        self.keys = Keys.of(settings.backend)
+        self._data = data
+        self._ctl = control
+        self._clock = clock
+        self._rng = random.Random(f"{settings.seed}:{agent_id}:{os.getpid()}")
+        self.pipeline = Pipeline(settings, clock)  # the stages, DAG and route; never started
+        self.instance = f"{os.getpid()}-{secrets.token_hex(4)}"  # this process, not the next one with the same id
+        self.killed = asyncio.Event()  # set when the daemon asks this very process to exit
+        self.control = _Control()
+        self._resume = asyncio.Event()
+        self._resume.set()
+        self._offset = 0.0
+        self.current: str | None = None
+        self.served = 0
+        self.dropped = 0
+        self._dropped_reported = 0
+        self.round_trips = 0  # pipelines sent (serving and heartbeats): the benchmark's round trips per task
+        self._trips_reported = 0
+
+    def _redis_now(self) -> float:
+        return self._clock.now() + self._offset
+
+    async def run(self) -> None:
+        while True:
+            try:
+                self._offset = await server_offset(self._ctl, self._clock)
+                break
+            except (RedisError, OSError):  # not up yet, loading its data, or refusing us: try again
+                await self._clock.sleep(_RETRY)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._heartbeat(), name="heartbeat")
+            group.create_task(self._mcp(), name="mcp")
+            group.create_task(self._serve(), name="serve")
+
+    async def _mcp(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            for conn in self.pipeline.mcp.values():
+                group.create_task(conn.run())
+
+    # --- serving ---------------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        keys = self.keys
+        cfg = self.settings.backend
+        complete = self._data.register_script(COMPLETE)
+        idempotent = "1" if self.settings.sink.idempotent else "0"
+        ttl_ms = str(int(cfg.effect_ttl * 1000))
+        done: list[_Outcome] = []
+        block_ms = max(1, int(cfg.poll * 1000))
+        while True:
+            if not self._resume.is_set():
+                if self.control.partitioned:
+                    done.clear()  # the outcomes cannot reach the sink: their task leases will expire
+                    await self._data.connection_pool.disconnect()
+                await self._resume.wait()
+                continue
+            pipe = self._data.pipeline(transaction=False)
+            for out in done:
+                fields = out.fields
+                result = [
+                    "i", fields["i"], "w", self.id, "o", out.reason, "d", "1" if out.degraded else "0",
+                    "a", fields["a"], "s", repr(out.started), "e", repr(out.ended), "n", fields["n"],
+                    "m", fields["m"],
+                ]  # fmt: skip
+                effect = keys.effect(fields["r"], fields["i"])
+                await complete(
+                    keys=[keys.stream, keys.results, effect, keys.stats],
+                    args=[keys.group, out.entry, idempotent, ttl_ms, *result],
+                    client=pipe,
+                )
+            pipe.xreadgroup(keys.group, self.id, {keys.stream: ">"}, count=cfg.batch, block=block_ms)
+            self.round_trips += 1
+            try:
+                replies = await pipe.execute(raise_on_error=False)
+            except (RedisError, OSError):
+                still_cancelled()
+                await self._clock.sleep(_RETRY)  # the outcomes are kept: the sink is idempotent, so retry them
+                continue
+            if any(isinstance(r, RedisError) for r in replies[:-1]):
+                await self._clock.sleep(_RETRY)
+                continue
+            done.clear()
+            read = replies[-1]
+            if isinstance(read, ResponseError) and "NOGROUP" in str(read):
+                await self._create_group()  # Redis came back empty (no persistence): start the group again
+                continue
+            if isinstance(read, RedisError):
+                await self._clock.sleep(_RETRY)
+                continue
+            for _, entries in read or ():
+                for entry, fields in entries:
+                    if not self._resume.is_set():
+                        break  # paused or cut off mid-batch: the rest stay pending until their lease ends
+                    if self.control.drop and self._rng.random() < self.control.drop:
+                        self.dropped += 1  # the delivery never arrives; the task lease brings it back
+                        continue
+                    done.append(await self._walk(entry, fields))
+
+    async def _create_group(self) -> None:
+        try:
+            await self._data.xgroup_create(self.keys.stream, self.keys.group, id="0", mkstream=True)
+        except ResponseError:
+            pass  # BUSYGROUP: somebody else made it
+        except (RedisError, OSError):
+            still_cancelled()
+            await self._clock.sleep(_RETRY)
+
+    async def _walk(self, entry: str, fields: dict[str, str]) -> _Outcome:
+        """The task along the current route, as the in-memory worker walks it."""
+        p = self.pipeline
+        sleep = self._clock.sleep
+        self.current = fields.get("i")
+        started = self._redis_now()
+        route = p.route
+        reason: str | None = None
+        degraded = False
+        if route is None:
+            reason = "no_route"
+        else:
+            slow = self.control.slow
+            for stage in route:
+                if stage.simple:
+                    service = stage.sample() * slow
+                    if service > 0.0:
+                        await sleep(service)
+                    continue
+                reason = await stage.run(slow)
+                if reason == DEGRADED:
+                    degraded, reason = True, None
+                elif reason is not None:
+                    break
+            if reason is None and p.bypassed:
+                degraded = True
+                for name in p.bypassed:
+                    p.stages[name].degraded += 1
+        self.current = None
+        self.served += 1
+        return _Outcome(entry, fields, reason or "", degraded, started, self._redis_now())
+
+    # --- heartbeat and control --------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        keys = self.keys
+        beat = keys.heartbeat(self.id)
+        ttl_ms = int(_CONTROL_EVERY * 5 * 1000)
+        k = 0
+        while True:
+            k += 1
+            pipe = self._ctl.pipeline(transaction=False)
+            pipe.hset(
+                beat,
+                mapping={
+                    "pid": os.getpid(),
+                    "instance": self.instance,
+                    "busy": self.current or "",
+                    "served": self.served,
+                },
+            )
+            pipe.pexpire(beat, ttl_ms)
+            pipe.sadd(keys.members, self.id)
+            deltas = self._stage_deltas()
+            for name, n in deltas.items():
+                pipe.hincrby(keys.stage_stats, name, n)
+            dropped = self.dropped - self._dropped_reported
+            if dropped:
+                pipe.hincrby(keys.stats, f"dropped:{self.id}", dropped)
+            self.round_trips += 1
+            trips = self.round_trips - self._trips_reported
+            pipe.hincrby(keys.stats, f"round_trips:{self.id}", trips)
+            pipe.hgetall(keys.control(self.id))
+            pipe.get(keys.stage_control)
+            try:
+                replies = await pipe.execute()
+            except (RedisError, OSError):
+                still_cancelled()
+                await self._clock.sleep(_RETRY)
+                continue
+            for name, n in deltas.items():
+                self.control.reported[name] = self.control.reported.get(name, 0) + n
+            self._dropped_reported += dropped
+            self._trips_reported += trips
+            self._apply(replies[-2] or {}, replies[-1] or "")
+            self.pipeline.dispatcher.tick(self._clock.now())  # breakers and reroutes, as the leader's beat does
+            await self._clock.sleep(_CONTROL_EVERY)
+
+    def _stage_deltas(self) -> dict[str, int]:
+        deltas: dict[str, int] = {}
+        for name, stage in self.pipeline.stages.items():
+            for counter in _STAGE_COUNTERS:
+                key = f"{name}:{counter}"
+                n = getattr(stage, counter) - self.control.reported.get(key, 0)
+                if n:
+                    deltas[key] = n
+        return deltas
+
+    def _apply(self, control: dict[str, str], stages: str) -> None:
+        c = self.control
+        c.slow = float(control.get("slow", 1.0))
+        c.drop = float(control.get("drop", 0.0))
+        c.paused = control.get("paused") == "1"
+        c.partitioned = control.get("partitioned") == "1"
+        c.exit = control.get("exit", "")
+        if c.exit == self.instance:
+            self.killed.set()
+        if c.paused or c.partitioned:
+            self._resume.clear()
+        else:
+            self._resume.set()
+        if stages != c.stages:
+            c.stages = stages
+            self._apply_stages(json.loads(stages) if stages else {})
+
+    def _apply_stages(self, doc: dict[str, Any]) -> None:
+        p = self.pipeline
+        flags: dict[str, dict[str, Any]] = doc.get("stages", {})
+        for name, stage in p.stages.items():
+            _set_flags(stage, flags.get(name, {}))
+        p.dag.removed_nodes.clear()
+        p.dag.removed_nodes.update(n for n, f in flags.items() if f.get("removed"))
+        p.dag.removed_edges.clear()
+        p.dag.removed_edges.update((a, b) for a, b in doc.get("removed_edges", []))
+        p.mark_dag_changed()
+
+
+def _set_flags(stage: StageRunner, flags: dict[str, Any]) -> None:
+    stage.removed = bool(flags.get("removed", False))
+    stage.hang = bool(flags.get("hang", False))
+    stage.hang_timeout = float(flags.get("hang_timeout", stage.cfg.timeout or stage.hang_timeout))
+    stage.llm_down = bool(flags.get("llm_down", False))
+    stage.jitter = float(flags.get("jitter", 0.0))
+    stage.refresh()

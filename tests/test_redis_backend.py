@@ -1,0 +1,176 @@
+"""The Redis backend with real processes: a SIGKILLed worker's task comes back after its lease and takes effect
+once; a worker stopped past its lease finishes late and the sink suppresses the duplicate. Real redis-server on
+loopback, real worker and orchestrator processes, the real injector."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis_harness
+from redis_harness import RedisServer, redis_settings
+
+from chaosd.backends.redis_runtime import RedisPipeline
+from chaosd.cli import main
+from chaosd.clock import LoopClock, new_event_loop
+from chaosd.config import Settings, load_settings
+from chaosd.errors import ConfigError
+from chaosd.runner import Experiment, run_offline
+
+pytestmark = pytest.mark.timeout(120)
+# One redis-server for the module, emptied before each test (none of them restarts it).
+shared_redis, server = redis_harness.shared_redis, redis_harness.server
+
+Plan = Callable[[Experiment], Coroutine[Any, Any, None]]
+
+# One compute stage of 20 ms: 2 workers at 50 tasks/s is ρ 0.5, with every worker mid-task half of the time.
+STAGES = [{"name": "work", "kind": "compute", "service": {"distribution": "exponential", "mean": 0.02}}]
+RECOVERY = {"baseline_min": 2.0, "baseline_window": 3.0, "confirm": 1.0, "limit": 20.0, "tolerance": 0.5}
+QUIET: dict[str, Any] = {"stages": STAGES, "load": {"rate": 50.0}, "recovery": RECOVERY, "throttle": {"enabled": False}}
+
+
+def experiment(settings: Settings, duration: float, warmup: float, plan: Plan) -> tuple[dict[str, Any], Experiment]:
+    """Run one real-time experiment with ``plan`` beside it; the report and the experiment after it."""
+    loop = new_event_loop(virtual=False)
+    clock = LoopClock(loop)
+
+    async def go() -> tuple[dict[str, Any], Experiment]:
+        exp = Experiment(settings, clock, warmup=warmup, virtual=False)
+        report = await exp.run(duration, plan=plan)
+        return report, exp
+
+    try:
+        return loop.run_until_complete(go())
+    finally:
+        loop.close()
+
+
+async def until(exp: Experiment, predicate: Callable[[], bool], deadline: float, what: str) -> None:
+    """Poll on the experiment's clock until ``predicate`` holds (never a blind sleep)."""
+    end = exp.clock.now() + deadline
+    while not predicate():
+        if exp.clock.now() > end:
+            raise AssertionError(f"timed out after {deadline} s waiting for {what}")
+        await exp.clock.sleep(0.01)
+
+
+def pending_of(client: redis.Redis, consumer: str) -> list[str]:
+    rows = client.xpending_range("chaosd:tasks", "chaosd-workers", "-", "+", 100, consumername=consumer)
+    return [str(r["message_id"]) for r in rows]
+
+
+def results_by_task(client: redis.Redis) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for _, fields in client.xrange("chaosd:results"):
+        counts[fields["i"]] = counts.get(fields["i"], 0) + 1
+    return counts
+
+
+def test_virtual_time_refuses_the_redis_backend() -> None:
+    settings = load_settings(None, {"backend": {"kind": "redis"}})
+    with pytest.raises(ConfigError, match=r"backend\.kind"):
+        run_offline(settings, duration=1.0, warmup=0.1)
+
+
+def test_the_cli_names_backend_kind_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "redis.toml"
+    config.write_text('[backend]\nkind = "redis"\n')
+    assert main(["run", "--config", str(config), "--duration", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "backend.kind" in err[0], err
+
+
+def test_sigkill_mid_task_is_redelivered_once_and_the_supervisor_restarts(server: RedisServer) -> None:
+    settings = load_settings(
+        None,
+        redis_settings(server.url, **QUIET),
+    )
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    seen: dict[str, Any] = {}
+
+    async def plan(exp: Experiment) -> None:
+        rt = exp.pipeline
+        assert isinstance(rt, RedisPipeline)
+        baseline = exp.injector.baseline
+        await until(exp, lambda: (b := baseline()) is not None and b.goodput > 40, 15.0, "a busy baseline")
+        await until(exp, lambda: bool(pending_of(client, "worker-0")), 5.0, "worker-0 mid-task")
+        seen["pid"] = rt.pid("worker-0")
+        held = pending_of(client, "worker-0")
+        seen["held"] = [client.xrange("chaosd:tasks", e, e)[0][1]["i"] for e in held]
+        record = exp.injector.inject("kill_agent", "worker-0", {}, 3.0)
+        seen["fault"] = record.id
+        assert rt.pid("worker-0") is None  # the process is gone at once
+        await until(exp, lambda: rt.pid("worker-0") is not None, 10.0, "the supervisor's restart")
+        seen["new_pid"] = rt.pid("worker-0")
+        await until(exp, lambda: record.outcome in ("recovered", "failed"), 25.0, "a verdict on the kill")
+        await until(exp, lambda: all(t in results_by_task(client) for t in seen["held"]), 5.0, "redelivery")
+        await rt.refresh()
+        exp.stop.set()
+
+    report, _ = experiment(settings, 60.0, 1.0, plan)
+    assert seen["pid"] != seen["new_pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(seen["pid"], 0)
+    fault = next(f for f in report["faults"] if f["id"] == seen["fault"])
+    assert fault["outcome"] == "recovered", fault
+    tasks = report["tasks"]
+    assert tasks["lost"] == 0 and tasks["lost_all_cohorts"] == 0
+    assert tasks["duplicated"] == 0
+    assert tasks["accepted"] == tasks["completed"] + tasks["failed"] + tasks["in_flight"] + tasks["lost"]
+    assert report["runtime"]["restarts"] >= 1
+    assert report["runtime"]["lease_expired"] >= len(seen["held"]) >= 1
+    counts = results_by_task(client)
+    for task in seen["held"]:  # the task the killed process held took effect exactly once
+        assert counts[task] == 1
+        assert client.exists(f"chaosd:effect:1:{task}") or client.keys(f"chaosd:effect:*:{task}")
+    assert max(counts.values()) == 1
+    client.close()
+
+
+def test_a_worker_stopped_past_its_lease_is_deduplicated_at_the_sink(server: RedisServer) -> None:
+    settings = load_settings(
+        None,
+        redis_settings(server.url, **QUIET),
+    )
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    seen: dict[str, Any] = {}
+
+    async def plan(exp: Experiment) -> None:
+        rt = exp.pipeline
+        assert isinstance(rt, RedisPipeline)
+        await until(exp, lambda: bool(pending_of(client, "worker-1")), 15.0, "worker-1 mid-task")
+        # SIGSTOP (pause_agent on a local worker) for twice the task lease: its task goes to worker-0.
+        record = exp.injector.inject("pause_agent", "worker-1", {}, 2.0)
+        seen["pid"] = rt.pid("worker-1")
+        seen["state"] = Path(f"/proc/{seen['pid']}/stat")
+        await until(exp, lambda: seen["state"].read_text().split()[2] == "T", 2.0, "the process stopped")
+        await until(exp, lambda: rt.ledger.deduplicated >= 1, 15.0, "the late completion suppressed")
+        seen["outcome"] = record.outcome
+        await rt.refresh()
+        exp.stop.set()
+
+    report, _ = experiment(settings, 40.0, 1.0, plan)
+    assert report["runtime"]["deduplicated"] >= 1  # counted ...
+    assert report["tasks"]["duplicated"] == 0  # ... and no second effect
+    assert report["tasks"]["lost_all_cohorts"] == 0
+    assert report["runtime"]["lease_expired"] >= 1
+    assert max(results_by_task(client).values()) == 1
+    client.close()
+
+
+def test_the_worker_subcommand_refuses_the_memory_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "memory.toml"
+    config.write_text("")
+    assert main(["worker", "--config", str(config)]) == 2
+    assert "backend.kind" in capsys.readouterr().err
+
+
+def test_an_unreachable_redis_is_a_config_error(tmp_path: Path) -> None:
+    absent = RedisServer(tmp_path)  # never started: nothing listens on its port
+    settings = load_settings(None, redis_settings(absent.url))
+    with pytest.raises(ConfigError, match=r"backend\.url"):
+        run_offline(settings, duration=1.0, warmup=0.1, virtual=False)
