@@ -72,7 +72,7 @@ class Runtime(Protocol):
 
     @property
     def agents(self) -> Mapping[str, AgentState]:
-        """Every agent by id, dead ones included; the ids never change."""
+        """Every agent by id, dead ones included; ids are never removed (a backend may list new ones as they appear)."""
 
     def kill_agent(self, agent_id: str) -> None:
         """Kill the agent now: it stops working (a leader stops leading); the supervisor may resurrect it."""
