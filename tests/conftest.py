@@ -81,7 +81,7 @@ def mmc(rate: float, workers: int, mean: float = 0.01, **extra: Any) -> dict[str
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding slow tests run first. The suite's two workers take whole files (``--dist loadfile``),
-    and a minutes-long file handed out last keeps one worker busy while the other sits idle."""
+    """Files holding slow tests run first. The suite's workers take whole files (``--dist loadfile``), and a
+    minutes-long file handed out last keeps one worker busy while the others sit idle."""
     slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow)  # stable: the usual order otherwise

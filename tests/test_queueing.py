@@ -217,6 +217,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # minutes of virtual traffic in all: the file starts first (conftest.py)
 @pytest.mark.parametrize(("c", "rho", "distribution", "duration"), CASES)
 def test_simulator_agrees_with_queueing_theory(c: int, rho: float, distribution: str, duration: float) -> None:
     check_against_theory(c, rho, distribution, duration)

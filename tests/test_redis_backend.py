@@ -143,11 +143,22 @@ def test_a_worker_stopped_past_its_lease_is_deduplicated_at_the_sink(server: Red
         rt = exp.pipeline
         assert isinstance(rt, RedisPipeline)
         await until(exp, lambda: bool(pending_of(client, "worker-1")), 15.0, "worker-1 mid-task")
-        # SIGSTOP (pause_agent on a local worker) for twice the task lease: its task goes to worker-0.
-        record = exp.injector.inject("pause_agent", "worker-1", {}, 2.0)
+        # SIGSTOP (pause_agent on a local worker) past the task lease: its task goes to worker-0. The pause
+        # lasts until the copy has taken effect and is then lifted, so no machine load can reorder the two.
+        record = exp.injector.inject("pause_agent", "worker-1", {}, 30.0)
         seen["pid"] = rt.pid("worker-1")
         seen["state"] = Path(f"/proc/{seen['pid']}/stat")
         await until(exp, lambda: seen["state"].read_text().split()[2] == "T", 2.0, "the process stopped")
+        held = {
+            fields["i"]
+            for entry in pending_of(client, "worker-1")
+            for _, fields in client.xrange("chaosd:tasks", entry, entry)
+        }
+        assert held, "the stopped worker holds a task"
+        await until(
+            exp, lambda: all(results_by_task(client).get(i) == 1 for i in held), 15.0, "the redelivered copy's effect"
+        )
+        exp.injector.inject("resume_agent", "worker-1", {}, 1.0)
         await until(exp, lambda: rt.ledger.deduplicated >= 1, 15.0, "the late completion suppressed")
         seen["outcome"] = record.outcome
         await rt.refresh()

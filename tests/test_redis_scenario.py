@@ -14,7 +14,8 @@ from chaosd.plans import check_speed, evaluate_expectations, scenario_plan
 from chaosd.runner import run_offline
 from chaosd.scenario import find_scenario, load_scenario, settings_for
 
-pytestmark = pytest.mark.timeout(120)
+# 40 s of real time, mostly waiting: started first, so a worker overlaps it with other files (conftest.py)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 SPEED = 3.0  # 120 s of scenario in 40 s of wall time; recovery.confirm still fits after every fault
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from test_redis_scenario import assert_passes, run_scenario
 
-pytestmark = pytest.mark.timeout(120)
+# 40 s of real time, mostly waiting: started first, so a worker overlaps it with other files (conftest.py)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 def test_leader_assassination_in_memory_real_time() -> None:
