@@ -29,6 +29,7 @@ from chaosd.exporters.metrics import (
     AGENT_KINDS,
     AGENT_STATES,
     FAIL_REASONS,
+    RECOVERY_BUCKETS,
     REFUSAL_REASONS,
     REJECT_REASONS,
     make_registry,
@@ -62,7 +63,7 @@ def _run_with(
         async def wrapped(e: Experiment) -> None:
             await plan(e)
             e.completed_at_scrape = e.pipeline.ledger.total.completed  # type: ignore[attr-defined]
-            scraped.append(generate_latest(registry))
+            scraped.append(registry.exposition())  # what GET /metrics serves
 
         loop.run_until_complete(exp.run(duration, plan=wrapped))
         return exp, scraped[0]
@@ -376,3 +377,40 @@ def test_probe_gauges_follow_the_leader_and_the_detectors_window_p95() -> None:
     assert leaders(after)[new] == 1.0 and sum(leaders(after).values()) == 1.0
     assert last[("chaosd_sojourn_p95_seconds", ())] == p95 > 0
     assert last[("chaosd_sojourn_p99_seconds", ())] >= p95
+
+
+def _recovery_samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text.decode())
+        if f.name == "chaosd_fault_recovery_seconds"
+        for s in f.samples
+    }
+
+
+def test_the_served_recovery_histograms_are_rendered_again_when_a_fault_recovers() -> None:
+    # GET /metrics keeps the histograms' text between recoveries: it must never serve a stale count.
+    loop = new_event_loop(virtual=True)
+    try:
+        exp = Experiment(settings({"load": {"rate": 150.0}}), LoopClock(loop), warmup=0.0)
+        registry = make_registry(exp)
+        seen: list[tuple[bytes, bytes]] = []
+
+        async def plan(e: Experiment) -> None:
+            await e.clock.sleep_until(e.pipeline.t0 + 5.0)
+            seen.append((registry.exposition(), registry.exposition()))
+            e.injector.inject("kill_agent", "worker-0", ttl=2.0)
+            await e.clock.sleep_until(e.pipeline.t0 + 20.0)
+            seen.append((registry.exposition(), generate_latest(registry)))
+
+        loop.run_until_complete(exp.run(25.0, plan=plan))
+    finally:
+        loop.close()
+    (first, again), (served, rendered) = seen
+    assert _recovery_samples(first) == _recovery_samples(again)
+    before = _recovery_samples(first)
+    after = _recovery_samples(served)
+    key = ("chaosd_fault_recovery_seconds_count", (("action", "kill_agent"), ("kind", "mechanism")))
+    assert before[key] == 0 and after[key] == 1  # the recovery is served, not the kept text from before it
+    assert after == _recovery_samples(rendered)  # the same series and values as rendering everything afresh
+    assert len(after) == len(CATALOGUE) * 2 * (len(RECOVERY_BUCKETS) + 3)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
 from chaosd.api.server import HttpStats
 from chaosd.api.sse import Broker
 from chaosd.config import ApiConfig
 from chaosd.control import Controller
+from chaosd.exporters.metrics import MetricsRegistry
 from chaosd.exporters.tracing import Tracing
 from chaosd.storage import Storage
 
@@ -35,7 +35,7 @@ RUN_ID = web.AppKey("run_id", str)
 STARTED = web.AppKey("started", float)
 STOP = web.AppKey("stop", asyncio.Event)  # ends the pipeline (the last step of shutdown but two)
 REPORT = web.AppKey("report", dict)  # empty until the run ends cleanly
-REGISTRY = web.AppKey("registry", CollectorRegistry)
+REGISTRY = web.AppKey("registry", MetricsRegistry)
 HTTP_STATS = web.AppKey("http_stats", HttpStats)
 LIMITS = web.AppKey("limits", ApiConfig)  # the [api] limits the server enforces
 TRACING = web.AppKey("tracing", Tracing)  # present when the daemon traces

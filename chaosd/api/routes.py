@@ -9,7 +9,7 @@ from collections.abc import Collection
 from typing import Any, TypeVar
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from chaosd.api.keys import BROKER, CONTROLLER, LIMITS, REGISTRY, RUN_ID, STARTED, STOP, STORAGE, TRACING
@@ -151,7 +151,7 @@ async def readyz(request: web.Request) -> web.Response:
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
     # Rendered on the daemon's own loop: a scrape sees one consistent instant and needs no thread.
-    body = generate_latest(request.app[REGISTRY])
+    body = request.app[REGISTRY].exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

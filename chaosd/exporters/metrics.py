@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -29,7 +29,10 @@ from chaosd.histogram import LogHistogram
 from chaosd.runner import Experiment
 from chaosd.telemetry.detector import DetectorState
 
-__all__ = ["REFUSAL_REASONS", "ExperimentCollector", "ServerStats", "make_registry"]
+__all__ = ["REFUSAL_REASONS", "ExperimentCollector", "MetricsRegistry", "ServerStats", "make_registry"]
+
+RECOVERY_HISTOGRAM = "chaosd_fault_recovery_seconds"
+RECOVERY_DOC = "Recovery time (mechanism: from injection; service: heal or restore clock)"
 
 OUTCOMES = ("offered", "accepted", "completed", "late", "failed", "rejected")
 REJECT_REASONS = ("queue_full", "dropped", "throttled", "partitioned")
@@ -95,9 +98,11 @@ class _FaultSeries:
         self.buckets: dict[tuple[str, str], list[int]] = {key: [0] * len(RECOVERY_BUCKETS) for key in keys}
         self.count: dict[tuple[str, str], int] = dict.fromkeys(keys, 0)
         self.sum: dict[tuple[str, str], float] = dict.fromkeys(keys, 0.0)
+        self.version = 0  # bumped by every observation: the histograms' text is rendered again only then
         exp.events.subscribe(self.on_event)
 
     def _observe(self, key: tuple[str, str], value: float) -> None:
+        self.version += 1
         counts = self.buckets[key]
         for i, bound in enumerate(RECOVERY_BUCKETS):
             if value <= bound:
@@ -143,7 +148,7 @@ class ExperimentCollector(Collector):
         server: ServerStats | None = None,
     ) -> None:
         self.exp = experiment
-        self._faults = _FaultSeries(experiment)
+        self.faults = _FaultSeries(experiment)
         self._spans = spans or (lambda: (0, 0))
         self._server = server
 
@@ -208,7 +213,7 @@ class ExperimentCollector(Collector):
         yield CounterMetricFamily("chaosd_collapses", "Collapse episodes", value=exp.detector.episode_count)
         yield GaugeMetricFamily("chaosd_throttle_factor", "Admitted share of the load", value=exp.throttle.factor)
 
-        series = self._faults
+        series = self.faults
         injected = CounterMetricFamily("chaosd_faults_injected", "Faults injected", labels=["action"])
         active = GaugeMetricFamily("chaosd_faults_active", "Faults active", labels=["action"])
         failed_faults = CounterMetricFamily("chaosd_faults_failed", "Faults not recovered in time", labels=["action"])
@@ -220,9 +225,6 @@ class ExperimentCollector(Collector):
         yield injected
         yield active
         yield failed_faults
-        yield series.histogram(
-            "chaosd_fault_recovery_seconds", "Recovery time (mechanism: from injection; service: heal or restore clock)"
-        )
         yield GaugeMetricFamily(
             "chaosd_safety_lever", "1 while the lever is pulled", value=1.0 if exp.injector.lever else 0.0
         )
@@ -284,16 +286,69 @@ def _server_families(server: ServerStats) -> Iterator[Metric]:
     yield GaugeMetricFamily("chaosd_api_sse_subscribers", "Server-sent event streams open", value=server.subscribers)
 
 
+class _RecoveryHistograms(Collector):
+    """The per-action recovery histograms: 34 series, about 400 of a scrape's 670 samples, that change only
+    when a fault recovers."""
+
+    def __init__(self, series: _FaultSeries) -> None:
+        self.series = series
+
+    def collect(self) -> Iterator[Metric]:
+        yield self.series.histogram(RECOVERY_HISTOGRAM, RECOVERY_DOC)
+
+
+class _Some(Collector):
+    def __init__(self, collectors: list[Collector]) -> None:
+        self._collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self._collectors:
+            yield from collector.collect()
+
+
+class MetricsRegistry(CollectorRegistry):
+    """The daemon's registry. :meth:`exposition` is what ``GET /metrics`` serves: everything, rendered afresh,
+    except the recovery histograms, whose text is kept until a fault recovers (a scrape's cost was mostly
+    prometheus_client formatting them). ``generate_latest(registry)`` still renders the same series."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_describe=False)
+        self._order: list[Collector] = []
+        self.recovery: _RecoveryHistograms | None = None
+        self._kept: tuple[int, bytes] | None = None
+
+    def register(self, collector: Collector) -> None:
+        super().register(collector)
+        self._order.append(collector)
+
+    def unregister(self, collector: Collector) -> None:
+        super().unregister(collector)
+        self._order.remove(collector)
+
+    def exposition(self) -> bytes:
+        recovery = self.recovery
+        if recovery is None:
+            return generate_latest(self)
+        live = generate_latest(_Some([c for c in self._order if c is not recovery]))
+        version = recovery.series.version
+        if self._kept is None or self._kept[0] != version:
+            self._kept = (version, generate_latest(recovery))
+        return live + self._kept[1]
+
+
 def make_registry(
     experiment: Experiment,
     spans: Callable[[], tuple[int, int]] | None = None,
     *,
     server: ServerStats | None = None,
-) -> CollectorRegistry:
+) -> MetricsRegistry:
     """A registry of its own (not the global one): this experiment's collector, the HTTP server's series
     when ``server`` is given, and the daemon process's own (process, platform and garbage collector)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExperimentCollector(experiment, spans, server=server))
+    registry = MetricsRegistry()
+    collector = ExperimentCollector(experiment, spans, server=server)
+    registry.register(collector)
+    registry.recovery = _RecoveryHistograms(collector.faults)
+    registry.register(registry.recovery)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
