@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import signal
 import tempfile
@@ -134,29 +133,7 @@ class RedisPipeline(Pipeline):
         )
         self.dispatcher = self.lease
         streams = Streams(settings.seed)
-        ids = itertools.count(1)
-        load = settings.load
-        n = load.producers
-        self.feeders = [
-            RedisProducer(
-                share=1.0 / n,
-                shape=self.shape,
-                arrival=load.arrival,
-                burst_size=load.burst_size,
-                rng=streams.stream(f"arrivals:{i}"),
-                agent=self.agents[f"producer-{i}"],
-                queue=self.stream,
-                ledger=self.ledger,
-                admission=self.admission,
-                surge=self.surge,
-                clock=clock,
-                ids=ids,
-                t0=self.t0,
-                measure_from=self.t0 + measure_from,
-                phase=i / n,
-            )
-            for i in range(n)
-        ]
+        self.feeders = self.make_producers(RedisProducer, self.stream, [p.agent for p in self.producers], measure_from)
         self.producers = list(self.feeders)
         self._runners = {p.agent.id: p.run for p in self.producers}
         self._roles = {r.id: "orchestrator" for r in self.dispatcher.replicas}

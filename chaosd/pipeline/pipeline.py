@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from chaosd.clock import Clock
 from chaosd.config import Settings
@@ -27,6 +28,8 @@ from chaosd.pipeline.supervisor import Supervisor
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter, Walk, Worker
 from chaosd.rng import Streams
+
+P = TypeVar("P", bound=Producer)
 
 __all__ = ["Pipeline"]
 
@@ -97,28 +100,8 @@ class Pipeline:
         replicas = [Agent(f"orchestrator-{i}", "orchestrator") for i in range(settings.orchestrator.replicas)]
         self.dispatcher = Dispatcher(settings.orchestrator, replicas, self.queue, clock, self.events, self.t0)
         self.dispatcher.on_tick.append(self._heartbeat)
-        ids = itertools.count(1)
-        n = load.producers
-        self.producers = [
-            Producer(
-                share=1.0 / n,
-                shape=self.shape,
-                arrival=load.arrival,
-                burst_size=load.burst_size,
-                rng=streams.stream(f"arrivals:{i}"),
-                agent=Agent(f"producer-{i}", "producer"),
-                queue=self.queue,
-                ledger=self.ledger,
-                admission=self.admission,
-                surge=self.surge,
-                clock=clock,
-                ids=ids,
-                t0=self.t0,
-                measure_from=self.t0 + measure_from,
-                phase=i / n,
-            )
-            for i in range(n)
-        ]
+        agents = [Agent(f"producer-{i}", "producer") for i in range(load.producers)]
+        self.producers = self.make_producers(Producer, self.queue, agents, measure_from)
         self.workers = [
             Worker(
                 agent=Agent(f"worker-{i}", "worker"),
@@ -146,6 +129,36 @@ class Pipeline:
         self._group: asyncio.TaskGroup | None = None
 
     # --- routing ----------------------------------------------------------------------------------
+
+    def make_producers(
+        self, kind: type[P], queue: IngressQueue, agents: Sequence[Agent], measure_from: float
+    ) -> list[P]:
+        """One producer per agent, each offering an equal share of the load from its own arrival stream; task ids
+        come from one counter. (The Redis backend makes its own kind, offering to the stream.)"""
+        load = self.settings.load
+        streams = Streams(self.settings.seed)
+        ids = itertools.count(1)
+        n = len(agents)
+        return [
+            kind(
+                share=1.0 / n,
+                shape=self.shape,
+                arrival=load.arrival,
+                burst_size=load.burst_size,
+                rng=streams.stream(f"arrivals:{i}"),
+                agent=agent,
+                queue=queue,
+                ledger=self.ledger,
+                admission=self.admission,
+                surge=self.surge,
+                clock=self.clock,
+                ids=ids,
+                t0=self.t0,
+                measure_from=self.t0 + measure_from,
+                phase=i / n,
+            )
+            for i, agent in enumerate(agents)
+        ]
 
     def _current_route(self) -> Walk | None:
         return self._walk
