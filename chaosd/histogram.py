@@ -84,10 +84,6 @@ class LogHistogram:
         self._flush()
         return np.frombuffer(self._counts, dtype=np.int64).copy()
 
-    @staticmethod
-    def upper_bounds(n: int) -> npt.NDArray[np.float64]:
-        return _upper_bounds(n).copy()
-
 
 @cache
 def _upper_bounds(n: int) -> npt.NDArray[np.float64]:

@@ -190,13 +190,10 @@ class RedisProducer(Producer):
             ledger.refuse(task, "partitioned")
             return None
         factor = self._admission.factor
-        if factor < 1.0:
-            self._credit += factor
-            if self._credit < 1.0:
-                ledger.offer(task)
-                ledger.refuse(task, "throttled")
-                return None
-            self._credit -= 1.0
+        if factor < 1.0 and self._throttled(factor):
+            ledger.offer(task)
+            ledger.refuse(task, "throttled")
+            return None
         return task  # run() awaits queue.put(task), which offers it and accepts or refuses it
 
     def restart_clock(self, shift: float) -> None:

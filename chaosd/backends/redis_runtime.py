@@ -36,7 +36,6 @@ from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.producer import Admission
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter, Worker
-from chaosd.rng import Streams
 
 __all__ = ["RedisDispatch", "RedisPipeline"]
 
@@ -132,7 +131,6 @@ class RedisPipeline(Pipeline):
             settings.orchestrator, self.dispatcher.replicas, self.stream, clock, self.events, self.t0
         )
         self.dispatcher = self.lease
-        streams = Streams(settings.seed)
         self.feeders = self.make_producers(RedisProducer, self.stream, [p.agent for p in self.producers], measure_from)
         self.producers = list(self.feeders)
         self._runners = {p.agent.id: p.run for p in self.producers}
@@ -156,7 +154,6 @@ class RedisPipeline(Pipeline):
         self._pending_by: dict[str, int] = {}  # the group's pending entries per consumer, at the last poll
         self._remote = 0  # workers adopted from their heartbeats
         self._unlisted: set[str] = set()  # beyond _MAX_REMOTE
-        self._streams = streams
         self._wake = asyncio.Event()  # a fault changed something the processes must hear of now
         self._polling = asyncio.Lock()  # one poll at a time: the control writes stay in order
         self._closed = False
@@ -211,18 +208,7 @@ class RedisPipeline(Pipeline):
     def _adopt(self, agent_id: str) -> None:
         """A worker started elsewhere beats: list it, and let faults reach it through its control hash."""
         agent = Agent(agent_id, "worker")
-        worker = Worker(
-            agent=agent,
-            route=self._current_route,
-            queue=self.queue,
-            ledger=self.ledger,
-            dispatcher=self.dispatcher,
-            clock=self.clock,
-            busy=self.busy,
-            wait=self.wait,
-            sojourn=self.sojourn,
-            rng=self._streams.stream(f"network:{agent_id}"),
-        )  # never run here: it carries the fault flags and what the heartbeats report
+        worker = self.make_worker(agent)  # never run here: it carries the fault flags and what the heartbeats report
         self.workers.append(worker)
         self.agents[agent_id] = agent
         self.events.record(self.elapsed(), "agent", agent=agent_id, state="joined")

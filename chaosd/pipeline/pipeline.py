@@ -102,21 +102,7 @@ class Pipeline:
         self.dispatcher.on_tick.append(self._heartbeat)
         agents = [Agent(f"producer-{i}", "producer") for i in range(load.producers)]
         self.producers = self.make_producers(Producer, self.queue, agents, measure_from)
-        self.workers = [
-            Worker(
-                agent=Agent(f"worker-{i}", "worker"),
-                route=self._current_route,
-                queue=self.queue,
-                ledger=self.ledger,
-                dispatcher=self.dispatcher,
-                clock=clock,
-                busy=self.busy,
-                wait=self.wait,
-                sojourn=self.sojourn,
-                rng=streams.stream(f"network:worker-{i}"),
-            )
-            for i in range(settings.workers.count)
-        ]
+        self.workers = [self.make_worker(Agent(f"worker-{i}", "worker")) for i in range(settings.workers.count)]
         self.agents: dict[str, Agent] = {a.id: a for a in replicas}
         self.agents.update({w.agent.id: w.agent for w in self.workers})
         self.agents.update({p.agent.id: p.agent for p in self.producers})
@@ -159,6 +145,21 @@ class Pipeline:
             )
             for i, agent in enumerate(agents)
         ]
+
+    def make_worker(self, agent: Agent) -> Worker:
+        """A worker for ``agent`` on this pipeline's queue, dispatch, books and route; its own network stream."""
+        return Worker(
+            agent=agent,
+            route=self._current_route,
+            queue=self.queue,
+            ledger=self.ledger,
+            dispatcher=self.dispatcher,
+            clock=self.clock,
+            busy=self.busy,
+            wait=self.wait,
+            sojourn=self.sojourn,
+            rng=Streams(self.settings.seed).stream(f"network:{agent.id}"),
+        )
 
     def _current_route(self) -> Walk | None:
         return self._walk

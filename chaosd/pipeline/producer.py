@@ -138,6 +138,14 @@ class Producer:
                 streak += 1
             next_t += self._gap(rate)
 
+    def _throttled(self, factor: float) -> bool:
+        """Whether the throttle refuses this offer: it admits ``factor`` of them, evenly, through a running credit."""
+        self._credit += factor
+        if self._credit < 1.0:
+            return True
+        self._credit -= 1.0
+        return False
+
     def _emit(self, t: float) -> Task | None:
         """Offer one task; returns it when it must wait for room (``block``), else None."""
         task = Task(next(self._ids), t, t >= self._measure_from)
@@ -150,12 +158,9 @@ class Producer:
             ledger.refuse(task, "partitioned")
             return None
         factor = self._admission.factor
-        if factor < 1.0:
-            self._credit += factor
-            if self._credit < 1.0:
-                ledger.refuse(task, "throttled")
-                return None
-            self._credit -= 1.0
+        if factor < 1.0 and self._throttled(factor):
+            ledger.refuse(task, "throttled")
+            return None
         if self._queue.offer(task):
             ledger.accept(task)
         elif self._block:
