@@ -25,14 +25,18 @@ ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"
 
 
-def wait_for(predicate: Callable[[], bool], deadline_s: float, what: str) -> None:
-    """Poll a condition until it holds or the deadline passes (never a blind sleep)."""
+def wait_for(
+    predicate: Callable[[], bool], deadline_s: float, what: str, explain: Callable[[], str] | None = None
+) -> None:
+    """Poll a condition until it holds or the deadline passes (never a blind sleep); ``explain`` says, on a
+    timeout, what the state was instead."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
+    state = f": {explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out after {deadline_s} s waiting for {what}{state}")
 
 
 class Daemon:

@@ -11,6 +11,8 @@ from chaosd.config import DetectorConfig
 from chaosd.telemetry.detector import CollapseDetector, DetectorState
 from chaosd.telemetry.snapshot import Snapshot
 
+pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as root (conftest.py)
+
 MU = 400.0  # 4 workers × 100/s
 
 

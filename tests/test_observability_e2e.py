@@ -62,6 +62,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_BSP_SCHEDULE_DELAY": "500",
             "CHAOSD_TRACING__SAMPLE_EVERY": "20",
+            # A quarter of the default load, and recovery judged by an SLO (p95 ≤ 250 ms, 10× the usual, 90 %
+            # served) rather than by a 25 % band around a 25 ms baseline: on a shared CI host a few 50 ms
+            # scheduling stalls a second kept the band from holding for recovery.confirm, and this module
+            # checks what reaches Prometheus, Alertmanager and the OTLP sink, not the host's scheduler.
+            "CHAOSD_LOAD__RATE": "50",
+            "CHAOSD_SLO__P95": "0.25",
+            "CHAOSD_SLO__AVAILABILITY": "0.9",
         },
     )
     am_port, prom_port = _free_port(), _free_port()
@@ -115,6 +122,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         otlp.close()
 
 
+def _last_fault(daemon: Daemon) -> dict[str, Any]:
+    """The newest fault's record: what a timed-out wait shows of its verdict."""
+    return dict(daemon.get("/api/v1/faults")[1]["faults"][-1])
+
+
 def _safe_query(prom: str, expr: str) -> list[dict[str, Any]]:
     try:
         return _query(prom, expr)
@@ -124,7 +136,7 @@ def _safe_query(prom: str, expr: str) -> list[dict[str, Any]]:
 
 def test_overload_drives_collapse_state_to_1_and_the_alert_reaches_the_webhook(stack: dict[str, Any]) -> None:
     daemon, prom, webhook = stack["daemon"], stack["prom"], stack["webhook"]
-    code, _ = daemon.request("POST", "/api/v1/faults", {"action": "load_spike", "params": {"factor": 4}, "ttl": 40})
+    code, _ = daemon.request("POST", "/api/v1/faults", {"action": "load_spike", "params": {"factor": 16}, "ttl": 40})
     assert code == 201
     wait_for(lambda: bool(_safe_query(prom, "chaosd_collapse_state == 1")), 40, "chaosd_collapse_state == 1")
 
@@ -158,7 +170,7 @@ def test_every_dashboard_panel_query_parses_and_returns_data(stack: dict[str, An
     expr = 'sum(chaosd_fault_recovery_seconds_count{action="kill_agent",kind="service"})'
     before = float(_query(prom, expr)[0]["value"][1])
 
-    # Earlier tests' faults (a 4× spike, a leader kill) must have their verdicts first: a fault injected
+    # Earlier tests' faults (a 16× spike, a leader kill) must have their verdicts first: a fault injected
     # while they still recover would join their incident and carry no recovery time of its own.
     def settled() -> bool:
         faults = daemon.get("/api/v1/faults")[1]["faults"]
@@ -166,7 +178,12 @@ def test_every_dashboard_panel_query_parses_and_returns_data(stack: dict[str, An
 
     wait_for(settled, 150, "earlier faults to reach a verdict")
     assert daemon.request("POST", "/api/v1/faults", {"action": "kill_agent", "ttl": 2})[0] == 201
-    wait_for(lambda: float(_query(prom, expr)[0]["value"][1]) > before, 30, "a recovered fault")
+    wait_for(
+        lambda: float(_query(prom, expr)[0]["value"][1]) > before,
+        30,
+        "a recovered fault",
+        lambda: str(_last_fault(daemon)),
+    )
     empty = []
     for path in dashboards:
         for title, expr in panel_queries(path):
@@ -181,11 +198,13 @@ def test_traces_reach_the_otlp_sink(stack: dict[str, Any]) -> None:
 
     def complete() -> bool:
         spans = otlp.spans()
-        faults = [s for s in spans if s["name"].startswith("fault ") and "mechanism_recovered" in s["events"]]
+        # This fault's own span, ended once its verdict is in: "recovered" follows recovery.confirm after
+        # "mechanism_recovered", so waiting on the latter alone raced the verdict.
+        faults = [s for s in spans if s["name"] == "fault slow_agent" and "recovered" in s["events"]]
         consumers = [s for s in spans if s["name"] == "task process" and s["links"]]
         return bool(faults and consumers)
 
-    wait_for(complete, 60, "fault and task spans at the sink")
+    wait_for(complete, 60, "fault and task spans at the sink", lambda: str(_last_fault(daemon)))
     spans = otlp.spans()
     assert {s["service"] for s in spans} == {"chaosd"}
     producers = {s["span_id"] for s in spans if s["name"] == "task produce"}

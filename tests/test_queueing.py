@@ -15,6 +15,8 @@ import pytest
 from chaosd.config import load_settings
 from chaosd.runner import run_offline
 
+pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as root (conftest.py)
+
 MU = 100.0  # per worker: mean service 10 ms
 SEED = 1
 TOLERANCE = 0.05

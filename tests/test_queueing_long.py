@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from test_queueing import LONG, LONG_4, check_against_theory
 
+pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as root (conftest.py)
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize(

@@ -18,12 +18,17 @@ from chaosd.scenario import find_scenario, load_scenario, settings_for
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 SPEED = 3.0  # 120 s of scenario in 40 s of wall time; recovery.confirm still fits after every fault
+# The scenario's 200 tasks/s is about what four worker processes serve on a 2-core host with the suite beside
+# them (each task is a timer and a Redis round trip, and every wake-up of a process waits on the scheduler):
+# its baseline was already queueing for seconds, and the verdict measured the host. At 60 tasks/s the four
+# workers run at about half their capacity here, on both backends.
+RATE = 60.0
 
 
 def run_scenario(overlay: dict[str, Any]) -> dict[str, Any]:
     path = find_scenario("leader_assassination")
     scenario = load_scenario(path)
-    settings = settings_for(scenario, path, None, overlay)
+    settings = settings_for(scenario, path, None, {"load": {"rate": RATE}, **overlay})
     check_speed(scenario, SPEED, settings.faults.default_ttl, settings.recovery.confirm)
     assert scenario.duration is not None and scenario.warmup is not None
     report = run_offline(

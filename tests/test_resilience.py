@@ -17,6 +17,8 @@ from chaosd.plans import scenario_plan, survival_plan
 from chaosd.runner import Experiment, run_offline
 from chaosd.scenario import load_scenario, settings_for
 
+pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as root (conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

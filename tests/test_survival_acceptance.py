@@ -15,7 +15,7 @@ import pytest
 from chaosd.cli import main
 from chaosd.faults import CATALOGUE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cpu]
 
 ARES_ACTIONS = (
     "kill_leader,kill_orchestrator,kill_agent,remove_node,remove_edge,pause_agent,resume_agent,"
