@@ -43,7 +43,11 @@ def test_a_window_scores_only_what_happened_while_it_was_open(daemon: Daemon) ->
     lifetime = daemon.get("/api/v1/score")[1]
     # The outage before it is the daemon's, not the window's.
     assert closed["score"]["availability"] >= 99 and closed["score"]["grade"] == "A+"
-    assert lifetime["availability"] < 80
+    # How far below depends on how long the daemon has run since the outage (its verdict waits for a steady
+    # service, longer on a busy host): even a minute on, the ~4 s of refusals keep it 5 points under.
+    refused = daemon.get("/api/v1/report")[1]["tasks"]["rejected"]
+    assert refused >= 300, "most of the outage's 4 s of load was refused"
+    assert lifetime["availability"] < closed["score"]["availability"] - 3
     assert closed["tasks"]["offered"] >= 400 and closed["tasks"]["rejected"] == 0
     # Closed: the report stops moving, while the daemon's traffic goes on.
     wait_for(lambda: daemon.get("/api/v1/score")[1]["availability"] > lifetime["availability"], 30, "more traffic")
