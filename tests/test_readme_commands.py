@@ -38,6 +38,10 @@ def test_the_readme_scenario_run_passes_on_a_running_daemon(tmp_path: Path) -> N
             timeout=120,
         )
         status = daemon.get("/api/v1/scenarios/current")[1]
+        faults = [
+            {k: f.get(k) for k in ("id", "action", "outcome", "recovery_s", "impact_s", "injected_at")}
+            for f in daemon.get("/api/v1/faults")[1]["faults"]
+        ]
     finally:
         daemon.kill()
     out = done.stdout.splitlines()
@@ -45,7 +49,7 @@ def test_the_readme_scenario_run_passes_on_a_running_daemon(tmp_path: Path) -> N
     failed = {e["check"]: e["measured"] for e in status["expectations"] if not e["passed"]}
     checks = [e for e in status["log"] if e["action"] == "verify_leader"]
     kill = next(e for e in status["log"] if e["action"] == "kill_leader")
-    assert done.returncode == EXIT_OK, (done.stdout, done.stderr)
+    assert done.returncode == EXIT_OK, (failed, status.get("score"), faults, done.stdout, done.stderr)
     assert done.stderr == ""
     assert out[0] == "scenario leader_assassination started (speed 10×)"
     assert len(verdicts) == len(expect) and all(line.startswith("  expect     pass: ") for line in verdicts), out
