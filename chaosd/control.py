@@ -411,7 +411,7 @@ class Controller:
         """
         p = self.exp.pipeline
         m = p.ledger.measured
-        _, lost, in_flight = p.ledger.unaccounted(p.holders())
+        _, lost, in_flight = self.exp.accounted()
         tasks = {
             "offered": m.offered,
             "accepted": m.accepted,

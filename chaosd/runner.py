@@ -91,6 +91,36 @@ class Experiment:
         self.stop = asyncio.Event()
         self.plan_log = RecentLog(keep.entries)  # scenario actions and survival picks, as they happened
         self.expectations: list[dict[str, Any]] = []
+        self._walked: tuple[float, tuple[int, int, int]] | None = None  # accounted(): the last walk, and when
+
+    def accounted(self, fresh: bool = False) -> tuple[int, int, int]:
+        """``ledger.unaccounted(pipeline.holders())``: (lost among all tasks, lost among measured ones, measured
+        still held).
+
+        Finding a lost task walks every holder, a million of them behind a long backlog, and the score event,
+        ``/metrics``, the status and the live report all ask. Tasks are lost only while a fault is in play (on
+        the in-memory pipeline), so with none pending the last walk's lost counts still hold and the measured
+        tasks still held are the measured ones in flight less those: counters, not a walk. The walk is redone
+        anyway every 5 s, or every in-flight/20,000 s when more are in flight, which keeps its cost per task
+        flat as the backlog grows; ``fresh`` (the final report) always walks.
+        """
+        p = self.pipeline
+        ledger = p.ledger
+        now = self.clock.now()
+        walked = self._walked
+        if (
+            fresh
+            or walked is None
+            or not p.loss_needs_fault
+            or self.injector._pending
+            or now - walked[0] >= max(5.0, len(ledger.in_flight) / 20_000)
+        ):
+            counts = ledger.unaccounted(p.holders())
+            self._walked = (now, counts)
+            return counts
+        lost_all, lost_measured, _ = walked[1]
+        m = ledger.measured
+        return lost_all, lost_measured, m.accepted - m.completed - m.failed - lost_measured
 
     def _mark(self) -> _Mark:
         p = self.pipeline
@@ -216,7 +246,7 @@ class Experiment:
         warm = self._warm or end
         span = end.t - warm.t
         measured = p.ledger.measured
-        lost_all, lost_measured, in_flight = p.ledger.unaccounted(p.holders())
+        lost_all, lost_measured, in_flight = self.accounted(fresh=listed is None)
         workers = s.workers.count
         mean_service = p.mean_service
         # What producers offered at most in the measured window: phases (spikes too) times any load_spike surge.
@@ -317,11 +347,11 @@ class Experiment:
     def live_score(self, accounted: tuple[int, int, int] | None = None) -> Score:
         """The score so far, from the same measurements as the report (for progress lines and status).
 
-        ``accounted`` is ``ledger.unaccounted(holders)`` when the caller has just computed it. Faults still
+        ``accounted`` is :meth:`accounted` when the caller has just asked for it. Faults still
         active or recovering are pending (not judged yet, not failed); unmeasured ones have no verdict.
         """
         p = self.pipeline
-        _, lost, in_flight = accounted if accounted is not None else p.ledger.unaccounted(p.holders())
+        _, lost, in_flight = accounted if accounted is not None else self.accounted()
         m = p.ledger.measured
         # Judged per incident: overlapping faults share one recovery, an isolated fault is its own incident.
         # The injector's book has counted every incident as it closed: O(1), however long the run.

@@ -328,6 +328,9 @@ class RedisPipeline(Pipeline):
 
     # --- what the stream holds ----------------------------------------------------------------------
 
+    # A Redis restart without persistence loses the stream's tasks with no fault in play: walk every time.
+    loss_needs_fault = False
+
     def holders(self) -> Iterator[Task]:
         """Tasks the stream held at the monitor's last look (waiting or pending), and those accepted since."""
         in_flight = self.ledger.in_flight

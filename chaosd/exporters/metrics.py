@@ -188,7 +188,7 @@ class ExperimentCollector(Collector):
         for reason in sorted({*FAIL_REASONS, *total.failed_by}):
             failed.add_metric([reason], float(total.failed_by.get(reason, 0)))
         yield failed
-        accounted = p.ledger.unaccounted(p.holders())  # one walk over the holders serves both uses
+        accounted = exp.accounted()  # one answer serves both uses
         yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=accounted[0])
         yield CounterMetricFamily("chaosd_tasks_duplicated", "Duplicate effects at the sink", value=p.audit.total.count)
         yield CounterMetricFamily(

@@ -349,6 +349,10 @@ class Pipeline:
         else:
             self.surge.factor /= factor
 
+    # Tasks leave their holders only through faults here (a killed leader's dispatch state, a dropped dispatch):
+    # between faults the last walk over the holders still counts the lost ones (Experiment.accounted).
+    loss_needs_fault = True
+
     def holders(self) -> Iterator[Task]:
         """Every task somebody answers for: queued, blocked at admission, dispatched, or in service."""
         yield from self.queue.waiting()
