@@ -1,6 +1,6 @@
 """The simulator against queueing theory at ρ = 0.9, where runs must be long (7,500 s; 3,000 s with four servers).
 
-Kept apart from ``test_queueing.py`` only so the suite's two workers can run them side by side.
+Kept apart from ``test_queueing.py`` only so the suite's workers can run them side by side.
 """
 
 from __future__ import annotations
