@@ -218,10 +218,19 @@ CASES = [
 ]
 
 
-@pytest.mark.slow  # minutes of virtual traffic in all: the file starts first (conftest.py)
-@pytest.mark.parametrize(("c", "rho", "distribution", "duration"), CASES)
-def test_simulator_agrees_with_queueing_theory(c: int, rho: float, distribution: str, duration: float) -> None:
-    check_against_theory(c, rho, distribution, duration)
+def theory_test(*cases: Any) -> Callable[..., None]:
+    """A test of ``cases`` (``pytest.param(c, rho, distribution, duration)``) against theory, for a module to
+    bind to a ``test_`` name; slow, so its file starts first (conftest.py)."""
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize(("c", "rho", "distribution", "duration"), cases)
+    def test(c: int, rho: float, distribution: str, duration: float) -> None:
+        check_against_theory(c, rho, distribution, duration)
+
+    return test
+
+
+test_simulator_agrees_with_queueing_theory = theory_test(*CASES)
 
 
 def check_against_theory(c: int, rho: float, distribution: str, duration: float) -> None:
