@@ -227,7 +227,7 @@ class Controller:
     def _owned(self, run: PlanRun | Window, *, pending: bool = False) -> list[FaultRecord]:
         """The plan's or window's faults still in memory (history.faults), or only those without a verdict."""
         injector = self.exp.injector
-        return [f for f in (injector._pending if pending else injector.faults) if run.owns(f)]
+        return [f for f in (injector.in_play if pending else injector.faults) if run.owns(f)]
 
     async def _drive(self, run: PlanRun, plan: Any, expect: Mapping[str, Any] | None = None) -> None:
         try:
@@ -462,7 +462,7 @@ class Controller:
         plans = [run for run in (self.survival, self.scenario) if run is not None]
         return {
             "faults": len(exp.injector.faults),
-            "faults_pending": len(exp.injector._pending),
+            "faults_pending": len(exp.injector.in_play),
             "incidents": len(exp.injector.incidents),
             "timeline": len(exp._timeline),
             "plan_log": len(exp.plan_log) + sum(len(run.log) for run in plans),

@@ -112,7 +112,7 @@ class Experiment:
             fresh
             or walked is None
             or not p.loss_needs_fault
-            or self.injector._pending
+            or self.injector.in_play
             or now - walked[0] >= max(5.0, len(ledger.in_flight) / 20_000)
         ):
             counts = ledger.unaccounted(p.holders())
@@ -419,7 +419,7 @@ class Experiment:
                 "recovered": injector.outcomes["recovered"],
                 "failed": injector.outcomes["failed"],
                 "unmeasured": injector.outcomes["unmeasured"],
-                "pending": sum(1 for f in injector._pending if f.outcome in PENDING),
+                "pending": sum(1 for f in injector.in_play if f.outcome in PENDING),
                 # A fault in a shared incident has no time of its own: it is not in its action's mean.
                 "mean_recovery_s_by_action": {
                     a: s.mean for a, s in sorted(injector.recovery_by_action.items()) if s.mean is not None

@@ -101,7 +101,7 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             out["injected"] = exp.injector.injected
             out["kept"] = [f.id for f in exp.injector.faults]
             out["outcomes"] = dict(exp.injector.outcomes)
-            out["pending"] = len(exp.injector._pending)
+            out["pending"] = len(exp.injector.in_play)
             out["book"] = (exp.injector.book.judged, exp.injector.book.recovered)
         finally:
             with outside():

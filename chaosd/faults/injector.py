@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import re
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, cast
 
@@ -234,6 +235,11 @@ class Injector:
 
     def active(self) -> list[FaultRecord]:
         return [f for f in self._pending if f.active]
+
+    @property
+    def in_play(self) -> Sequence[FaultRecord]:
+        """Faults still active or without a verdict: what each tick works through (read-only)."""
+        return self._pending
 
     @property
     def mean_recovery_s(self) -> float | None:
