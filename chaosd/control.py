@@ -471,7 +471,7 @@ class Controller:
             "restarts": sum(len(a.restarts) for a in p.agents.values()),
             "events": len(exp.events),
             "windows": len(self.windows),
-            "dispatch_log": len(p.dispatcher._log),
+            "dispatch_log": p.dispatcher.log_size,
             "in_flight": len(p.ledger.in_flight),
             "queue_blocked": len(p.queue.blocked),
         }
