@@ -12,7 +12,7 @@ import logging
 import select
 import selectors
 import time
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Generator, Iterator, Mapping
 from typing import Any, Protocol
 
 __all__ = [
@@ -39,32 +39,94 @@ class Clock(Protocol):
 class LoopClock:
     """Reads the running event loop's clock, so a virtual loop makes it virtual."""
 
-    __slots__ = ("_call_at", "_future", "now", "virtual")
+    __slots__ = ("_loop", "now", "virtual")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        # Bound methods stored once: ``now()`` and ``sleep()`` are on the per-task hot path.
-        self.now = loop.time
-        self._future = loop.create_future
-        self._call_at = loop.call_at
+        self._loop = loop
         self.virtual = isinstance(loop, VirtualEventLoop)
+        # A bound method stored once: ``now()`` is on the per-task hot path. asyncio's own loops read
+        # time.monotonic(), so call it without the method in between (a task reads the clock about six times).
+        self.now = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
 
     def sleep(self, seconds: float) -> Awaitable[None]:
-        """What ``asyncio.sleep`` does, as a bare future: the same timer at the same time, so runs are unchanged,
-        without a coroutine frame to enter and resume and a timer to cancel after it fired; a task sleeps
+        """What ``asyncio.sleep`` does, in one turn of the loop instead of two (see :class:`_Alarm`); a task sleeps
         several times per simulated task. A sleep of 0 or less yields once, as asyncio's does."""
         if seconds <= 0.0:
             return asyncio.sleep(0)
-        future = self._future()
-        self._call_at(self.now() + seconds, _wake, future)
-        return future
+        return _Alarm(self._loop, self.now() + seconds)
 
     async def sleep_until(self, when: float) -> None:
         await self.sleep(when - self.now())
 
 
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():  # its sleeper was cancelled meanwhile (a killed agent): nothing to wake
-        future.set_result(None)
+class _Alarm:
+    """A sleep until ``when`` whose timer resumes the sleeping task itself.
+
+    Sleeping on a future takes two turns of the loop: the timer sets the future's result, which schedules the
+    task's wake-up for the next turn. A task hands its wake-up to what it awaits (``add_done_callback``), and an
+    alarm hands it to the timer, so the task runs in the timer's own turn. asyncio's tasks accept any object that
+    behaves as a future this far: ``_asyncio_future_blocking``, ``get_loop``, ``add_done_callback``, ``result``
+    and ``cancel``. A cancelled sleeper (a killed agent, a stage's timeout) is woken at once, and raises
+    ``CancelledError`` where it awaited, as with a future.
+    """
+
+    # No __slots__: a slot would make ``_asyncio_future_blocking`` a class attribute, and asyncio would then take an
+    # alarm for a future (``asyncio.isfuture``) and call it back itself in ``gather`` or ``wait_for``; without one,
+    # those wrap it in a task like any awaitable.
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        self._loop = loop
+        self._when: float | None = when  # None once yielded to the task
+        self._handle: asyncio.TimerHandle | None = None
+        self._wakeup: Any = None
+        self._context: Any = None
+        self._cancelled = False
+        self._cancel_message: str | None = None
+
+    def __await__(self) -> Generator[_Alarm, None, None]:
+        # An iterator that yields the alarm once, as a future's does; not a generator, which would add a frame.
+        return self  # type: ignore[return-value]
+
+    def __iter__(self) -> _Alarm:
+        return self
+
+    def __next__(self) -> _Alarm:
+        if self._when is None:  # resumed: the sleep is over
+            raise StopIteration
+        self._asyncio_future_blocking = True
+        return self
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def add_done_callback(self, wakeup: Any, *, context: Any = None) -> None:
+        when, self._when = self._when, None
+        assert when is not None, "an alarm wakes one task once"
+        self._wakeup, self._context = wakeup, context
+        self._handle = self._loop.call_at(when, wakeup, self, context=context)
+
+    def result(self) -> None:
+        # The task asks once it is woken: drop the references that would keep a cycle (task → alarm → timer).
+        self._handle = self._wakeup = self._context = None
+        if self._cancelled:
+            message = self._cancel_message
+            raise asyncio.CancelledError() if message is None else asyncio.CancelledError(message)
+
+    def cancel(self, msg: str | None = None) -> bool:
+        handle = self._handle
+        if handle is None or self._cancelled:
+            return False
+        handle.cancel()
+        self._cancelled = True
+        self._cancel_message = msg
+        self._loop.call_soon(self._wakeup, self, context=self._context)
+        return True
+
+    def done(self) -> bool:
+        return self._handle is None and self._when is None
+
+    def cancelled(self) -> bool:
+        return self._cancelled
 
 
 class _VirtualSelector(selectors.BaseSelector):

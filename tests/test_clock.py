@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import resource
 import socket
 import threading
@@ -51,6 +52,60 @@ def test_sleep_until_and_wait_for_timeouts_use_virtual_time() -> None:
         return t1, clock.now()
 
     assert _run(main) == (12.5, 42.5)
+
+
+def test_a_sleep_behaves_as_asyncio_sleep_under_cancel_timeout_wait_for_and_gather() -> None:
+    # clock.sleep resumes its task from the timer itself (one turn of the loop, not a future's two); everything
+    # asyncio does with a sleep must still work: a killed sleeper stops at once, with the cancel's message.
+    async def main(clock: LoopClock) -> list[tuple[str, float]]:
+        seen: list[tuple[str, float]] = []
+
+        async def sleeper() -> None:
+            try:
+                await clock.sleep(100.0)
+            except asyncio.CancelledError as exc:
+                seen.append((f"cancelled {exc.args}", clock.now()))
+                raise
+
+        task = asyncio.create_task(sleeper())
+        await clock.sleep(1.0)
+        task.cancel("killed")
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        try:
+            async with asyncio.timeout(2.0):
+                await clock.sleep(50.0)
+        except TimeoutError:
+            seen.append(("timeout", clock.now()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(clock.sleep(50.0), timeout=3.0)
+        seen.append(("wait_for", clock.now()))
+        await asyncio.gather(clock.sleep(1.0), clock.sleep(4.0))
+        seen.append(("gather", clock.now()))
+        return seen
+
+    assert _run(main) == [("cancelled ('killed',)", 1.0), ("timeout", 3.0), ("wait_for", 6.0), ("gather", 10.0)]
+
+
+def test_a_sleep_keeps_nothing_alive_after_it_ends() -> None:
+    # Each task sleeps a few times per simulated task: a sleep that left a reference cycle behind would make the
+    # garbage collector run all the time.
+    async def main(clock: LoopClock) -> int:
+        async def sleeper() -> None:
+            for _ in range(100):
+                await clock.sleep(0.01)
+
+        gc.collect()
+        gc.disable()
+        try:
+            await asyncio.gather(*(sleeper() for _ in range(10)))
+            await clock.sleep(0.5)
+            return gc.collect()
+        finally:
+            gc.enable()
+
+    assert _run(main) == 0
 
 
 def test_a_thread_can_wake_an_idle_virtual_loop() -> None:

@@ -100,6 +100,9 @@ class Producer:
             next_t += self._gap(rate)
         streak = 0
         share = self._share
+        bursty = self._arrival == "bursty"
+        poisson = self._arrival == "poisson"
+        expovariate = self._rng.expovariate  # the same draw as _gap's, without the call to it
         flat_rate, flat_until = 0.0, float("-inf")
         while True:
             if not gate.is_set() and not agent.partitioned:
@@ -130,13 +133,13 @@ class Producer:
             elif streak >= _YIELD_EVERY:
                 await sleep(0)
                 streak = 0
-            for _ in range(self._burst()):
+            for _ in range(self._burst() if bursty else 1):
                 agent.served += 1
                 blocked = self._emit(now())
                 if blocked is not None:
                     await self._queue.put(blocked)
                 streak += 1
-            next_t += self._gap(rate)
+            next_t += expovariate(rate) if poisson else self._gap(rate)
 
     def _throttled(self, factor: float) -> bool:
         """Whether the throttle refuses this offer: it admits ``factor`` of them, evenly, through a running credit."""

@@ -73,7 +73,7 @@ class IngressQueue:
 
     def offer(self, task: Task) -> bool:
         """Enqueue without waiting; False when the queue is full."""
-        if self.dispatching and self._hand(task):
+        if self._getters and self.dispatching and self._hand(task):
             return True
         if len(self._items) >= self.capacity:
             return False

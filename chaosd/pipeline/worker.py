@@ -118,6 +118,7 @@ class Worker:
     async def _loop(self) -> None:
         agent = self.agent
         gate = agent.gate
+        gate_open = gate.is_set
         queue = self._queue
         now = self._clock.now
         sleep = self._clock.sleep
@@ -130,7 +131,7 @@ class Worker:
         me = agent.id
         served = 0
         while True:
-            if not gate.is_set():
+            if not gate_open():
                 await gate.wait()
             task = queue.get_nowait()
             if task is None:
