@@ -7,13 +7,16 @@ so the same coroutines run in real time (the daemon) and in virtual time (``chao
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import contextvars
+import heapq
 import logging
 import select
 import selectors
 import time
-from collections.abc import Awaitable, Generator, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
+from typing import Any, Protocol, TypeVarTuple, Unpack
 
 __all__ = [
     "Clock",
@@ -174,6 +177,13 @@ class _VirtualSelector(selectors.BaseSelector):
         self._real.close()
 
 
+# asyncio's own limits (base_events): a cancelled-timer share that makes the loop rebuild its heap, and the
+# longest wait for a timer.
+_Ts = TypeVarTuple("_Ts")
+_MIN_SCHEDULED = 100
+_MIN_CANCELLED_SHARE = 0.5
+_MAX_WAIT = 24 * 3600.0
+
 _FD_SETSIZE = 1024  # select() cannot watch a descriptor at or above this
 
 
@@ -214,6 +224,70 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self._vselector.now
+
+    _scheduled: list[tuple[float, asyncio.TimerHandle]]
+    _ready: collections.deque[asyncio.Handle]
+    _timer_cancelled_count: int
+    _stopping: bool
+
+    # The timer heap holds (when, handle) pairs, not handles: asyncio orders its heap with TimerHandle.__lt__, a
+    # Python method (and an isinstance) per comparison, several per timer, and a simulated task sets two or more
+    # timers. A pair compares its float in C, and where two times are equal it falls back to the handles, which
+    # answer "not less" as before: every comparison gives asyncio's answer, so timers fire in the same order.
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()  # type: ignore[attr-defined]
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        heapq.heappush(self._scheduled, (when, timer))
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
+
+    def _run_once(self) -> None:
+        """asyncio's loop iteration on the heap of pairs (no debug-mode checks of slow callbacks)."""
+        scheduled = self._scheduled
+        ready = self._ready
+        count = len(scheduled)
+        if count > _MIN_SCHEDULED and self._timer_cancelled_count / count > _MIN_CANCELLED_SHARE:
+            kept = []
+            for entry in scheduled:
+                if entry[1]._cancelled:
+                    entry[1]._scheduled = False  # type: ignore[attr-defined]
+                else:
+                    kept.append(entry)
+            heapq.heapify(kept)
+            self._scheduled = scheduled = kept
+            self._timer_cancelled_count = 0
+        else:
+            while scheduled and scheduled[0][1]._cancelled:
+                self._timer_cancelled_count -= 1
+                heapq.heappop(scheduled)[1]._scheduled = False  # type: ignore[attr-defined]
+
+        timeout = None
+        if ready or self._stopping:
+            timeout = 0.0
+        elif scheduled:
+            timeout = min(max(0.0, scheduled[0][0] - self._vselector.now), _MAX_WAIT)
+        self._process_events(self._vselector.select(timeout))  # type: ignore[attr-defined]
+
+        end = self._vselector.now + self._clock_resolution
+        while scheduled and scheduled[0][0] < end:
+            handle = heapq.heappop(scheduled)[1]
+            handle._scheduled = False  # type: ignore[attr-defined]
+            ready.append(handle)
+
+        for _ in range(len(ready)):
+            callback = ready.popleft()
+            if not callback._cancelled:
+                callback._run()
+        callback = None  # type: ignore[assignment]  # as asyncio: no cycle through this frame if a callback raised
 
     @contextlib.contextmanager
     def outside(self, grace: float = 0.2) -> Iterator[None]:
