@@ -96,8 +96,31 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, want)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist hands out files by descending test count unless told to keep the collection order, which
+    # pytest_collection_modifyitems sets below (an option since pytest-xdist 3.6; absent without xdist).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding slow tests run first. The suite's workers take whole files (``--dist loadfile``), and a
-    minutes-long file handed out last keeps one worker busy while the others sit idle."""
-    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow)  # stable: the usual order otherwise
+    """The order the suite's workers take whole files in (``--dist loadfile``): files holding slow tests first, as a
+    minutes-long file handed out last keeps one worker busy while the others sit idle; and files that only need CPU
+    (``cpu``) alternating with files that mostly wait on real daemons, so two cores stay busy while a third worker
+    waits."""
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+
+    def marked(path: Path, name: str) -> bool:
+        return any(item.get_closest_marker(name) is not None for item in files[path])
+
+    def alternate(paths: list[Path]) -> list[Path]:
+        cpu = [p for p in paths if marked(p, "cpu")]
+        waits = [p for p in paths if not marked(p, "cpu")]
+        mixed = [p for pair in zip(cpu, waits, strict=False) for p in pair]
+        return mixed + cpu[len(waits) :] + waits[len(cpu) :]
+
+    slow = [p for p in files if marked(p, "slow")]
+    rest = [p for p in files if not marked(p, "slow")]
+    items[:] = [item for path in alternate(slow) + alternate(rest) for item in files[path]]
