@@ -104,10 +104,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The order the suite's workers take whole files in (``--dist loadfile``): files holding slow tests first, as a
-    minutes-long file handed out last keeps one worker busy while the others sit idle; and files that only need CPU
-    (``cpu``) alternating with files that mostly wait on real daemons, so two cores stay busy while a third worker
-    waits."""
+    """The order the suite's workers take whole files in (``--dist loadfile``): files that only need CPU (``cpu``)
+    alternate with files that mostly wait on real daemons, Redis or Chromium, so that two cores stay busy while a
+    third worker waits; and within each kind, files holding slow tests come first, as a minutes-long file handed
+    out last keeps one worker busy while the others sit idle."""
     files: dict[Path, list[pytest.Item]] = {}
     for item in items:
         files.setdefault(item.path, []).append(item)
@@ -115,12 +115,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def marked(path: Path, name: str) -> bool:
         return any(item.get_closest_marker(name) is not None for item in files[path])
 
-    def alternate(paths: list[Path]) -> list[Path]:
-        cpu = [p for p in paths if marked(p, "cpu")]
-        waits = [p for p in paths if not marked(p, "cpu")]
-        mixed = [p for pair in zip(cpu, waits, strict=False) for p in pair]
-        return mixed + cpu[len(waits) :] + waits[len(cpu) :]
-
-    slow = [p for p in files if marked(p, "slow")]
-    rest = [p for p in files if not marked(p, "slow")]
-    items[:] = [item for path in alternate(slow) + alternate(rest) for item in files[path]]
+    ordered = sorted(files, key=lambda path: not marked(path, "slow"))  # stable: the usual order otherwise
+    cpu = [path for path in ordered if marked(path, "cpu")]
+    waits = [path for path in ordered if not marked(path, "cpu")]
+    paths = [path for pair in zip(cpu, waits, strict=False) for path in pair]
+    paths += cpu[len(waits) :] + waits[len(cpu) :]
+    items[:] = [item for path in paths for item in files[path]]

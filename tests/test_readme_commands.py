@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from daemon_harness import ROOT, TOKEN, Daemon
 
 from chaosd.client import EXIT_OK
@@ -21,6 +22,7 @@ def _client_env(daemon: Daemon) -> dict[str, str]:
     return {k: v for k, v in daemon.env.items() if not k.startswith("CHAOSD_")}
 
 
+@pytest.mark.slow  # tens of seconds of real time: its file starts early (conftest.py)
 def test_the_readme_scenario_run_passes_on_a_running_daemon(tmp_path: Path) -> None:
     assert README_LINE in (ROOT / "README.md").read_text()
     expect = load_scenario(SHIPPED / "leader_assassination.yaml").expect
