@@ -66,7 +66,7 @@ def _sse(
     return asyncio.run(read())
 
 
-@pytest.mark.slow  # tens of seconds of real time: its file starts early (conftest.py)
+@pytest.mark.slow  # tens of seconds of real time
 def test_the_flow_a_user_scripts(daemon: Daemon) -> None:
     code, status = daemon.get("/api/v1/status")
     assert code == 200 and status["leader"] == "orchestrator-0" and status["detector"] == "healthy"

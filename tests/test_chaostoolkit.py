@@ -46,7 +46,7 @@ def _chaos_run(daemon: Daemon, tmp: Path, name: str) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.slow  # tens of seconds of real time: its file starts early (conftest.py)
+@pytest.mark.slow  # tens of seconds of real time
 def test_the_example_experiment_runs_completed_and_rolls_back_only_its_own_faults(
     daemon: Daemon, tmp_path: Path
 ) -> None:

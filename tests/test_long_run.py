@@ -20,7 +20,7 @@ from chaosd.control import Controller
 from chaosd.report import rounded
 from chaosd.runner import Experiment
 
-pytestmark = [pytest.mark.slow, pytest.mark.cpu]  # a minute or more of wall time: its file starts first (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.cpu]  # a minute or more of wall time
 
 DAY = 86_400.0
 WEEK = 7 * DAY

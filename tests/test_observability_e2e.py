@@ -160,7 +160,7 @@ def test_kill_leader_increases_the_recovery_histogram_count(stack: dict[str, Any
     wait_for(lambda: float(_query(prom, expr)[0]["value"][1]) > before, 30, "the recovery to be counted")
 
 
-@pytest.mark.slow  # tens of seconds of real time: its file starts early (conftest.py)
+@pytest.mark.slow  # tens of seconds of real time
 def test_every_dashboard_panel_query_parses_and_returns_data(stack: dict[str, Any]) -> None:
     from test_dashboards_static import panel_queries  # noqa: PLC0415 - shared with the static dashboard tests
 

@@ -61,7 +61,7 @@ def _uptime(daemon: Daemon) -> float:
     return float(daemon.get("/api/v1/status")[1]["uptime_s"])
 
 
-@pytest.mark.slow  # tens of seconds of real time: its file starts early (conftest.py)
+@pytest.mark.slow  # tens of seconds of real time
 def test_a_plans_status_scores_its_own_window_not_the_outage_before_it(tmp_path: Path) -> None:
     daemon = Daemon(tmp_path, env={"CHAOSD_QUEUE__CAPACITY": "50"})
     try:

@@ -220,7 +220,7 @@ CASES = [
 
 def theory_test(*cases: Any) -> Callable[..., None]:
     """A test of ``cases`` (``pytest.param(c, rho, distribution, duration)``) against theory, for a module to
-    bind to a ``test_`` name; slow, so its file starts first (conftest.py)."""
+    bind to a ``test_`` name; marked slow."""
 
     @pytest.mark.slow
     @pytest.mark.parametrize(("c", "rho", "distribution", "duration"), cases)

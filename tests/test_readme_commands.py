@@ -22,7 +22,7 @@ def _client_env(daemon: Daemon) -> dict[str, str]:
     return {k: v for k, v in daemon.env.items() if not k.startswith("CHAOSD_")}
 
 
-@pytest.mark.slow  # tens of seconds of real time: its file starts early (conftest.py)
+@pytest.mark.slow  # tens of seconds of real time
 def test_the_readme_scenario_run_passes_on_a_running_daemon(tmp_path: Path) -> None:
     assert README_LINE in (ROOT / "README.md").read_text()
     expect = load_scenario(SHIPPED / "leader_assassination.yaml").expect

@@ -73,7 +73,7 @@ class RemoteWorker:
                 self.proc.wait(timeout=10)
 
 
-@pytest.mark.slow  # tens of seconds of real time: its file starts early (conftest.py)
+@pytest.mark.slow  # tens of seconds of real time
 def test_control_faults_act_in_the_worker_processes(tmp_path: Path) -> None:
     with running_redis(tmp_path) as server:
         overlay = redis_settings(

@@ -4,6 +4,7 @@ scenario's own expectations (grade, recovery time, nothing lost or duplicated) m
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from chaosd.plans import check_speed, evaluate_expectations, scenario_plan
 from chaosd.runner import run_offline
 from chaosd.scenario import find_scenario, load_scenario, settings_for
 
-# 40 s of real time, mostly waiting: started first, so a worker overlaps it with other files (conftest.py)
+# 40 s of real time, mostly waiting
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 SPEED = 3.0  # 120 s of scenario in 40 s of wall time; recovery.confirm still fits after every fault
@@ -45,7 +46,30 @@ def run_scenario(overlay: dict[str, Any]) -> dict[str, Any]:
 
 def assert_passes(report: dict[str, Any]) -> None:
     failed = [e for e in report["expectations"] if not e["passed"]]
-    assert not failed, (failed, report["faults_summary"], report["tasks"], report["actions"])
+    verdicts = [
+        {
+            k: f.get(k)
+            for k in (
+                "action",
+                "target",
+                "injected_at",
+                "outcome",
+                "recovered",
+                "recovery_s",
+                "service_recovered_at",
+                "impact_tasks",
+            )
+        }
+        for f in report["faults"]
+    ]
+    assert not failed, "\n".join(
+        [
+            f"failed: {json.dumps(failed)}",
+            f"faults: {json.dumps(verdicts)}",
+            f"baseline: {json.dumps(report['faults_summary'].get('baseline'))}",
+            f"tasks: {json.dumps(report['tasks'])}",
+        ]
+    )
     assert all(a.get("ok") for a in report["actions"]), report["actions"]
 
 

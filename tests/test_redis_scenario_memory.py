@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_redis_scenario import assert_passes, run_scenario
 
-# 40 s of real time, mostly waiting: started first, so a worker overlaps it with other files (conftest.py)
+# 40 s of real time, mostly waiting
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
