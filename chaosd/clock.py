@@ -15,6 +15,7 @@ import logging
 import select
 import selectors
 import time
+from asyncio import base_events
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from typing import Any, Protocol, TypeVarTuple, Unpack
 
@@ -75,16 +76,15 @@ class _Alarm:
 
     # No __slots__: a slot would make ``_asyncio_future_blocking`` a class attribute, and asyncio would then take an
     # alarm for a future (``asyncio.isfuture``) and call it back itself in ``gather`` or ``wait_for``; without one,
-    # those wrap it in a task like any awaitable.
+    # those wrap it in a task like any awaitable. Class defaults: an alarm is made per sleep, and sets only these.
+    _handle: asyncio.TimerHandle | None = None
+    _wakeup: Any = None  # the task's wake-up, and its context: a cancel calls it at once
+    _context: Any = None
+    _cancelled: asyncio.CancelledError | None = None
 
     def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         self._loop = loop
         self._when: float | None = when  # None once yielded to the task
-        self._handle: asyncio.TimerHandle | None = None
-        self._wakeup: Any = None
-        self._context: Any = None
-        self._cancelled = False
-        self._cancel_message: str | None = None
 
     def __await__(self) -> Generator[_Alarm, None, None]:
         # An iterator that yields the alarm once, as a future's does; not a generator, which would add a frame.
@@ -111,25 +111,17 @@ class _Alarm:
     def result(self) -> None:
         # The task asks once it is woken: drop the references that would keep a cycle (task → alarm → timer).
         self._handle = self._wakeup = self._context = None
-        if self._cancelled:
-            message = self._cancel_message
-            raise asyncio.CancelledError() if message is None else asyncio.CancelledError(message)
+        if self._cancelled is not None:
+            raise self._cancelled
 
     def cancel(self, msg: str | None = None) -> bool:
         handle = self._handle
-        if handle is None or self._cancelled:
+        if handle is None or self._cancelled is not None:
             return False
         handle.cancel()
-        self._cancelled = True
-        self._cancel_message = msg
+        self._cancelled = asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
         self._loop.call_soon(self._wakeup, self, context=self._context)
         return True
-
-    def done(self) -> bool:
-        return self._handle is None and self._when is None
-
-    def cancelled(self) -> bool:
-        return self._cancelled
 
 
 class _VirtualSelector(selectors.BaseSelector):
@@ -177,12 +169,12 @@ class _VirtualSelector(selectors.BaseSelector):
         self._real.close()
 
 
-# asyncio's own limits (base_events): a cancelled-timer share that makes the loop rebuild its heap, and the
-# longest wait for a timer.
 _Ts = TypeVarTuple("_Ts")
-_MIN_SCHEDULED = 100
-_MIN_CANCELLED_SHARE = 0.5
-_MAX_WAIT = 24 * 3600.0
+# asyncio's own limits, which the virtual loop's iteration keeps: past this many timers, a cancelled share that makes
+# the loop rebuild its heap; and the longest wait for a timer.
+_MIN_SCHEDULED = base_events._MIN_SCHEDULED_TIMER_HANDLES  # type: ignore[attr-defined]
+_MIN_CANCELLED_SHARE = base_events._MIN_CANCELLED_TIMER_HANDLES_FRACTION  # type: ignore[attr-defined]
+_MAX_WAIT = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
 
 _FD_SETSIZE = 1024  # select() cannot watch a descriptor at or above this
 

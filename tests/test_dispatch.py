@@ -8,7 +8,7 @@ from chaosd.clock import LoopClock, VirtualEventLoop
 from chaosd.config import OrchestratorConfig
 from chaosd.events import EventLog
 from chaosd.pipeline.agents import Agent
-from chaosd.pipeline.dispatch import Dispatcher
+from chaosd.pipeline.dispatch import Dispatcher, State
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.task import Task
 
@@ -21,8 +21,8 @@ def _dispatcher() -> tuple[Dispatcher, list[Agent]]:
     return Dispatcher(OrchestratorConfig(), replicas, queue, clock, EventLog(), 0.0), replicas
 
 
-def _held(state: dict[int, object]) -> dict[int, tuple[int, str]]:
-    return {task_id: (entry.task.id, entry.worker) for task_id, entry in state.items()}  # type: ignore[attr-defined]
+def _held(state: State) -> dict[int, tuple[int, str]]:
+    return {task_id: (entry.task.id, entry.worker) for task_id, entry in state.items()}
 
 
 def test_the_log_stays_as_small_as_the_dispatch_state_and_rebuilds_it_exactly() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from collections.abc import Callable
 from typing import Protocol
 
 from chaosd.clock import Clock
@@ -54,6 +55,8 @@ class Producer:
         self._arrival = arrival
         self._burst_p = 1.0 / burst_size  # geometric burst sizes with this mean
         self._rng = rng
+        self._bursty = arrival == "bursty"
+        self._gap = self._gap_for(arrival)
         self._queue = queue
         self._ledger = ledger
         self._admission = admission
@@ -69,16 +72,18 @@ class Producer:
         self._block = queue.when_full == "block"
         self._refusal = "dropped" if queue.when_full == "drop" else "queue_full"
 
-    def _gap(self, rate: float) -> float:
-        if self._arrival == "constant":
-            return 1.0 / rate
-        if self._arrival == "bursty":
-            return self._rng.expovariate(rate * self._burst_p)
-        return self._rng.expovariate(rate)
+    def _gap_for(self, arrival: str) -> Callable[[float], float]:
+        """The draw of the time to the next arrival at a rate, chosen once: Poisson's is the generator's own method,
+        with no call around it on each arrival."""
+        if arrival == "constant":
+            return lambda rate: 1.0 / rate
+        if arrival == "bursty":
+            expovariate, p = self._rng.expovariate, self._burst_p
+            return lambda rate: expovariate(rate * p)
+        return self._rng.expovariate
 
     def _burst(self) -> int:
-        if self._arrival != "bursty":
-            return 1
+        """A bursty arrival's size (geometric with mean ``burst_size``)."""
         n = 1
         while self._rng.random() >= self._burst_p:
             n += 1
@@ -100,9 +105,8 @@ class Producer:
             next_t += self._gap(rate)
         streak = 0
         share = self._share
-        bursty = self._arrival == "bursty"
-        poisson = self._arrival == "poisson"
-        expovariate = self._rng.expovariate  # the same draw as _gap's, without the call to it
+        gap = self._gap
+        bursty = self._bursty
         flat_rate, flat_until = 0.0, float("-inf")
         while True:
             if not gate.is_set() and not agent.partitioned:
@@ -139,7 +143,7 @@ class Producer:
                 if blocked is not None:
                     await self._queue.put(blocked)
                 streak += 1
-            next_t += expovariate(rate) if poisson else self._gap(rate)
+            next_t += gap(rate)
 
     def _throttled(self, factor: float) -> bool:
         """Whether the throttle refuses this offer: it admits ``factor`` of them, evenly, through a running credit."""
