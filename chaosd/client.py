@@ -21,10 +21,9 @@ from typing import Any, TextIO
 
 from chaosd import __version__
 from chaosd.clock import wall_time
-from chaosd.config import is_loopback
 from chaosd.durations import parse_duration
 from chaosd.errors import ChaosdError
-from chaosd.faults.injector import MAX_WAIT_S, TERMINAL
+from chaosd.wire import MAX_WAIT_S, TERMINAL, is_loopback
 
 __all__ = [
     "COMMANDS",

@@ -5,7 +5,6 @@ Validated at start and frozen; components receive the parts they need.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -47,7 +46,6 @@ __all__ = [
     "TracingConfig",
     "WorkersConfig",
     "deep_merge",
-    "is_loopback",
     "load_settings",
     "read_toml",
 ]
@@ -470,16 +468,6 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment beats the file (and a scenario's overlay), as operators expect.
         return env_settings, init_settings
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1): where the API may listen without a token."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:

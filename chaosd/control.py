@@ -16,7 +16,6 @@ from chaosd.errors import FaultError
 from chaosd.events import Event
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.incidents import IncidentBook
-from chaosd.faults.injector import TERMINAL
 from chaosd.history import RecentLog
 from chaosd.plans import (
     Tally,
@@ -34,6 +33,7 @@ from chaosd.runner import Experiment
 from chaosd.scenario import Scenario
 from chaosd.score import ScoreWeights, diagnose
 from chaosd.views import PlanStatus, WindowReport, WindowSummary
+from chaosd.wire import TERMINAL
 
 __all__ = ["Controller", "PlanRun"]
 

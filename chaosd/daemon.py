@@ -24,7 +24,7 @@ from chaosd.api import build_app
 from chaosd.api.keys import HTTP_STATS, LIMITS, REPORT, STORAGE
 from chaosd.api.server import FrontDoor
 from chaosd.clock import LoopClock, new_event_loop, unix_time
-from chaosd.config import Settings, is_loopback
+from chaosd.config import Settings
 from chaosd.control import Controller
 from chaosd.errors import ChaosdError, ConfigError
 from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
@@ -32,6 +32,7 @@ from chaosd.report import render_summary
 from chaosd.runner import Experiment
 from chaosd.storage import unwritable
 from chaosd.telemetry.snapshot import Snapshot
+from chaosd.wire import is_loopback
 
 __all__ = ["check_bind", "serve"]
 

@@ -16,11 +16,11 @@ from chaosd.durations import parse_duration
 from chaosd.errors import FaultError, ScenarioError
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.incidents import IncidentBook
-from chaosd.faults.injector import TERMINAL
 from chaosd.history import RecentLog
 from chaosd.runner import Experiment
 from chaosd.scenario import CHECKS, Scenario, ScenarioAction
 from chaosd.score import ScoreInputs, ScoreWeights, compute_score
+from chaosd.wire import TERMINAL
 
 __all__ = [
     "EXPECT_KEYS",

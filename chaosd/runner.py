@@ -20,7 +20,6 @@ from chaosd.clock import Clock, LoopClock, new_event_loop, wall_time
 from chaosd.config import Settings
 from chaosd.events import EventLog
 from chaosd.faults import Injector
-from chaosd.faults.incidents import PENDING
 from chaosd.history import RecentLog
 from chaosd.report import latency_block, rounded
 from chaosd.rng import Streams
@@ -30,6 +29,7 @@ from chaosd.telemetry.engine import Telemetry
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.telemetry.throttle import Throttle
 from chaosd.views import TimelinePoint
+from chaosd.wire import PENDING
 
 __all__ = ["Experiment", "run_offline"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ BANNED = {("time", "time"), ("time", "monotonic"), ("time", "perf_counter"), ("a
 # Layers in data-flow order; a module may import only from its own layer or earlier ones.
 LAYERS = [
     "errors",
+    "wire",
     "durations",
     "views",
     "rng",
@@ -114,3 +116,19 @@ def test_every_benchmark_and_script_imports(monkeypatch: pytest.MonkeyPatch) -> 
             monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
             spec.loader.exec_module(module)  # its main() is guarded by __name__
             assert path.name.startswith("_") or callable(getattr(module, "main", None)), f"{path}: no main()"
+
+
+def test_a_client_command_starts_without_the_engine() -> None:
+    # `chaosd faults` and the other client commands talk HTTP with the standard library: importing the engine
+    # (config models, pipeline, numpy, aiohttp) would triple their start-up time for nothing. Port 9 (discard)
+    # has no listener on loopback, so the command fails with its own error (exit code 4) after importing all it needs.
+    code = (
+        "import sys\n"
+        "from chaosd.cli import main\n"
+        "status = main(['faults', '--addr', 'http://127.0.0.1:9'])\n"
+        "engine = ('numpy', 'aiohttp', 'chaosd.config', 'chaosd.pipeline', 'chaosd.runner', 'chaosd.faults')\n"
+        "print(status, sorted(m for m in sys.modules if m.startswith(engine)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.strip() == "4 []", done.stdout + done.stderr
+    assert "127.0.0.1:9" in done.stderr

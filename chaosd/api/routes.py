@@ -24,7 +24,7 @@ from chaosd.api.schemas import (
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
 from chaosd.faults import CATALOGUE, FaultRecord
-from chaosd.faults.injector import MAX_WAIT_S, STATES, check_labels, matches
+from chaosd.faults.injector import check_labels, matches
 from chaosd.report import rounded
 from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name, scenario_names
 from chaosd.views import (
@@ -40,6 +40,7 @@ from chaosd.views import (
     StatusBody,
     WindowsBody,
 )
+from chaosd.wire import MAX_WAIT_S, STATES
 
 __all__ = ["QUERY_PARAMS", "check_query", "routes"]
 

@@ -10,7 +10,7 @@ from chaosd import __version__
 from chaosd import views as v
 from chaosd.durations import Seconds
 from chaosd.faults import CATALOGUE
-from chaosd.faults.injector import STATES
+from chaosd.wire import STATES
 
 __all__ = ["InjectRequest", "LeverRequest", "ScenarioRunRequest", "SurvivalRequest", "openapi_document"]
 

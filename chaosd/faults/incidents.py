@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from chaosd.history import Sum
 from chaosd.views import IncidentView
+from chaosd.wire import PENDING
 
 if TYPE_CHECKING:
     from chaosd.faults.injector import FaultRecord
@@ -29,9 +30,6 @@ IMPACT_KINDS = ("late", "failed", "refused", "degraded", "duplicated", "corrupte
 def impact_between(start: tuple[int, ...], now: tuple[int, ...]) -> TaskImpact:
     """The tasks of each kind in :data:`IMPACT_KINDS` that ended badly between two tallies."""
     return {kind: b - a for kind, a, b in zip(IMPACT_KINDS, start, now, strict=True)}
-
-
-PENDING = ("active", "recovering")
 
 
 @dataclass(slots=True)

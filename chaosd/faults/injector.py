@@ -26,15 +26,13 @@ from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
 from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
-from chaosd.faults.incidents import IMPACT_KINDS, PENDING, Incident, IncidentBook, TaskImpact, impact_between
+from chaosd.faults.incidents import IMPACT_KINDS, Incident, IncidentBook, TaskImpact, impact_between
 from chaosd.history import Kept, Sum
 from chaosd.pipeline import Pipeline
 from chaosd.views import BaselineView, FaultView
+from chaosd.wire import PENDING, TERMINAL
 
 __all__ = [
-    "MAX_WAIT_S",
-    "STATES",
-    "TERMINAL",
     "Baseline",
     "FaultRecord",
     "Injector",
@@ -82,11 +80,6 @@ class Baseline:
 
     def as_dict(self) -> BaselineView:
         return cast(BaselineView, asdict(self))
-
-
-TERMINAL = ("recovered", "failed", "unmeasured")
-MAX_WAIT_S = 120.0  # the longest a request may wait for a fault's verdict (GET /api/v1/faults/{id}?wait=)
-STATES = (*PENDING, *TERMINAL)
 
 
 def check_labels(labels: object, field: str = "labels") -> dict[str, str]:
