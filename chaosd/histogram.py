@@ -23,9 +23,10 @@ _SMALL = 24  # batches up to this size are binned in plain Python
 class LogHistogram:
     """Counts samples in buckets ``(LOW·f^(i-1), LOW·f^i]``; bucket 0 is ``[0, LOW]``.
 
-    ``add`` is a list's ``append``: a task pays for one C call, and the samples are binned in a batch
-    (numpy) when the histogram is next read — every telemetry tick in a running pipeline, so the batch
-    stays a tick's worth of tasks.
+    ``add`` is a typed array's ``append``: a task pays for one C call that stores a raw double (no float object
+    kept alive per sample), and the samples are binned in a batch (numpy, reading the array's buffer in place) when
+    the histogram is next read — every telemetry tick in a running pipeline, so the batch stays a tick's worth of
+    tasks.
     """
 
     __slots__ = ("_count", "_counts", "_pending", "_sum", "_top", "add")
@@ -39,7 +40,7 @@ class LogHistogram:
         self._counts = array.array("q", bytes(8 * (self._top + 1)))
         self._count = 0
         self._sum = 0.0
-        self._pending: list[float] = []
+        self._pending = array.array("d")
         self.add: Callable[[float], None] = self._pending.append
 
     def _flush(self) -> None:
@@ -57,13 +58,14 @@ class LogHistogram:
                 else:
                     i = math.ceil((math.log(v) - _LOG_LOW) * _INV_LOG)
                     counts_[i if i < top else top] += 1
-            pending.clear()
+            del pending[:]
             return
-        x = np.maximum(np.asarray(pending, dtype=np.float64), _LOW)  # at or below LOW: bucket 0
+        # np.maximum makes a new array, so the view on the buffer is gone before the buffer is emptied.
+        x = np.maximum(np.frombuffer(pending, dtype=np.float64), _LOW)  # at or below LOW: bucket 0
         index = np.minimum(np.ceil((np.log(x) - _LOG_LOW) * _INV_LOG), self._top).astype(np.intp)
         counts = np.frombuffer(self._counts, dtype=np.int64)
         counts += np.bincount(index, minlength=len(counts))
-        pending.clear()
+        del pending[:]
 
     @property
     def counts(self) -> array.array[int]:

@@ -46,7 +46,7 @@ def test_a_task_that_vanishes_without_a_fault_is_lost_within_five_seconds() -> N
         p = exp.pipeline
         await clock.sleep(3.0)  # over capacity: the queue is long
         assert exp.accounted() == (0, 0, exp.accounted()[2])
-        vanished = p.queue.get_nowait()
+        vanished = p.queue.get_nowait(clock.now())
         assert vanished is not None and vanished.id in p.ledger.in_flight
         gone_at = clock.now()
         while exp.accounted()[0] == 0 and clock.now() - gone_at < 10.0:

@@ -29,7 +29,7 @@ from chaosd.runner import Experiment
 def test_a_second_effect_for_one_task_is_one_duplicate_named_by_its_id() -> None:
     audit = Audit()
     task = Task(42, 0.0, measured=True)
-    audit.owe(task)
+    audit.owe(task.id)
     assert audit.owing == 1
     audit.effect(task)  # the effect it owed: settled
     assert audit.owing == 0 and audit.total.count == 0 and audit.measured.count == 0
@@ -43,7 +43,7 @@ def test_examples_are_capped_and_distinct_while_the_count_keeps_going() -> None:
     audit = Audit()
     tasks = [Task(i, 0.0, measured=True) for i in range(1, 101)]
     for task in tasks:
-        audit.owe(task)
+        audit.owe(task.id)
         audit.effect(task)
     for task in tasks:
         audit.effect(task)
@@ -57,7 +57,7 @@ def test_cohorts_mirror_the_ledger_warm_up_duplicates_count_only_in_total() -> N
     audit = Audit()
     warm, measured = Task(1, 0.0, measured=False), Task(2, 10.0, measured=True)
     for task in (warm, measured):
-        audit.owe(task)
+        audit.owe(task.id)
         audit.effect(task)
         audit.effect(task)
     assert audit.total.count == 2 and audit.total.examples == [1, 2]
@@ -68,7 +68,7 @@ def test_state_is_the_owed_effects_only_and_shrinks_to_zero_when_all_are_settled
     audit = Audit()
     tasks = [Task(i, 0.0, measured=True) for i in range(10_000)]
     for task in tasks:
-        audit.owe(task)
+        audit.owe(task.id)
     assert audit.owing == 10_000
     for task in tasks[:9_990]:
         audit.effect(task)

@@ -22,7 +22,7 @@ def _dispatcher() -> tuple[Dispatcher, list[Agent]]:
 
 
 def _held(state: State) -> dict[int, tuple[int, str]]:
-    return {task_id: (entry.task.id, entry.worker) for task_id, entry in state.items()}
+    return {task_id: (task.id, worker) for task_id, (task, worker, _) in state.items()}
 
 
 def test_the_log_stays_as_small_as_the_dispatch_state_and_rebuilds_it_exactly() -> None:

@@ -179,7 +179,7 @@ def test_a_waiting_task_handed_to_a_cancelled_worker_goes_back_to_the_queue() ->
             queue = IngressQueue(10, "reject", clock)
             getter = asyncio.create_task(queue.get())
             await asyncio.sleep(0)  # the worker now waits
-            assert queue.offer(Task(1, 0.0, True))  # handed straight to the waiting worker
+            assert queue.offer(Task(1, 0.0, True), clock.now())  # handed straight to the waiting worker
             getter.cancel()  # …which is cancelled before it runs
             with pytest.raises(asyncio.CancelledError):
                 await getter
@@ -230,7 +230,7 @@ def test_a_task_handed_to_a_worker_that_has_not_resumed_is_not_counted_lost() ->
             queue = IngressQueue(10, "reject", clock)
             getter = asyncio.create_task(queue.get())
             await asyncio.sleep(0)
-            queue.offer(Task(5, 0.0, True))
+            queue.offer(Task(5, 0.0, True), clock.now())
             in_hand = [t.id for t in queue.waiting()]  # the run could end right here
             await getter
             return in_hand, [t.id for t in queue.waiting()]

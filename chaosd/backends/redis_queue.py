@@ -97,7 +97,7 @@ class RedisQueue(IngressQueue):
 
     # --- admission -------------------------------------------------------------------------------------
 
-    def offer(self, task: Task) -> bool:
+    def offer(self, task: Task, now: float) -> bool:
         raise RuntimeError("the Redis queue admits through put(); producers are RedisProducer")
 
     def requeue(self, task: Task) -> None:

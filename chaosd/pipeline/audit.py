@@ -10,6 +10,7 @@ forgotten once its effect is settled, and a duplicate is counted, never stored, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chaosd.pipeline.task import Task
@@ -30,17 +31,16 @@ class Duplicates:
 class Audit:
     """Owes one effect per accepted task; counts every effect it was not owed as a duplicate."""
 
-    __slots__ = ("_limit", "_owed", "measured", "total")
+    __slots__ = ("_limit", "_owed", "measured", "owe", "total")
 
     def __init__(self, examples: int = EXAMPLES) -> None:
         self._owed: set[int] = set()
+        # owe(task_id): the task was accepted, so the sink owes it exactly one effect. The set's own ``add``: the
+        # ledger calls it once per task, and a C method costs no Python frame.
+        self.owe: Callable[[int], None] = self._owed.add
         self._limit = examples
         self.total = Duplicates()
         self.measured = Duplicates()
-
-    def owe(self, task: Task) -> None:
-        """The task was accepted: the sink owes it exactly one effect."""
-        self._owed.add(task.id)
 
     def effect(self, task: Task) -> None:
         """The sink applied an effect for the task: settle what it owed, or count a duplicate."""

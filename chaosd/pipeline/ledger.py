@@ -53,9 +53,21 @@ class Ledger:
         if task.measured:
             self.measured.offered += 1
 
+    def admit(self, task: Task) -> None:
+        """Offered and accepted at once (the in-memory queue answers an offer on the spot): one call per task."""
+        self.in_flight[task.id] = task
+        self.audit.owe(task.id)
+        total = self.total
+        total.offered += 1
+        total.accepted += 1
+        if task.measured:
+            measured = self.measured
+            measured.offered += 1
+            measured.accepted += 1
+
     def accept(self, task: Task) -> None:
         self.in_flight[task.id] = task
-        self.audit.owe(task)
+        self.audit.owe(task.id)
         self.total.accepted += 1
         if task.measured:
             self.measured.accepted += 1

@@ -92,7 +92,7 @@ class Pipeline:
         self.route: tuple[StageRunner, ...] | None = None
         self.route_names: tuple[str, ...] | None = None
         self.bypassed: tuple[str, ...] = ()  # optional stages the route skips: tasks complete degraded
-        self._walk: Walk | None = None
+        self.walk: Walk | None = None  # the route as workers walk it, read by each once per task
         self.dag_dirty = False
         self.avoided: frozenset[str] = frozenset()  # stages whose breaker is open
         self._reroute()
@@ -150,7 +150,7 @@ class Pipeline:
         """A worker for ``agent`` on this pipeline's queue, dispatch, books and route; its own network stream."""
         return Worker(
             agent=agent,
-            route=self._current_route,
+            routing=self,
             queue=self.queue,
             ledger=self.ledger,
             dispatcher=self.dispatcher,
@@ -161,18 +161,15 @@ class Pipeline:
             rng=Streams(self.settings.seed).stream(f"network:{agent.id}"),
         )
 
-    def _current_route(self) -> Walk | None:
-        return self._walk
-
     def _reroute(self) -> None:
         found = self.dag.find(self.avoided)
         stages = self.stages
         if found is None:
-            self.route_names, self.route, self.bypassed, self._walk = None, None, (), None
+            self.route_names, self.route, self.bypassed, self.walk = None, None, (), None
         else:
             self.route_names, self.bypassed = found.stages, found.bypassed
             self.route = tuple(stages[n] for n in found.stages)
-            self._walk = Walk(self.route, tuple(stages[n] for n in found.bypassed))
+            self.walk = Walk(self.route, tuple(stages[n] for n in found.bypassed))
         self.dag_dirty = False
 
     def mark_dag_changed(self) -> None:

@@ -130,18 +130,23 @@ class Producer:
                 if upcoming > 0.0:
                     next_t += self._gap(upcoming)
                 continue
+            # One clock reading per arrival, read again only after an await (the clock reads are a tenth of a
+            # task's cost in real time).
             t = now()
             if next_t > t:
                 await sleep(next_t - t)
+                t = now()
                 streak = 0
             elif streak >= _YIELD_EVERY:
                 await sleep(0)
+                t = now()
                 streak = 0
             for _ in range(self._burst() if bursty else 1):
                 agent.served += 1
-                blocked = self._emit(now())
+                blocked = self._emit(t)
                 if blocked is not None:
                     await self._queue.put(blocked)
+                    t = now()
                 streak += 1
             next_t += gap(rate)
 
@@ -160,19 +165,19 @@ class Producer:
         if tracer is not None and task.id % tracer.every == 0:
             task.trace = tracer.produced(task, self.agent.id, t)
         ledger = self._ledger
-        ledger.offer(task)
-        if self.agent.partitioned:
-            ledger.refuse(task, "partitioned")
-            return None
         factor = self._admission.factor
-        if factor < 1.0 and self._throttled(factor):
-            ledger.refuse(task, "throttled")
+        if self.agent.partitioned:
+            reason = "partitioned"
+        elif factor < 1.0 and self._throttled(factor):
+            reason = "throttled"
+        elif self._queue.offer(task, t):
+            ledger.admit(task)
             return None
-        if self._queue.offer(task):
-            ledger.accept(task)
         elif self._block:
-            ledger.accept(task)
-            return task
+            ledger.admit(task)
+            return task  # accepted: it waits for room
         else:
-            ledger.refuse(task, self._refusal)
+            reason = self._refusal
+        ledger.offer(task)
+        ledger.refuse(task, reason)
         return None

@@ -60,9 +60,8 @@ class IngressQueue:
         self.max_depth = len(self._items)
         self.max_blocked = len(self.blocked)
 
-    def _push(self, task: Task, *, head: bool = False) -> None:
+    def _push(self, task: Task, now: float, *, head: bool = False) -> None:
         items = self._items
-        now = self._clock.now()
         self.area += len(items) * (now - self._t)
         self._t = now
         if head:
@@ -71,13 +70,20 @@ class IngressQueue:
             items.append(task)
         self.max_depth = max(self.max_depth, len(items))
 
-    def offer(self, task: Task) -> bool:
-        """Enqueue without waiting; False when the queue is full."""
+    def offer(self, task: Task, now: float) -> bool:
+        """Enqueue without waiting at clock time ``now`` (the caller's reading); False when the queue is full."""
         if self._getters and self.dispatching and self._hand(task):
             return True
-        if len(self._items) >= self.capacity:
+        items = self._items
+        n = len(items)
+        if n >= self.capacity:
             return False
-        self._push(task)
+        # _push's work, written out: this runs once per task offered.
+        self.area += n * (now - self._t)
+        self._t = now
+        items.append(task)
+        if n >= self.max_depth:
+            self.max_depth = n + 1
         return True
 
     def _hand(self, task: Task) -> bool:
@@ -94,15 +100,16 @@ class IngressQueue:
         """Put a task back at the head, over capacity if need be: re-dispatch never refuses."""
         if self.dispatching and self._hand(task):
             return
-        self._push(task, head=True)
+        self._push(task, self._clock.now(), head=True)
 
     def pause_dispatch(self) -> None:
         self.dispatching = False
 
     def resume_dispatch(self) -> None:
         self.dispatching = True
+        now = self._clock.now()
         while self._items and self._getters:
-            task = self.get_nowait()
+            task = self.get_nowait(now)
             if task is None or not self._hand(task):
                 if task is not None:
                     self.requeue(task)
@@ -110,7 +117,7 @@ class IngressQueue:
 
     async def put(self, task: Task) -> None:
         """Enqueue, waiting for room while the queue is full (the ``block`` policy)."""
-        while not self.offer(task):
+        while not self.offer(task, self._clock.now()):
             waiter = asyncio.get_running_loop().create_future()
             self._putters.append(waiter)
             self.blocked.append(task)
@@ -120,15 +127,15 @@ class IngressQueue:
             except asyncio.CancelledError:
                 # The producer died holding an accepted task: admit it over capacity rather than lose it.
                 self.blocked.remove(task)
-                self._push(task)
+                self._push(task, self._clock.now())
                 raise
             self.blocked.remove(task)
 
-    def get_nowait(self) -> Task | None:
+    def get_nowait(self, now: float) -> Task | None:
+        """The head task at clock time ``now`` (the caller's reading), or None when none is waiting or dispatched."""
         items = self._items
         if not items or not self.dispatching:
             return None
-        now = self._clock.now()
         self.area += len(items) * (now - self._t)
         self._t = now
         task = items.popleft()
@@ -141,7 +148,7 @@ class IngressQueue:
         return task
 
     async def get(self) -> Task:
-        task = self.get_nowait()
+        task = self.get_nowait(self._clock.now())
         if task is not None:
             return task
         getter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
@@ -153,7 +160,7 @@ class IngressQueue:
             if getter.done() and not getter.cancelled():
                 task = getter.result()
                 del self._handed[task.id]
-                self._push(task, head=True)
+                self._push(task, self._clock.now(), head=True)
             raise
         del self._handed[task.id]
         return task

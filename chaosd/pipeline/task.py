@@ -8,13 +8,12 @@ __all__ = ["Task"]
 class Task:
     """One task; times are clock seconds. Mutable: it moves through the pipeline."""
 
-    __slots__ = ("accepted_at", "attempts", "id", "measured", "offered_at", "started_at", "trace")
+    __slots__ = ("accepted_at", "attempts", "id", "measured", "offered_at", "trace")
 
     def __init__(self, task_id: int, offered_at: float, measured: bool) -> None:
         self.id = task_id
         self.offered_at = offered_at
         self.accepted_at = offered_at
-        self.started_at = 0.0
         self.measured = measured
         self.attempts = 0
         self.trace: object | None = None  # the producer span's context, for sampled tasks

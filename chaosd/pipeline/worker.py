@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from chaosd.clock import Clock
 from chaosd.histogram import LogHistogram
@@ -16,7 +16,7 @@ from chaosd.pipeline.stages import DEGRADED, StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import TaskTracer
 
-__all__ = ["BusyMeter", "Walk", "Worker"]
+__all__ = ["BusyMeter", "Routing", "Walk", "Worker"]
 
 # A worker whose stages never wait (zero service time) still lets others run this often.
 _YIELD_EVERY = 64
@@ -28,6 +28,12 @@ class Walk:
 
     stages: tuple[StageRunner, ...]
     bypassed: tuple[StageRunner, ...] = ()
+
+
+class Routing(Protocol):
+    """Where workers read the orchestrator's current route: an attribute, read once per task (None: no route)."""
+
+    walk: Walk | None
 
 
 class BusyMeter:
@@ -61,7 +67,7 @@ class Worker:
         self,
         *,
         agent: Agent,
-        route: Callable[[], Walk | None],
+        routing: Routing,
         queue: IngressQueue,
         ledger: Ledger,
         dispatcher: Dispatcher,
@@ -72,7 +78,7 @@ class Worker:
         rng: random.Random,
     ) -> None:
         self.agent = agent
-        self._route = route
+        self._routing = routing
         self._queue = queue
         self._ledger = ledger
         self._dispatcher = dispatcher
@@ -133,16 +139,17 @@ class Worker:
         while True:
             if not gate_open():
                 await gate.wait()
-            task = queue.get_nowait()
+            t = now()
+            task = queue.get_nowait(t)
             if task is None:
                 task = await queue.get()
+                t = now()
                 served = 0
             elif served >= _YIELD_EVERY:
                 queue.requeue(task)  # let others run; the task keeps its place at the head
                 await sleep(0)
                 served = 0
                 continue
-            t = now()
             if task.id not in in_flight and ledger.idempotent:
                 # A re-dispatched copy of a task that already ended: the sink would ignore it anyway.
                 ledger.deduplicated += 1
@@ -156,7 +163,7 @@ class Worker:
                 wait_add(t - task.accepted_at)
             task.attempts += 1
             busy.start(t)
-            walk = self._route()
+            walk = self._routing.walk
             reason: str | None = None
             degraded = False  # a stage gave up and the task went on without its result
             if task.trace is not None and self.tracer is not None:
