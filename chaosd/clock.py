@@ -49,7 +49,7 @@ class LoopClock:
         self._loop = loop
         self.virtual = isinstance(loop, VirtualEventLoop)
         # A bound method stored once: ``now()`` is on the per-task hot path. asyncio's own loops read
-        # time.monotonic(), so call it without the method in between (a task reads the clock about six times).
+        # time.monotonic(), so call it without the method in between (a task reads the clock three times).
         self.now = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
 
     def sleep(self, seconds: float) -> Awaitable[None]:

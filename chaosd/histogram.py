@@ -98,14 +98,14 @@ def _upper_bounds(n: int) -> npt.NDArray[np.float64]:
 
 def percentiles(counts: npt.NDArray[np.int64], qs: tuple[float, ...]) -> tuple[float, ...]:
     """Percentiles (0–1) of a bucket-count vector, interpolated geometrically within a bucket."""
-    cum = np.cumsum(counts)
+    cum = counts.cumsum()  # the method: np.cumsum adds a Python wrapper call, twice per telemetry tick
     total = int(cum[-1])
     if total == 0:
         return tuple(0.0 for _ in qs)
     upper = _upper_bounds(len(counts))
     last = len(counts) - 1
     out = []
-    found = np.searchsorted(cum, [q * total for q in qs], side="left").tolist()
+    found = cum.searchsorted([q * total for q in qs], side="left").tolist()
     for q, where in zip(qs, found, strict=True):
         rank = q * total
         i = min(where, last)
