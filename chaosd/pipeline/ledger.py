@@ -77,11 +77,14 @@ class Ledger:
             counts.rejected += 1
             counts.rejected_by[reason] = counts.rejected_by.get(reason, 0) + 1
 
-    def complete(self, task: Task, now: float, degraded: bool = False) -> None:
-        """A completion; good when within the deadline and not degraded (a stage skipped or given up on)."""
+    def complete(self, task: Task, now: float, degraded: bool = False) -> bool:
+        """A completion; good when within the deadline and not degraded (a stage skipped or given up on).
+
+        True when it is the task's first outcome; False for a second one (at-least-once delivery).
+        """
         if self.in_flight.pop(task.id, None) is None:
             self._again(task)
-            return
+            return False
         self.audit.effect(task)
         late = self.deadline > 0 and now - task.accepted_at > self.deadline
         bad = late or degraded
@@ -100,6 +103,7 @@ class Ledger:
                 measured.late += 1
             elif degraded:
                 measured.degraded += 1
+        return True
 
     def fail(self, task: Task, reason: str) -> None:
         if self.in_flight.pop(task.id, None) is None:

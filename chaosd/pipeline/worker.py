@@ -193,14 +193,13 @@ class Worker:
             if agent.partitioned:
                 continue  # the outcome cannot reach the sink; the task lease will expire
             if reason is None:
-                if task.id in in_flight:
+                if walk is not None and walk.bypassed and task.id in in_flight:
+                    # Completed without the skipped stages' results: degraded, like a tool given up on.
+                    degraded = True
+                    for skipped in walk.bypassed:
+                        skipped.degraded += 1
+                if ledger.complete(task, t, degraded):  # a first outcome: its time in the system counts
                     sojourn_add(t - task.accepted_at)
-                    if walk is not None and walk.bypassed:
-                        # Completed without the skipped stages' results: degraded, like a tool given up on.
-                        degraded = True
-                        for skipped in walk.bypassed:
-                            skipped.degraded += 1
-                ledger.complete(task, t, degraded)
             else:
                 ledger.fail(task, reason)
             dispatcher.ack(task.id, me)
