@@ -21,7 +21,7 @@ from chaosd.durations import parse_duration
 from chaosd.errors import ConfigError, FaultError
 
 # The engine (pydantic's config models, the pipeline, numpy; aiohttp for the daemon) is imported by the commands
-# that run it: a client command such as `chaosd faults` starts in a third of the time without it.
+# that run it: a client command such as `chaosd faults` starts on a quarter of the CPU time without it.
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
