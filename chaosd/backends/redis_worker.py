@@ -177,7 +177,7 @@ class RedisWorker:
         sleep = self._clock.sleep
         self.current = fields.get("i")
         started = self._redis_now()
-        route = p.route
+        route = None if p.walk is None else p.walk.stages
         reason: str | None = None
         degraded = False
         if route is None:

@@ -89,7 +89,6 @@ class Pipeline:
             runner.on_trip = self._breaker_tripped
             self.stages[stage.name] = runner
         self.dag = Dag(settings.stages)
-        self.route: tuple[StageRunner, ...] | None = None
         self.route_names: tuple[str, ...] | None = None
         self.bypassed: tuple[str, ...] = ()  # optional stages the route skips: tasks complete degraded
         self.walk: Walk | None = None  # the route as workers walk it, read by each once per task
@@ -165,11 +164,10 @@ class Pipeline:
         found = self.dag.find(self.avoided)
         stages = self.stages
         if found is None:
-            self.route_names, self.route, self.bypassed, self.walk = None, None, (), None
+            self.route_names, self.bypassed, self.walk = None, (), None
         else:
             self.route_names, self.bypassed = found.stages, found.bypassed
-            self.route = tuple(stages[n] for n in found.stages)
-            self.walk = Walk(self.route, tuple(stages[n] for n in found.bypassed))
+            self.walk = Walk(tuple(stages[n] for n in found.stages), tuple(stages[n] for n in found.bypassed))
         self.dag_dirty = False
 
     def mark_dag_changed(self) -> None:
