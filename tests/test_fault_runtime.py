@@ -576,7 +576,8 @@ def _state(p: Pipeline) -> dict[str, Any]:
     """Everything a fault can change in a pipeline, gates included (a flag set without its refresh shows)."""
     return {
         "agents": {
-            a.id: (a.alive, a.paused, a.exhausted, a.partitioned, a.slow, a.gate.is_set()) for a in p.agents.values()
+            a.id: (a.alive, a.paused, a.exhausted, a.partitioned, a.slow, a.gate.is_set(), a.gate_open)
+            for a in p.agents.values()
         },
         "stages": {n: (s.removed, s.hang, s.hang_timeout, s.llm_down, s.jitter, s.simple) for n, s in p.stages.items()},
         "dag": (sorted(p.dag.removed_nodes), sorted(p.dag.removed_edges), p.dag_dirty, p.route_names),
@@ -591,7 +592,8 @@ def _state(p: Pipeline) -> dict[str, Any]:
 def _consistent(p: Pipeline) -> bool:
     """Every gate and inline-serving flag agrees with the fault flags (what the refreshes are for)."""
     gates = all(
-        a.gate.is_set() == (a.alive and not (a.paused or a.exhausted or a.partitioned)) for a in p.agents.values()
+        a.gate.is_set() == a.gate_open == (a.alive and not (a.paused or a.exhausted or a.partitioned))
+        for a in p.agents.values()
     )
     stages = all(not s.simple for s in p.stages.values() if s.removed or s.hang or s.llm_down or s.jitter)
     return gates and stages

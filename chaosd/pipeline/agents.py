@@ -25,13 +25,17 @@ class Agent:
     gave_up: bool = False  # the supervisor stopped restarting it
     task: asyncio.Task[None] | None = None
     gate: asyncio.Event = field(default_factory=asyncio.Event)
+    # Whether the gate is set, as a plain attribute: producers and workers read it once per task, and
+    # ``Event.is_set`` is a Python call. Only ``refresh`` changes either.
+    gate_open: bool = True
 
     def __post_init__(self) -> None:
         self.gate.set()
 
     def refresh(self) -> None:
         """Open or close the gate after a flag changed."""
-        if self.alive and not (self.paused or self.exhausted or self.partitioned):
+        self.gate_open = self.alive and not (self.paused or self.exhausted or self.partitioned)
+        if self.gate_open:
             self.gate.set()
         else:
             self.gate.clear()

@@ -31,23 +31,29 @@ class Duplicates:
 class Audit:
     """Owes one effect per accepted task; counts every effect it was not owed as a duplicate."""
 
-    __slots__ = ("_limit", "_owed", "measured", "owe", "total")
+    __slots__ = ("_limit", "_owed", "measured", "owe", "settle", "total")
 
     def __init__(self, examples: int = EXAMPLES) -> None:
         self._owed: set[int] = set()
         # owe(task_id): the task was accepted, so the sink owes it exactly one effect. The set's own ``add``: the
         # ledger calls it once per task, and a C method costs no Python frame.
         self.owe: Callable[[int], None] = self._owed.add
+        # settle(task_id): the sink applied the effect it owed. The set's own ``remove`` again: it raises KeyError
+        # when nothing was owed, and the caller then counts a ``duplicate``. ``effect`` does both.
+        self.settle: Callable[[int], None] = self._owed.remove
         self._limit = examples
         self.total = Duplicates()
         self.measured = Duplicates()
 
     def effect(self, task: Task) -> None:
         """The sink applied an effect for the task: settle what it owed, or count a duplicate."""
-        owed = self._owed
-        if task.id in owed:
-            owed.remove(task.id)
-            return
+        try:
+            self.settle(task.id)
+        except KeyError:
+            self.duplicate(task)
+
+    def duplicate(self, task: Task) -> None:
+        """An effect the task was not owed."""
         for dup in (self.total, self.measured) if task.measured else (self.total,):
             dup.count += 1
             if len(dup.examples) < self._limit and task.id not in dup.examples:

@@ -85,7 +85,11 @@ class Ledger:
         if self.in_flight.pop(task.id, None) is None:
             self._again(task)
             return False
-        self.audit.effect(task)
+        # audit.effect(task), written out: once per task, and settling is a C call.
+        try:
+            self.audit.settle(task.id)
+        except KeyError:
+            self.audit.duplicate(task)
         late = self.deadline > 0 and now - task.accepted_at > self.deadline
         bad = late or degraded
         if not bad:

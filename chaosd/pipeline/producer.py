@@ -107,9 +107,10 @@ class Producer:
         share = self._share
         gap = self._gap
         bursty = self._bursty
+        constant = self._arrival == "constant"  # its gap is 1/rate, divided here rather than called for
         flat_rate, flat_until = 0.0, float("-inf")
         while True:
-            if not gate.is_set() and not agent.partitioned:
+            if not agent.gate_open and not agent.partitioned:
                 await gate.wait()  # paused: no arrivals until resumed, and no catch-up after
                 next_t = max(next_t, now())
             offset = next_t - t0
@@ -148,7 +149,7 @@ class Producer:
                     await self._queue.put(blocked)
                     t = now()
                 streak += 1
-            next_t += gap(rate)
+            next_t += 1.0 / rate if constant else gap(rate)
 
     def _throttled(self, factor: float) -> bool:
         """Whether the throttle refuses this offer: it admits ``factor`` of them, evenly, through a running credit."""

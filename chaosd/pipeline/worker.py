@@ -39,25 +39,25 @@ class Routing(Protocol):
 class BusyMeter:
     """Number of busy workers and its integral over clock time (utilisation's numerator)."""
 
-    __slots__ = ("_t", "area", "busy")
+    __slots__ = ("area", "busy", "since")
 
     def __init__(self, t: float) -> None:
         self.busy = 0
         self.area = 0.0
-        self._t = t
+        self.since = t  # when ``busy`` last changed: ``area`` holds the integral up to here
 
     def start(self, t: float) -> None:
-        self.area += self.busy * (t - self._t)
-        self._t = t
+        self.area += self.busy * (t - self.since)
+        self.since = t
         self.busy += 1
 
     def stop(self, t: float) -> None:
-        self.area += self.busy * (t - self._t)
-        self._t = t
+        self.area += self.busy * (t - self.since)
+        self.since = t
         self.busy -= 1
 
     def area_at(self, t: float) -> float:
-        return self.area + self.busy * (t - self._t)
+        return self.area + self.busy * (t - self.since)
 
 
 class Worker:
@@ -124,7 +124,6 @@ class Worker:
     async def _loop(self) -> None:
         agent = self.agent
         gate = agent.gate
-        gate_open = gate.is_set
         queue = self._queue
         now = self._clock.now
         sleep = self._clock.sleep
@@ -137,7 +136,7 @@ class Worker:
         me = agent.id
         served = 0
         while True:
-            if not gate_open():
+            if not agent.gate_open:
                 await gate.wait()
             t = now()
             task = queue.get_nowait(t)
@@ -162,7 +161,10 @@ class Worker:
             if not task.attempts:
                 wait_add(t - task.accepted_at)
             task.attempts += 1
-            busy.start(t)
+            # busy.start(t) and, below, busy.stop(t), written out: each saves a Python call per task served.
+            busy.area += busy.busy * (t - busy.since)
+            busy.since = t
+            busy.busy += 1
             walk = self._routing.walk
             reason: str | None = None
             degraded = False  # a stage gave up and the task went on without its result
@@ -186,7 +188,9 @@ class Worker:
                     elif reason is not None:
                         break
             t = now()
-            busy.stop(t)
+            busy.area += busy.busy * (t - busy.since)
+            busy.since = t
+            busy.busy -= 1
             self.current = None
             served += 1
             agent.served += 1
