@@ -148,6 +148,34 @@ def test_timers_fire_in_the_order_of_asyncios_own_heap_ties_and_cancels_included
     assert fired_on(VirtualEventLoop()) == expected
 
 
+def test_a_callback_that_raises_is_reported_with_its_handle_and_the_loop_goes_on() -> None:
+    # The virtual loop runs ready callbacks itself (not through Handle._run) and makes its timers without
+    # TimerHandle's constructor: both must still behave as asyncio's do.
+    loop = VirtualEventLoop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    ran: list[float] = []
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    async def main() -> None:
+        timer = loop.call_at(2.0, boom)
+        assert isinstance(timer, asyncio.TimerHandle) and timer.when() == 2.0 and not timer.cancelled()
+        loop.call_at(3.0, lambda: ran.append(loop.time()))
+        loop.call_at(4.0, ran.append, -1.0).cancel()
+        await asyncio.sleep(5.0)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert ran == [3.0]
+    assert len(reported) == 1
+    assert isinstance(reported[0]["exception"], ValueError)
+    assert "boom" in str(reported[0]["message"]) and isinstance(reported[0]["handle"], asyncio.TimerHandle)
+
+
 def test_a_thread_can_wake_an_idle_virtual_loop() -> None:
     async def main(clock: LoopClock) -> str:
         loop = asyncio.get_running_loop()
