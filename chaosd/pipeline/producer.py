@@ -20,6 +20,7 @@ __all__ = ["Admission", "Producer"]
 
 # Catching up on arrivals already due (a slow real clock, a zero gap) yields this often.
 _YIELD_EVERY = 64
+_ONCE = (None,)  # one arrival at a time, unless bursty: iterating a tuple costs less than making a range
 
 
 class Admission(Protocol):
@@ -142,7 +143,7 @@ class Producer:
                 await sleep(0)
                 t = now()
                 streak = 0
-            for _ in range(self._burst() if bursty else 1):
+            for _ in range(self._burst()) if bursty else _ONCE:
                 agent.served += 1
                 blocked = self._emit(t)
                 if blocked is not None:

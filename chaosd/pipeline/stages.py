@@ -9,6 +9,7 @@ user's handler is awaited, with the same timeout, retries, breaker and faults ar
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import random
@@ -44,7 +45,7 @@ def make_sampler(service: ServiceConfig, rng: random.Random) -> Callable[[], flo
         expovariate = rng.expovariate
         return lambda: expovariate(lambd)
     if service.distribution == "constant":
-        return lambda: mean
+        return itertools.repeat(mean).__next__  # the same value at each call, from C: no Python frame per draw
     if service.distribution == "lognormal":
         sigma = service.sigma
         mu = math.log(mean) - sigma * sigma / 2  # keeps the configured mean
