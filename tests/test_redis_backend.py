@@ -19,6 +19,7 @@ from chaosd.cli import main
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import Settings, load_settings
 from chaosd.errors import ConfigError
+from chaosd.pipeline.task import Task
 from chaosd.runner import Experiment, run_offline
 
 pytestmark = pytest.mark.timeout(120)
@@ -171,6 +172,32 @@ def test_a_worker_stopped_past_its_lease_is_deduplicated_at_the_sink(server: Red
     assert report["runtime"]["lease_expired"] >= 1
     assert max(results_by_task(client).values()) == 1
     client.close()
+
+
+def test_a_result_read_before_its_tasks_acceptance_is_its_first_outcome_not_a_duplicate() -> None:
+    # A busy daemon loop can read a task's result before the producer resumes with the answer to the task's
+    # submission (the worker was quicker). Taken for a second outcome, the result was suppressed and the task, then
+    # accepted, was reported lost at the end of the run. It must be booked once the ledger has accepted the task.
+    settings = load_settings(None, redis_settings("redis://127.0.0.1:9/0", **QUIET))
+    loop = new_event_loop(virtual=False)
+    try:
+        rt = RedisPipeline(settings, LoopClock(loop))
+        ledger = rt.ledger
+        task = Task(7, 0.5, True)
+        rt.stream.submitting.add(task.id)  # put() is waiting for the answer to its submission
+        result = {"i": "7", "a": "1.0", "s": "1.01", "e": "1.04", "n": "0", "m": "1", "w": rt.workers[0].agent.id}
+        rt._books([("5-0", result)])
+        assert ledger.deduplicated == 0 and ledger.total.completed == 0 and rt.results_read == 0
+        ledger.offer(task)  # the answer: accepted, as put() books it
+        ledger.accept(task)
+        rt.stream.submitting.discard(task.id)
+        rt._books([])  # the next read
+        assert (ledger.total.completed, ledger.deduplicated, rt.results_read) == (1, 0, 1)
+        assert not ledger.in_flight and ledger.audit.owing == 0
+        assert ledger.unaccounted(rt.holders()) == (0, 0, 0)
+        assert rt.sojourn.count == 1  # its time in the system counts, once
+    finally:
+        loop.close()
 
 
 def test_the_worker_subcommand_refuses_the_memory_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -48,6 +48,9 @@ class RedisQueue(IngressQueue):
         self.offset = 0.0  # Redis's clock minus ours
         self.run_id = "0"
         self.recent: set[int] = set()  # accepted since the monitor's last look at the stream
+        # Offered, and the answer not booked yet: a worker may finish the task and its result be read before the
+        # producer resumes with the answer (a busy loop), and that result is not a second outcome.
+        self.submitting: set[int] = set()
         self.round_trips = 0
         self.unavailable = 0
         self.closed = False
@@ -109,6 +112,14 @@ class RedisQueue(IngressQueue):
         stamp = repr(now + self.offset)
         fields = ["i", str(task.id), "r", self.run_id, "o", repr(task.offered_at + self.offset), "a", stamp]
         fields += ["m", "1" if task.measured else "0", "n", "0"]
+        self.submitting.add(task.id)
+        try:
+            await self._offer(task, fields, now)
+        finally:
+            self.submitting.discard(task.id)
+
+    async def _offer(self, task: Task, fields: list[str], now: float) -> None:
+        """Submit until answered: accepted or refused in the ledger, or waiting for room (``block``)."""
         counted = False
         ledger = self._ledger
         while True:

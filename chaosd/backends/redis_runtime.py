@@ -145,6 +145,7 @@ class RedisPipeline(Pipeline):
         self._client: Redis | None = None
         self._held: set[int] = set()  # task ids in the stream at the monitor's last look
         self._last_result = "0-0"
+        self._early: list[tuple[str, dict[str, str]]] = []  # results read before their task's acceptance was booked
         self._last_delivered: str | None = None
         self._control: dict[str, dict[str, str]] = {}
         self._stage_doc = ""
@@ -448,6 +449,8 @@ class RedisPipeline(Pipeline):
             for _, entries in results:
                 self._books(entries)
                 drained = len(entries) < _RESULTS_BATCH
+        if self._early:
+            self._books([])  # results that came back early, booked now if their tasks' answers have been
         if snapshot:
             if isinstance(held, list) and drained:
                 self._held = {int(fields["i"]) for _, fields in held if "i" in fields}
@@ -526,14 +529,22 @@ class RedisPipeline(Pipeline):
         """Each result is an effect the sink applied: the ledger, the histograms and the busy time hear of it."""
         ledger = self.ledger
         in_flight = ledger.in_flight
+        submitting = self.stream.submitting
         offset = self.offset
         agents = self.agents
-        for entry, f in entries:
-            self._last_result = entry
-            self.results_read += 1
+        if entries:
+            self._last_result = entries[-1][0]
+        early, self._early = self._early, []
+        for entry, f in (*early, *entries):
             tid = int(f["i"])
-            accepted, started, ended = float(f["a"]), float(f["s"]), float(f["e"])
             task = in_flight.get(tid)
+            if task is None and tid in submitting:
+                # The worker was quicker than this loop: its result came back before the answer to the task's
+                # submission was booked. Booked at a later read, once accepted; not taken for a second outcome.
+                self._early.append((entry, f))
+                continue
+            self.results_read += 1
+            accepted, started, ended = float(f["a"]), float(f["s"]), float(f["e"])
             first = task is not None
             if task is None:
                 task = Task(tid, accepted - offset, f.get("m") == "1")
