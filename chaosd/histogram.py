@@ -29,7 +29,7 @@ class LogHistogram:
     tasks.
     """
 
-    __slots__ = ("_count", "_counts", "_pending", "_sum", "_top", "add")
+    __slots__ = ("_count", "_counts", "_pending", "_shot", "_shot_count", "_sum", "_top", "add")
 
     factor = _FACTOR
     low = _LOW
@@ -42,6 +42,8 @@ class LogHistogram:
         self._sum = 0.0
         self._pending = array.array("d")
         self.add: Callable[[float], None] = self._pending.append
+        self._shot: npt.NDArray[np.int64] | None = None  # the last snapshot, and the count it was taken at
+        self._shot_count = -1
 
     def _flush(self) -> None:
         pending = self._pending
@@ -83,8 +85,14 @@ class LogHistogram:
         return self._sum
 
     def snapshot(self) -> npt.NDArray[np.int64]:
+        """The bucket counts now, read-only: the same array as last time while no sample has come since (an idle
+        or slow pipeline's tick then copies nothing, and sees that nothing changed by identity)."""
         self._flush()
-        return np.frombuffer(self._counts, dtype=np.int64).copy()
+        if self._shot is None or self._shot_count != self._count:
+            shot = np.frombuffer(self._counts, dtype=np.int64).copy()
+            shot.flags.writeable = False
+            self._shot, self._shot_count = shot, self._count
+        return self._shot
 
 
 @cache

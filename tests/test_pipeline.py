@@ -12,6 +12,7 @@ from conftest import mmc, run, settings
 
 from chaosd.clock import LoopClock, VirtualEventLoop
 from chaosd.config import BackoffConfig, Phase, ServiceConfig, load_settings
+from chaosd.histogram import LogHistogram, percentiles
 from chaosd.pipeline.backoff import backoff_delay
 from chaosd.pipeline.dag import Dag
 from chaosd.pipeline.load import LoadShape
@@ -261,3 +262,20 @@ def test_a_crashing_worker_stops_the_run_with_its_error() -> None:
         assert loop.time() < 2.0  # it did not run on for the hour with a dead worker
     finally:
         loop.close()
+
+
+def test_a_histogram_snapshot_is_shared_read_only_until_a_sample_arrives() -> None:
+    # The telemetry tick takes a snapshot of each histogram: while no sample arrives it gets the same read-only
+    # array (no copy) and reports the window's percentiles as 0 without computing them.
+    h = LogHistogram()
+    empty = h.snapshot()
+    assert h.snapshot() is empty and not empty.flags.writeable
+    with pytest.raises(ValueError):
+        empty[0] = 1
+    assert percentiles(empty - empty, (0.5, 0.95, 0.99)) == (0.0, 0.0, 0.0)
+    h.add(0.01)
+    h.add(0.02)
+    one = h.snapshot()
+    assert one is not empty and int(empty.sum()) == 0 and int((one - empty).sum()) == 2
+    assert h.snapshot() is one
+    assert percentiles(one - empty, (0.99,))[0] == pytest.approx(0.02, rel=0.05)

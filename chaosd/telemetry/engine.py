@@ -17,6 +17,7 @@ from chaosd.telemetry.snapshot import Snapshot
 __all__ = ["Telemetry"]
 
 _QS = (0.5, 0.95, 0.99)
+_NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +82,9 @@ class Telemetry:
         busy = new.busy_area - old.busy_area
         workers = len(self.pipeline.workers)
         mean_service = busy / ended if ended else self.pipeline.mean_service
-        wait = percentiles(new.wait - old.wait, _QS)
-        sojourn = percentiles(new.sojourn - old.sojourn, _QS)
+        # The same snapshot at both ends: no sample in the window, and the percentiles of nothing are 0.
+        wait = _NOTHING if new.wait is old.wait else percentiles(new.wait - old.wait, _QS)
+        sojourn = _NOTHING if new.sojourn is old.sojourn else percentiles(new.sojourn - old.sojourn, _QS)
         capacity = self.pipeline.queue.capacity
         snap = Snapshot(
             t=new.t,
