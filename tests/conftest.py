@@ -96,10 +96,39 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, want)
 
 
+# Wall seconds each file took on one of three workers in a run of the whole suite on this 2-core machine
+# (2026-12-02), for the files over 20 s. Under pytest-xdist (``-n 3 --dist loadfile``, as CI runs; the addopts
+# keep this order) the longest start first, so the workers end together: in xdist's own order (most tests first)
+# the two Redis scenario files, 82 s of waiting on real processes, came last on one worker while the others idled.
+_FILE_SECONDS = {
+    "test_resilience.py": 111,
+    "test_arena.py": 92,
+    "test_api.py": 88,
+    "test_queueing_long.py": 58,
+    "test_observability_e2e.py": 50,
+    "test_faults.py": 47,
+    "test_queueing_mmc.py": 46,
+    "test_detector.py": 45,
+    "test_long_run.py": 45,
+    "test_survival_acceptance.py": 45,
+    "test_redis_scenario.py": 42,
+    "test_queueing.py": 42,
+    "test_redis_scenario_memory.py": 40,
+    "test_vocabulary.py": 30,
+    "test_chaostoolkit.py": 29,
+    "test_scenarios.py": 28,
+    "test_ares_scenarios.py": 26,
+    "test_redis_faults.py": 25,
+    "test_long_poll.py": 25,
+    "test_windows.py": 24,
+    "test_interrupt.py": 23,
+    "test_lifecycle.py": 22,
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding slow tests run first in a serial run. Under pytest-xdist (``-n 3 --dist loadfile``, as CI runs)
-    the workers take whole files in xdist's own order, most tests first; keeping this order instead, or alternating
-    CPU-only files with real-time ones, measured no faster on this machine (7 min 32 s and 8 min 8 s against 7 min
-    1 s for pytest), and the alternation ran real-time scenarios beside Chromium, where one missed its recovery."""
+    """The longest files first (measured, above), then those holding slow tests, then the rest in the usual order;
+    in a serial run too."""
     slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow)  # stable: the usual order otherwise
+    # stable: the usual order otherwise
+    items.sort(key=lambda item: (-_FILE_SECONDS.get(item.path.name, 0), item.path not in slow))
