@@ -99,16 +99,16 @@ class Producer:
         agent = self.agent
         gate = agent.gate
         surge = self._surge
+        constant = self._arrival == "constant"  # its gap is 1/rate, divided in the loop rather than called for
         start = now()  # a resurrected producer starts afresh, it does not replay what it missed
         rate = shape.rate_at(start - t0) * self._share
-        next_t = start + (self._phase / rate if self._arrival == "constant" and rate > 0 else 0.0)
-        if rate > 0 and self._arrival != "constant":
+        next_t = start + (self._phase / rate if constant and rate > 0 else 0.0)
+        if rate > 0 and not constant:
             next_t += self._gap(rate)
         streak = 0
         share = self._share
         gap = self._gap
         bursty = self._bursty
-        constant = self._arrival == "constant"  # its gap is 1/rate, divided here rather than called for
         flat_rate, flat_until = 0.0, float("-inf")
         while True:
             if not agent.gate_open and not agent.partitioned:

@@ -46,15 +46,11 @@ class BusyMeter:
         self.area = 0.0
         self.since = t  # when ``busy`` last changed: ``area`` holds the integral up to here
 
-    def start(self, t: float) -> None:
+    def step(self, t: float, change: int) -> None:
+        """``change`` workers became busy (1) or idle (-1) at ``t``. Workers write this out on their hot path."""
         self.area += self.busy * (t - self.since)
         self.since = t
-        self.busy += 1
-
-    def stop(self, t: float) -> None:
-        self.area += self.busy * (t - self.since)
-        self.since = t
-        self.busy -= 1
+        self.busy += change
 
     def area_at(self, t: float) -> float:
         return self.area + self.busy * (t - self.since)
@@ -98,7 +94,7 @@ class Worker:
         finally:
             # Killed (or stopped) mid-task: the task stays with the dispatch state until its lease ends.
             if self.current is not None:
-                self._busy.stop(self._clock.now())
+                self._busy.step(self._clock.now(), -1)
                 self.current = None
 
     async def _traced(self, task: Task, route: tuple[StageRunner, ...] | None, t: float) -> str | None:
@@ -161,7 +157,7 @@ class Worker:
             if not task.attempts:
                 wait_add(t - task.accepted_at)
             task.attempts += 1
-            # busy.start(t) and, below, busy.stop(t), written out: each saves a Python call per task served.
+            # busy.step(t, 1) and, below, busy.step(t, -1), written out: each saves a Python call per task served.
             busy.area += busy.busy * (t - busy.since)
             busy.since = t
             busy.busy += 1
