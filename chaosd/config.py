@@ -278,14 +278,33 @@ class DetectorConfig(_Model):
     standing_window: Seconds = Field(default=0.3, ge=0)
     clear_hold: Seconds = Field(default=2.0, ge=0)
     recover_hold: Seconds = Field(default=5.0, ge=0)
+    shed_share: float = Field(
+        default=0.01, gt=0, le=1, description="overload: refusals above this share of the offered load"
+    )
+    collapse_goodput: float = Field(
+        default=0.5, gt=0, le=1, description="collapse: goodput below this share of min(offered, capacity)"
+    )
+    stall: Seconds = Field(default=0.05, gt=0, description="a tick this late means the process was paused")
 
 
 class ThrottleConfig(_Model):
-    enabled: bool = True
-    decrease: float = Field(default=0.5, gt=0, lt=1)
-    increase: float = Field(default=0.05, gt=0, le=1)
-    interval: Seconds = Field(default=1.0, gt=0)
-    min_factor: float = Field(default=0.05, gt=0, le=1)
+    """Admission control: which policy decides what producers may submit, and its knobs."""
+
+    enabled: bool = Field(default=True, description="false = policy none")
+    policy: Literal["capacity", "aimd", "none"] = "capacity"
+    target: Seconds = Field(
+        default=0.0, ge=0, description="capacity: queueing delay kept once a queue stands; 0 = deadline / 4"
+    )
+    standing: Seconds = Field(default=0.5, gt=0, description="capacity: how long a queue must stand above target")
+    decrease: float = Field(default=0.5, gt=0, lt=1, description="aimd: multiply the factor by this on an alarm")
+    increase: float = Field(default=0.05, gt=0, le=1, description="aimd: add this while healthy")
+    interval: Seconds = Field(default=1.0, gt=0, description="aimd: seconds between adjustments")
+    min_factor: float = Field(default=0.05, gt=0, le=1, description="aimd: never admit less than this share")
+
+    @property
+    def active(self) -> str:
+        """The policy in force: ``enabled = false`` is ``none`` whatever ``policy`` says."""
+        return self.policy if self.enabled else "none"
 
 
 class RunConfig(_Model):

@@ -24,7 +24,7 @@ from chaosd.history import RecentLog
 from chaosd.report import latency_block, rounded
 from chaosd.rng import Streams
 from chaosd.score import Score, ScoreInputs, ScoreWeights, compute_score, diagnose
-from chaosd.telemetry.detector import CollapseDetector
+from chaosd.telemetry.detector import CollapseDetector, DetectorState
 from chaosd.telemetry.engine import Telemetry
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.telemetry.throttle import Throttle
@@ -70,14 +70,20 @@ class Experiment:
         self.virtual = virtual
         self.events = EventLog()
         keep = settings.history
-        self.throttle = Throttle(settings.throttle, keep.entries)
-        self.pipeline = make_pipeline(settings, clock, admission=self.throttle, measure_from=warmup, events=self.events)
         tick = settings.telemetry.tick
-        self.detector = CollapseDetector(settings.detector, tick, keep.entries)
+        deadline = settings.load.deadline
+        self.throttle = Throttle(
+            settings.throttle, keep.entries, tick=tick, capacity=settings.queue.capacity, deadline=deadline
+        )
+        self.pipeline = make_pipeline(settings, clock, admission=self.throttle, measure_from=warmup, events=self.events)
+        self.detector = CollapseDetector(
+            settings.detector, tick, keep.entries, deadline=deadline, window=settings.telemetry.window
+        )
         self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)
         self._timeline: deque[TimelinePoint] = deque(maxlen=keep.timeline)
         self._next_sample = settings.run.timeline
         self._warm: _Mark | None = None
+        self._warm_seconds: dict[DetectorState, float] | None = None
         self.injector = Injector(
             settings.faults,
             settings.recovery,
@@ -148,9 +154,11 @@ class Experiment:
                     new=transition.new.value,
                     reason=transition.reason,
                 )
-        action = self.throttle.update(self.detector.state, snap.t)
+        throttle = self.throttle
+        action = throttle.update(self.detector.state, snap.t, snap)
+        self.pipeline.queue.limit = throttle.limit
         if action is not None:
-            self.events.record(snap.t, "throttle", action=action.action, factor=action.factor)
+            self.events.record(snap.t, "throttle", action=action.action, factor=action.factor, limit=action.limit)
         self.injector.on_tick(snap)
         if snap.t + 1e-9 >= self._next_sample:
             self._next_sample += self.settings.run.timeline
@@ -173,11 +181,13 @@ class Experiment:
     async def _ticker(self) -> None:
         tick = self.settings.telemetry.tick
         t0 = self.pipeline.t0
+        now = self.clock.now
         k = 0
         while True:
             k += 1
-            await self.clock.sleep_until(t0 + k * tick)
-            self._on_tick(self.telemetry.tick())
+            due = t0 + k * tick
+            await self.clock.sleep_until(due)
+            self._on_tick(self.telemetry.tick(max(0.0, now() - due)))
 
     async def run(
         self,
@@ -203,6 +213,7 @@ class Experiment:
                     on_start()
                 await self._until(self.warmup, self.stop)
                 self._warm = self._mark()
+                self._warm_seconds = dict(self.detector.seconds)
                 p.queue.reset_peaks()
                 self.events.record(self._warm.t, "run", state="measuring")
                 await self._until(duration, self.stop)
@@ -254,7 +265,10 @@ class Experiment:
             (f.injected_at, f.reverted_at, f.params["factor"]) for f in self.injector.faults if f.action == "load_spike"
         ]
         peak = p.shape.peak(warm.t, end.t, surges)
-        # Rounded before they are summed, so the time collapsed is exactly their sum in the report too (while
+        # Seconds in each of the detector's states over the measured window.
+        warm_seconds = self._warm_seconds or dict.fromkeys(DetectorState, 0.0)
+        in_state = {k.value: round(v - warm_seconds[k], 6) for k, v in self.detector.seconds.items()}
+        # Rounded before they are summed, so the time alarmed is exactly their sum in the report too (while
         # every episode is kept: history.entries); an episode still open counts up to the end of the run.
         detector = self.detector
         episodes = [
@@ -262,6 +276,7 @@ class Experiment:
                 "detected_at": e.detected_at,
                 "cleared_at": e.cleared_at,
                 "reason": e.reason,
+                "kind": e.kind,
                 "duration_s": round((e.cleared_at if e.cleared_at is not None else end.t) - e.detected_at, 6),
             }
             for e in detector.episodes
@@ -269,7 +284,8 @@ class Experiment:
         last = detector.episodes[-1] if detector.episodes else None
         still_open = round(end.t - last.detected_at, 6) if last is not None and last.cleared_at is None else 0.0
         queue = p.queue
-        actions = self.throttle.actions
+        throttle = self.throttle
+        actions = throttle.actions
         report: dict[str, Any] = {
             "chaosd_version": __version__,
             "scenario": self.scenario,
@@ -322,20 +338,30 @@ class Experiment:
             },
             "collapse": {
                 "detector": s.detector.enabled,
-                "count": detector.episode_count,
+                "count": detector.collapse_count,
+                "alarms": detector.episode_count,
+                "stalls": detector.stall_count,
                 "episodes": episodes,
-                "time_collapsed_s": detector.closed_s + still_open,
+                "time_alarmed_s": detector.closed_s + still_open,
+                "time_collapsed_s": in_state["collapsed"],
+                "time_overloaded_s": in_state["overload"],
+                "time_stalled_s": in_state["stall"],
                 "final_state": self.detector.state.value,
             },
             "throttle": {
-                "enabled": s.throttle.enabled,
-                "decreases": self.throttle.decreases,
-                "increases": self.throttle.increases,
-                "lowest_factor": self.throttle.lowest_factor,
-                "final_factor": self.throttle.factor,
-                "refused": measured.rejected_by.get("throttled", 0),
-                "actions": [{"at": a.at, "action": a.action, "factor": a.factor} for a in actions],
-                "actions_truncated": self.throttle.decreases + self.throttle.increases - len(actions),
+                "enabled": throttle.policy != "none",
+                "policy": throttle.policy,
+                "target_s": throttle.target,
+                "limit": throttle.limit,
+                "lowest_limit": throttle.lowest_limit,
+                "capacity_per_s": throttle.capacity_rate,
+                "decreases": throttle.decreases,
+                "increases": throttle.increases,
+                "lowest_factor": throttle.lowest_factor,
+                "final_factor": throttle.factor,
+                "refused": measured.rejected_by.get("throttled", 0) + measured.rejected_by.get("shed", 0),
+                "actions": [{"at": a.at, "action": a.action, "factor": a.factor, "limit": a.limit} for a in actions],
+                "actions_truncated": throttle.decreases + throttle.increases + throttle.changes - len(actions),
             },
             "timeline": None,  # filled in after rounding: its points were rounded as they were taken
         }

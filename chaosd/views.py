@@ -16,7 +16,7 @@ description of a body cannot drift from the body.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
@@ -148,6 +148,11 @@ class SnapshotView(TypedDict):
     sojourn_p99: Annotated[float, Field(ge=0, description=_S)]
     head_age: Annotated[float, Field(ge=0, description="age of the oldest waiting task, seconds")]
     mean_service: Annotated[float, Field(ge=0, description="busy seconds per task ending")]
+    capacity_rate: Annotated[
+        float, Field(ge=0, description="tasks per second the workers able to work can serve (measured)")
+    ]
+    shed_rate: Annotated[float, Field(ge=0, description="tasks per second refused by admission or a full queue")]
+    lateness: Annotated[float, Field(ge=0, description="how late this tick ran, seconds: a paused process")]
 
 
 @_closed
@@ -197,11 +202,12 @@ class TimelinePoint(TypedDict):
 
 @_closed
 class EpisodeView(TypedDict):
-    """A congestion collapse, from detection to clearing (null while it lasts)."""
+    """An alarm (overload, or collapse once it collapsed), from detection to healthy (null while it lasts)."""
 
     detected_at: RunInstant
     cleared_at: RunInstant | None
     reason: str
+    kind: Literal["overload", "collapse"]
     duration_s: Duration
 
 
@@ -223,9 +229,14 @@ class LatencyView(TypedDict):
 @_open
 class CollapseView(TypedDict):
     detector: bool
-    count: int
+    count: Annotated[int, Field(ge=0, description="alarms that collapsed (goodput far below what could be good)")]
+    alarms: Annotated[int, Field(ge=0, description="alarms raised: overload or collapse")]
+    stalls: Annotated[int, Field(ge=0, description="times the process was seen paused")]
     episodes: list[EpisodeView]
-    time_collapsed_s: Duration
+    time_alarmed_s: Annotated[float, Field(ge=0, description="the episodes' durations, summed")]
+    time_collapsed_s: Annotated[float, Field(ge=0, description="seconds in the collapsed state")]
+    time_overloaded_s: Annotated[float, Field(ge=0, description="seconds in the overload state")]
+    time_stalled_s: Annotated[float, Field(ge=0, description="seconds in the stall state")]
     final_state: str
 
 
@@ -234,11 +245,17 @@ class ThrottleAction(TypedDict):
     at: RunInstant
     action: str
     factor: Share
+    limit: Annotated[int, Field(ge=0)]
 
 
 @_open
 class ThrottleView(TypedDict):
     enabled: bool
+    policy: Literal["capacity", "aimd", "none"]
+    target_s: Annotated[float, Field(ge=0, description="capacity: the queueing delay kept under a standing queue")]
+    limit: Annotated[int, Field(ge=0, description="tasks admission control lets wait at the end")]
+    lowest_limit: Annotated[int, Field(ge=0)]
+    capacity_per_s: Annotated[float, Field(ge=0, description="the capacity measured last, tasks per second")]
     decreases: int
     increases: int
     lowest_factor: Share

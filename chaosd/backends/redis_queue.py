@@ -100,6 +100,9 @@ class RedisQueue(IngressQueue):
 
     # --- admission -------------------------------------------------------------------------------------
 
+    def throttles(self) -> bool:
+        return self.limit < self.capacity and self._depth < self.capacity
+
     def offer(self, task: Task, now: float) -> bool:
         raise RuntimeError("the Redis queue admits through put(); producers are RedisProducer")
 
@@ -136,6 +139,9 @@ class RedisQueue(IngressQueue):
                 self.unavailable += 1
                 ledger.refuse(task, "unavailable")
                 return
+            if self.throttles():
+                ledger.refuse(task, "shed")  # over admission control's limit, whatever when_full says
+                return
             if self.when_full != "block":
                 ledger.refuse(task, "dropped" if self.when_full == "drop" else "queue_full")
                 return
@@ -170,8 +176,9 @@ class RedisQueue(IngressQueue):
                 admit = client.register_script(ADMIT)
                 pipe = client.pipeline(transaction=False)
                 try:
+                    bound = min(self.capacity, self.limit)
                     for fields, _ in batch:
-                        await admit(keys=[keys.stream], args=[keys.group, self.capacity, *fields], client=pipe)
+                        await admit(keys=[keys.stream], args=[keys.group, bound, *fields], client=pipe)
                     replies = await pipe.execute(raise_on_error=False)
                 except (RedisError, OSError):
                     still_cancelled()

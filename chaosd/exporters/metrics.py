@@ -35,7 +35,7 @@ RECOVERY_HISTOGRAM = "chaosd_fault_recovery_seconds"
 RECOVERY_DOC = "Recovery time (mechanism: from injection; service: heal or restore clock)"
 
 OUTCOMES = ("offered", "accepted", "completed", "late", "failed", "rejected")
-REJECT_REASONS = ("queue_full", "dropped", "throttled", "partitioned")
+REJECT_REASONS = ("queue_full", "dropped", "shed", "throttled", "partitioned")
 FAIL_REASONS = ("timeout", "error", "tool_timeout", "llm_error", "mcp_disconnected", "node_removed", "no_route")
 AGENT_KINDS = ("worker", "producer", "orchestrator")
 AGENT_STATES = ("running", "slow", "paused", "partitioned", "dead")

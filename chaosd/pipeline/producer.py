@@ -24,7 +24,7 @@ _ONCE = (None,)  # one arrival at a time, unless bursty: iterating a tuple costs
 
 
 class Admission(Protocol):
-    """The share of offered tasks producers may submit (the throttle's factor, 0–1)."""
+    """The share of offered tasks producers may submit (the AIMD policy's factor, 0–1; 1 for the others)."""
 
     factor: float
 
@@ -175,6 +175,8 @@ class Producer:
         elif self._queue.offer(task, t):
             ledger.admit(task)
             return None
+        elif self._queue.throttles():
+            reason = "shed"  # over admission control's limit, not a full queue: refused whatever when_full says
         elif self._block:
             ledger.admit(task)
             return task  # accepted: it waits for room

@@ -23,6 +23,9 @@ class IngressQueue:
 
     def __init__(self, capacity: int, when_full: str, clock: Clock) -> None:
         self.capacity = capacity
+        # Admission control's bound on the tasks waiting (never above capacity): an offer past it is refused as
+        # throttled, whatever ``when_full`` says; a task already accepted is never refused by it.
+        self.limit = capacity
         self.when_full = when_full
         self._clock = clock
         self._items: deque[Task] = deque()
@@ -76,7 +79,7 @@ class IngressQueue:
             return True
         items = self._items
         n = len(items)
-        if n >= self.capacity:
+        if n >= self.limit:
             return False
         # _push's work, written out: this runs once per task offered.
         self.area += n * (now - self._t)
@@ -114,6 +117,10 @@ class IngressQueue:
                 if task is not None:
                     self.requeue(task)
                 break
+
+    def throttles(self) -> bool:
+        """Whether an offer refused now was refused by the admission limit, not by a full queue."""
+        return len(self._items) < self.capacity
 
     async def put(self, task: Task) -> None:
         """Enqueue, waiting for room while the queue is full (the ``block`` policy)."""

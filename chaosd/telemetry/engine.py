@@ -17,7 +17,11 @@ from chaosd.telemetry.snapshot import Snapshot
 __all__ = ["Telemetry"]
 
 _QS = (0.5, 0.95, 0.99)
+# Refusals that mean "more offered than served": over the admission limit or a full queue (not aimd's factor,
+# which refuses by choice, nor a partition).
+_SHED = ("shed", "queue_full", "dropped")
 _NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
+_ZEROS = (0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +33,7 @@ class _Reading:
     failed: int
     good: int
     retries: int
+    shed: int
     busy_area: float
     depth: int
     head_age: float
@@ -64,6 +69,7 @@ class Telemetry:
             failed=total.failed,
             good=p.ledger.good,
             retries=p.ledger.retries,
+            shed=sum(map(total.rejected_by.get, _SHED, _ZEROS)),
             busy_area=p.busy.area_at(now),
             depth=p.queue.depth,
             head_age=p.queue.head_age(now),
@@ -71,7 +77,8 @@ class Telemetry:
             sojourn=p.sojourn.snapshot(),
         )
 
-    def tick(self) -> Snapshot:
+    def tick(self, lateness: float = 0.0) -> Snapshot:
+        """The snapshot of now; ``lateness`` is how late the tick's timer fired (clock seconds)."""
         ring = self._ring
         new = self._read()
         ring.append(new)
@@ -80,8 +87,15 @@ class Telemetry:
         dt = new.t - old.t or 1e-12
         ended = new.ended - old.ended
         busy = new.busy_area - old.busy_area
-        workers = len(self.pipeline.workers)
-        mean_service = busy / ended if ended else self.pipeline.mean_service
+        pool = self.pipeline.workers
+        workers = len(pool)
+        if ended:
+            mean_service = busy / ended
+        elif busy > 0:
+            mean_service = max(busy, self.pipeline.mean_service)  # nothing ended: as if one task were ending now
+        else:
+            mean_service = self.pipeline.mean_service
+        able = sum(1 for w in pool if w.agent.gate_open)
         # The same snapshot at both ends: no sample in the window, and the percentiles of nothing are 0.
         wait = _NOTHING if new.wait is old.wait else percentiles(new.wait - old.wait, _QS)
         sojourn = _NOTHING if new.sojourn is old.sojourn else percentiles(new.sojourn - old.sojourn, _QS)
@@ -109,6 +123,9 @@ class Telemetry:
             sojourn_p99=sojourn[2],
             head_age=new.head_age,
             mean_service=mean_service,
+            capacity_rate=able / mean_service if mean_service > 0 else 0.0,  # 0: nothing to measure it by
+            shed_rate=(new.shed - old.shed) / dt,
+            lateness=lateness,
         )
         self.latest = snap
         for listener in self._listeners:

@@ -34,6 +34,9 @@ class Snapshot:
     sojourn_p99: float
     head_age: float  # age of the oldest waiting task now (0 when none waits)
     mean_service: float  # busy seconds per task ending, over the window
+    capacity_rate: float = 0.0  # tasks/s the workers able to work can serve: able / mean_service (0: no service time)
+    shed_rate: float = 0.0  # refused by admission or a full queue (not partitions), tasks/s over the window
+    lateness: float = 0.0  # how late this tick ran: the loop's own lateness (a paused process shows here)
 
     @property
     def saturation(self) -> float:

@@ -1,12 +1,24 @@
-"""Backpressure: cut producers' admitted share on collapse, give it back gradually once healthy (AIMD)."""
+"""Admission control: what producers may submit, by one of three policies.
+
+- ``capacity`` (the default) bounds the tasks allowed to wait by the service capacity it measures (able
+  workers over busy seconds per task, Little's law): never more than the deadline's worth, since a task
+  behind that many cannot end in time, and only ``target``'s worth once a queue has stood above the target
+  for ``standing`` seconds (CoDel's test: a standing queue, not a burst). The bound moves with the measured
+  capacity every tick, so admission comes back the moment capacity does; a stall freezes it.
+- ``aimd``: the factor producers obey is halved on an alarm and raised by a step while healthy (kept for
+  comparison: it wastes capacity and turns stalls into refusals).
+- ``none``: everything offered is submitted; only the queue's own capacity refuses.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
 from chaosd.config import ThrottleConfig
-from chaosd.telemetry.detector import DetectorState
+from chaosd.telemetry.detector import ALARMS, DetectorState
+from chaosd.telemetry.snapshot import Snapshot
 
 __all__ = ["Throttle", "ThrottleAction"]
 
@@ -14,27 +26,84 @@ __all__ = ["Throttle", "ThrottleAction"]
 @dataclass(frozen=True, slots=True)
 class ThrottleAction:
     at: float
-    action: str  # "decrease" | "increase"
+    action: str  # "decrease" | "increase" (aimd's factor); "standing" | "bound" (capacity: the short limit on, off)
     factor: float
+    limit: int
 
 
 class Throttle:
-    """The admission factor producers obey (1 = everything offered is submitted)."""
+    """The admission factor producers obey (1 = everything offered is submitted) and the queue's admission limit
+    (tasks allowed to wait; the queue's capacity = no limit of its own)."""
 
-    def __init__(self, cfg: ThrottleConfig, keep: int = 1000) -> None:
+    def __init__(
+        self,
+        cfg: ThrottleConfig,
+        keep: int = 1000,
+        *,
+        tick: float = 0.1,
+        capacity: int = 1 << 62,
+        deadline: float = 0.0,
+    ) -> None:
         self.cfg = cfg
+        self.policy = cfg.active
         self.factor = 1.0
+        self.queue_capacity = capacity
+        self.limit = capacity
+        self.capacity_rate = 0.0  # the measured capacity the limit was last set from, tasks/s
+        horizon = deadline if deadline > 0 else 1.0
+        self.horizon = horizon  # no task waiting longer can end in time
+        self.target = cfg.target if cfg.target > 0 else horizon / 4
+        self.standing = False  # capacity: the queue stood above target, and is kept to target's worth
+        self._ages: deque[float] = deque(maxlen=max(1, round(cfg.standing / tick)))  # head ages, newest last
         self._last = float("-inf")
         self.actions: deque[ThrottleAction] = deque(maxlen=keep)  # the newest; the counts below are of all
         self.decreases = 0
         self.increases = 0
+        self.changes = 0  # capacity: mode changes
         self.lowest_factor = 1.0
+        self.lowest_limit = capacity
 
-    def update(self, state: DetectorState, t: float) -> ThrottleAction | None:
-        cfg = self.cfg
-        if not cfg.enabled or t - self._last < cfg.interval:
+    def update(self, state: DetectorState, t: float, snap: Snapshot | None = None) -> ThrottleAction | None:
+        if self.policy == "aimd":
+            return self._aimd(state, t)
+        if self.policy == "capacity" and snap is not None:
+            return self._capacity(state, snap)
+        return None
+
+    # --- capacity ----------------------------------------------------------------------------------------
+
+    def _capacity(self, state: DetectorState, s: Snapshot) -> ThrottleAction | None:
+        ages = self._ages
+        if state is DetectorState.STALL:
+            ages.clear()
+            return None  # the window's rates are the pause's: keep the bound the pipeline had before it
+        ages.append(s.head_age)
+        if s.mean_service <= 0 or s.capacity_rate <= 0:
+            self.limit = self.queue_capacity  # nothing takes time: no capacity to keep to
             return None
-        if state is DetectorState.COLLAPSED and self.factor > cfg.min_factor:
+        rate = self.capacity_rate = s.capacity_rate
+        standing = len(ages) == ages.maxlen and min(ages) > self.target
+        # Once standing, the short queue is kept while the offered load is still refused (above capacity).
+        short = standing or (self.standing and s.shed_rate > 0)
+        delay = self.target if short else max(self.target, self.horizon - s.mean_service)
+        # At least one task per able worker may wait, so a burst at low load is never refused.
+        self.limit = min(self.queue_capacity, max(math.ceil(rate * delay), math.ceil(rate * s.mean_service), 1))
+        self.lowest_limit = min(self.lowest_limit, self.limit)
+        if short == self.standing:
+            return None
+        self.standing = short
+        self.changes += 1
+        taken = ThrottleAction(at=s.t, action="standing" if short else "bound", factor=self.factor, limit=self.limit)
+        self.actions.append(taken)
+        return taken
+
+    # --- aimd --------------------------------------------------------------------------------------------
+
+    def _aimd(self, state: DetectorState, t: float) -> ThrottleAction | None:
+        cfg = self.cfg
+        if t - self._last < cfg.interval:
+            return None
+        if state in ALARMS and self.factor > cfg.min_factor:
             self.factor = max(cfg.min_factor, self.factor * cfg.decrease)
             action = "decrease"
         elif state is DetectorState.HEALTHY and self.factor < 1.0:
@@ -43,7 +112,7 @@ class Throttle:
         else:
             return None
         self._last = t
-        taken = ThrottleAction(at=t, action=action, factor=self.factor)
+        taken = ThrottleAction(at=t, action=action, factor=self.factor, limit=self.limit)
         self.actions.append(taken)
         if action == "decrease":
             self.decreases += 1
