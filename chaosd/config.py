@@ -292,10 +292,13 @@ class ThrottleConfig(_Model):
 
     enabled: bool = Field(default=True, description="false = policy none")
     policy: Literal["capacity", "aimd", "none"] = "capacity"
-    target: Seconds = Field(
-        default=0.0, ge=0, description="capacity: queueing delay kept once a queue stands; 0 = deadline / 4"
+    max_wait: float = Field(
+        default=0.8, gt=0, le=1, description="capacity: the longest wait admitted, as a share of the deadline"
     )
-    standing: Seconds = Field(default=0.5, gt=0, description="capacity: how long a queue must stand above target")
+    target: Seconds = Field(
+        default=0.0, ge=0, description="capacity: the wait kept once a queue stands; 0 = deadline/4"
+    )
+    standing: Seconds = Field(default=10.0, gt=0, description="capacity: a queue above target this long is no burst")
     decrease: float = Field(default=0.5, gt=0, lt=1, description="aimd: multiply the factor by this on an alarm")
     increase: float = Field(default=0.05, gt=0, le=1, description="aimd: add this while healthy")
     interval: Seconds = Field(default=1.0, gt=0, description="aimd: seconds between adjustments")

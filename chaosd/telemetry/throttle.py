@@ -1,10 +1,10 @@
 """Admission control: what producers may submit, by one of three policies.
 
 - ``capacity`` (the default) bounds the tasks allowed to wait by the service capacity it measures (able
-  workers over busy seconds per task, Little's law): never more than the deadline's worth, since a task
-  behind that many cannot end in time, and only ``target``'s worth once a queue has stood above the target
-  for ``standing`` seconds (CoDel's test: a standing queue, not a burst). The bound moves with the measured
-  capacity every tick, so admission comes back the moment capacity does; a stall freezes it.
+  workers over busy seconds per task, Little's law): never more than ``max_wait`` of the deadline's worth
+  (a task behind more would end late), and only ``target``'s worth once a queue has stood above the target
+  for ``standing`` seconds (CoDel's test: a standing queue, not a burst, is cut). The bound moves with the
+  measured capacity every tick, so admission comes back the moment capacity does; a stall freezes it.
 - ``aimd``: the factor producers obey is halved on an alarm and raised by a step while healthy (kept for
   comparison: it wastes capacity and turns stalls into refusals).
 - ``none``: everything offered is submitted; only the queue's own capacity refuses.
@@ -51,8 +51,8 @@ class Throttle:
         self.limit = capacity
         self.capacity_rate = 0.0  # the measured capacity the limit was last set from, tasks/s
         horizon = deadline if deadline > 0 else 1.0
-        self.horizon = horizon  # no task waiting longer can end in time
-        self.target = cfg.target if cfg.target > 0 else horizon / 4
+        self.max_wait = cfg.max_wait * horizon  # the longest wait admitted: a task behind more ends late
+        self.target = min(self.max_wait, cfg.target if cfg.target > 0 else horizon / 4)
         self.standing = False  # capacity: the queue stood above target, and is kept to target's worth
         self._ages: deque[float] = deque(maxlen=max(1, round(cfg.standing / tick)))  # head ages, newest last
         self._last = float("-inf")
@@ -85,7 +85,7 @@ class Throttle:
         standing = len(ages) == ages.maxlen and min(ages) > self.target
         # Once standing, the short queue is kept while the offered load is still refused (above capacity).
         short = standing or (self.standing and s.shed_rate > 0)
-        delay = self.target if short else max(self.target, self.horizon - s.mean_service)
+        delay = self.target if short else max(self.target, self.max_wait - s.mean_service)
         # At least one task per able worker may wait, so a burst at low load is never refused.
         self.limit = min(self.queue_capacity, max(math.ceil(rate * delay), math.ceil(rate * s.mean_service), 1))
         self.lowest_limit = min(self.lowest_limit, self.limit)
