@@ -558,6 +558,22 @@ def _inspect_lines(report: Any) -> list[str]:
         f"recovery   {rate}",
         f"faults     {injected} total · {recovered} recovered · {failed} failed",
     ]
+    collapse, admission = report.get("collapse"), report.get("throttle")
+    if collapse:
+        lines.append(
+            f"detector   {collapse['final_state']} now · {collapse.get('alarms', collapse['count'])} alarm(s), "
+            f"{collapse['count']} collapsed · {collapse.get('time_overloaded_s', 0.0):.1f} s overloaded, "
+            f"{collapse['time_collapsed_s']:.1f} s collapsed · {collapse.get('stalls', 0)} stall(s)"
+        )
+    if admission:
+        policy = admission.get("policy", "aimd" if admission["enabled"] else "none")
+        if policy == "capacity":
+            detail = f"limit {admission['limit']} waiting · capacity {admission['capacity_per_s']:.1f}/s · "
+        elif policy == "aimd":
+            detail = f"factor {admission['final_factor']:.3f} (lowest {admission['lowest_factor']:.3f}) · "
+        else:
+            detail = ""
+        lines.append(f"admission  {policy} · {detail}refused {admission['refused']}")
     times: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
     for f in faults:

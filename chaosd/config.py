@@ -19,6 +19,7 @@ from chaosd.errors import ConfigError
 from chaosd.handlers import handler_problems
 
 __all__ = [
+    "AdmissionPolicy",
     "ApiConfig",
     "BackendConfig",
     "BackoffConfig",
@@ -51,6 +52,8 @@ __all__ = [
 ]
 
 ENV_PREFIX = "CHAOSD_"
+
+AdmissionPolicy = Literal["capacity", "aimd", "none"]
 
 
 class _Model(BaseModel):
@@ -291,7 +294,7 @@ class ThrottleConfig(_Model):
     """Admission control: which policy decides what producers may submit, and its knobs."""
 
     enabled: bool = Field(default=True, description="false = policy none")
-    policy: Literal["capacity", "aimd", "none"] = "capacity"
+    policy: AdmissionPolicy = "capacity"
     max_wait: float = Field(
         default=0.8, gt=0, le=1, description="capacity: the longest wait admitted, as a share of the deadline"
     )
@@ -305,7 +308,7 @@ class ThrottleConfig(_Model):
     min_factor: float = Field(default=0.05, gt=0, le=1, description="aimd: never admit less than this share")
 
     @property
-    def active(self) -> str:
+    def active(self) -> AdmissionPolicy:
         """The policy in force: ``enabled = false`` is ``none`` whatever ``policy`` says."""
         return self.policy if self.enabled else "none"
 

@@ -89,13 +89,15 @@ def render_summary(r: Mapping[str, Any]) -> str:
         + (f" · up to {q['max_blocked']} producer(s) blocked" if q.get("max_blocked") else ""),
         f"  wait       {_latency(w)} · over {w['count']} started after warm-up",
         f"  sojourn    {_latency(s)} · over {s['count']} completed after warm-up",
-        f"  collapse   {c['count']} episode(s), {c['time_collapsed_s']:.1f} s collapsed · "
+        f"  detector   {c['alarms']} alarm(s), {c['count']} collapsed · {c['time_overloaded_s']:.1f} s overloaded, "
+        f"{c['time_collapsed_s']:.1f} s collapsed, {c['stalls']} stall(s) ({c['time_stalled_s']:.1f} s) · "
         f"final state {c['final_state']}",
     ]
     for e in c["episodes"]:
         cleared = "not cleared by the end" if e["cleared_at"] is None else f"cleared at {e['cleared_at']:.1f} s"
         lines.append(
-            f"             detected at {e['detected_at']:.1f} s ({e['reason']}), {cleared} · {e['duration_s']:.1f} s"
+            f"             {e['kind']} detected at {e['detected_at']:.1f} s ({e['reason']}), {cleared} · "
+            f"{e['duration_s']:.1f} s"
         )
     if "score" in r:
         sc = r["score"]
@@ -120,14 +122,23 @@ def render_summary(r: Mapping[str, Any]) -> str:
         for e in r.get("expectations", []):
             mark = "pass" if e["passed"] else "FAIL"
             lines.append(f"  expect     {mark}: {e['expect']} {e['wanted']} (measured {e['actual']})")
-    if th["enabled"]:
-        lines.append(
-            f"  throttle   {th['decreases']} decrease(s), {th['increases']} increase(s) · lowest factor "
+    lines.append(_admission(th))
+    return "\n".join(lines)
+
+
+def _admission(th: Mapping[str, Any]) -> str:
+    policy = th.get("policy", "aimd" if th["enabled"] else "none")
+    if policy == "capacity":
+        return (
+            f"  admission  capacity · limit {th['limit']} waiting (lowest {th['lowest_limit']}) · measured capacity "
+            f"{th['capacity_per_s']:.1f}/s · target wait {th['target_s']:g} s · refused {th['refused']}"
+        )
+    if policy == "aimd":
+        return (
+            f"  admission  aimd · {th['decreases']} decrease(s), {th['increases']} increase(s) · lowest factor "
             f"{th['lowest_factor']:.3f} · final {th['final_factor']:.3f} · refused {th['refused']}"
         )
-    else:
-        lines.append("  throttle   off")
-    return "\n".join(lines)
+    return "  admission  none"
 
 
 def _dim(value: float | None) -> str:

@@ -344,6 +344,17 @@ class QueueView(TypedDict):
 
 
 @_closed
+class AdmissionView(TypedDict):
+    """Admission control now: its policy, the tasks it lets wait, and what it measures."""
+
+    policy: Literal["capacity", "aimd", "none"]
+    limit: Annotated[int, Field(ge=0, description="tasks admission lets wait (the queue capacity when none)")]
+    standing: Annotated[bool, Field(description="capacity: a standing queue is kept to the target")]
+    capacity_per_s: Annotated[float, Field(ge=0, description="measured service capacity, tasks per second")]
+    shed_per_s: Annotated[float, Field(ge=0, description="refused over the limit or by a full queue, per second")]
+
+
+@_closed
 class StatusBody(TypedDict):
     run_id: str
     started_unix: UnixInstant
@@ -353,8 +364,9 @@ class StatusBody(TypedDict):
     route: list[str]
     dag: DagView
     queue: QueueView
-    detector: str
+    detector: Annotated[str, Field(description="healthy, warning, overload, collapsed, stall or recovering")]
     throttle_factor: Share
+    admission: AdmissionView
     telemetry: SnapshotView | None
     score: ScoreView
     faults_active: int

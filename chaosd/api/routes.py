@@ -187,6 +187,13 @@ async def status(request: web.Request) -> web.Response:
         "queue": {"depth": p.queue.depth, "capacity": p.queue.capacity},
         "detector": exp.detector.state.value,
         "throttle_factor": exp.throttle.factor,
+        "admission": {
+            "policy": exp.throttle.policy,
+            "limit": exp.throttle.limit,
+            "standing": exp.throttle.standing,
+            "capacity_per_s": snap.capacity_rate if snap is not None else 0.0,
+            "shed_per_s": snap.shed_rate if snap is not None else 0.0,
+        },
         "telemetry": snap.as_dict() if snap is not None else None,
         "score": exp.live_score().as_dict(),
         "faults_active": len(exp.injector.active()),

@@ -18,6 +18,7 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
@@ -210,8 +211,39 @@ class ExperimentCollector(Collector):
         for s in DetectorState:
             one_hot.add_metric([s.value], 1.0 if s is state else 0.0)
         yield one_hot
-        yield CounterMetricFamily("chaosd_collapses", "Collapse episodes", value=exp.detector.episode_count)
-        yield GaugeMetricFamily("chaosd_throttle_factor", "Admitted share of the load", value=exp.throttle.factor)
+        yield GaugeMetricFamily(
+            "chaosd_overload_state",
+            "1 while overloaded (more offered than served)",
+            value=1.0 if state is DetectorState.OVERLOAD else 0.0,
+        )
+        detector = exp.detector
+        yield CounterMetricFamily("chaosd_collapses", "Alarms that collapsed", value=detector.collapse_count)
+        yield CounterMetricFamily(
+            "chaosd_overloads", "Alarms raised (overload or collapse)", value=detector.episode_count
+        )
+        yield CounterMetricFamily("chaosd_stalls", "Times the process was seen paused", value=detector.stall_count)
+        throttle = exp.throttle
+        policy = InfoMetricFamily("chaosd_admission", "Admission control policy")
+        policy.add_metric([], {"policy": throttle.policy})
+        yield policy
+        yield GaugeMetricFamily(
+            "chaosd_throttle_factor", "Share of the offered load aimd admits", value=throttle.factor
+        )
+        yield GaugeMetricFamily(
+            "chaosd_admission_limit",
+            "Tasks admission control lets wait (the queue capacity when none)",
+            value=throttle.limit,
+        )
+        yield GaugeMetricFamily(
+            "chaosd_capacity_rate",
+            "Tasks per second the workers able to work can serve, measured (able workers / busy s per task)",
+            value=snap.capacity_rate if snap is not None else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "chaosd_shed_rate",
+            "Tasks per second refused over the admission limit or by a full queue",
+            value=snap.shed_rate if snap is not None else 0.0,
+        )
 
         series = self.faults
         injected = CounterMetricFamily("chaosd_faults_injected", "Faults injected", labels=["action"])
