@@ -233,10 +233,10 @@ class CollapseView(TypedDict):
     alarms: Annotated[int, Field(ge=0, description="alarms raised: overload or collapse")]
     stalls: Annotated[int, Field(ge=0, description="times the process was seen paused")]
     episodes: list[EpisodeView]
-    time_alarmed_s: Annotated[float, Field(ge=0, description="the episodes' durations, summed")]
-    time_collapsed_s: Annotated[float, Field(ge=0, description="seconds in the collapsed state")]
-    time_overloaded_s: Annotated[float, Field(ge=0, description="seconds in the overload state")]
-    time_stalled_s: Annotated[float, Field(ge=0, description="seconds in the stall state")]
+    time_alarmed_s: Annotated[float, Field(ge=0, description="the episodes' durations summed, seconds")]
+    time_collapsed_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the collapsed state")]
+    time_overloaded_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the overload state")]
+    time_stalled_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the stall state")]
     final_state: str
 
 
@@ -252,7 +252,7 @@ class ThrottleAction(TypedDict):
 class ThrottleView(TypedDict):
     enabled: bool
     policy: Literal["capacity", "aimd", "none"]
-    target_s: Annotated[float, Field(ge=0, description="capacity: the queueing delay kept under a standing queue")]
+    target_s: Annotated[float, Field(ge=0, description="capacity: the wait kept once a queue stands, seconds")]
     limit: Annotated[int, Field(ge=0, description="tasks admission control lets wait at the end")]
     lowest_limit: Annotated[int, Field(ge=0)]
     capacity_per_s: Annotated[float, Field(ge=0, description="the capacity measured last, tasks per second")]

@@ -58,10 +58,15 @@ def test_alarm_stays_up_for_the_whole_overload_and_clears_after() -> None:
     assert 20.0 <= episode["detected_at"] <= 22.5
     # Still up when the overload ends; the backlog (≈ 60 s × 80/s) drains at 160/s afterwards.
     assert episode["cleared_at"] is not None and episode["cleared_at"] > 80.0
-    collapsed = [p for p in report["timeline"] if p["state"] == "collapsed"]
-    assert min(p["t"] for p in collapsed) <= 23 and max(p["t"] for p in collapsed) >= 80
+    alarmed = [p for p in report["timeline"] if p["state"] in ("overload", "collapsed")]
+    assert min(p["t"] for p in alarmed) <= 23 and max(p["t"] for p in alarmed) >= 80
     overload = [p for p in report["timeline"] if 23 <= p["t"] <= 80]
-    assert all(p["state"] == "collapsed" for p in overload), [p["state"] for p in overload]
+    assert all(p["state"] in ("overload", "collapsed") for p in overload), [p["state"] for p in overload]
+    # With nothing admitting at capacity the backlog outgrows the deadline (1 s of work after ~5 s here): from
+    # then on every completion is late while the workers stay busy, which is a collapse, not only an overload.
+    assert [p["state"] for p in overload][:3] == ["overload"] * 3
+    assert any(p["state"] == "collapsed" for p in overload)
+    assert report["collapse"]["count"] == 1 and episode["kind"] == "collapse"
     assert report["collapse"]["final_state"] == "healthy"
 
 
@@ -106,7 +111,7 @@ def _overloaded(t: float) -> Snapshot:
     )
 
 
-def test_state_machine_warning_collapse_recovering_healthy() -> None:
+def test_state_machine_warning_overload_recovering_healthy() -> None:
     det = CollapseDetector(DetectorConfig(), tick=0.1)
     t = 0.0
     for _ in range(400):  # 40 s healthy: a baseline forms
@@ -119,9 +124,9 @@ def test_state_machine_warning_collapse_recovering_healthy() -> None:
         det.update(_overloaded(t))
         states.append(det.state)
     assert states[0] is DetectorState.WARNING  # one bad tick is a warning, not an alarm
-    assert DetectorState.COLLAPSED in states
-    first_collapse = states.index(DetectorState.COLLAPSED)
-    assert 14 <= first_collapse <= 20  # held for 70 % of the 2 s hold
+    assert DetectorState.OVERLOAD in states
+    first_alarm = states.index(DetectorState.OVERLOAD)
+    assert 14 <= first_alarm <= 20  # held for 70 % of the 2 s hold
     # The baseline is frozen while the alarm is up.
     assert det.baseline_p95 == pytest.approx(0.03)
     calm_states = []
@@ -135,7 +140,7 @@ def test_state_machine_warning_collapse_recovering_healthy() -> None:
     # 2 s no longer show the overload on half their ticks; then recover_hold (5 s) more.
     assert 2.0 <= recovering <= 3.5
     assert healthy - recovering == pytest.approx(5.0, abs=0.15)
-    assert all(st is DetectorState.COLLAPSED for st in calm_states[: int(recovering * 10) - 1])
+    assert all(st is DetectorState.OVERLOAD for st in calm_states[: int(recovering * 10) - 1])
     assert len(det.episodes) == 1 and det.episodes[0].cleared_at is not None
 
 
@@ -145,7 +150,7 @@ def test_overload_during_recovery_continues_the_same_episode() -> None:
     for _ in range(40):
         t += 0.1
         det.update(_overloaded(t))
-    assert det.state is DetectorState.COLLAPSED
+    assert det.state is DetectorState.OVERLOAD
     for _ in range(10):
         t += 0.1
         det.update(_snap(t))
@@ -153,5 +158,58 @@ def test_overload_during_recovery_continues_the_same_episode() -> None:
     for _ in range(10):
         t += 0.1
         det.update(_overloaded(t))
-    assert det.state is DetectorState.COLLAPSED
+    assert det.state is DetectorState.OVERLOAD
     assert len(det.episodes) == 1 and det.episodes[0].cleared_at is None
+
+
+def _full(t: float, goodput: float) -> Snapshot:
+    """A queue at capacity: it cannot grow, so dQ/dt is 0; the head has waited past the deadline."""
+    return _snap(
+        t,
+        queue_depth=1000,
+        queue_fill=1.0,
+        utilisation=1.0,
+        busy_share=1.0,
+        head_age=2.5,
+        sojourn_p95=2.5,
+        arrival_rate=200.0,
+        throughput=100.0,
+        goodput=goodput,
+        capacity_rate=100.0,
+        shed_rate=100.0,
+    )
+
+
+@pytest.mark.parametrize(("goodput", "state"), [(95.0, DetectorState.OVERLOAD), (0.0, DetectorState.COLLAPSED)])
+def test_a_full_queue_is_overload_whatever_the_slope_and_collapse_once_goodput_falls(
+    goodput: float, state: DetectorState
+) -> None:
+    det = CollapseDetector(DetectorConfig(), tick=0.1, deadline=1.0)
+    t = 0.0
+    for _ in range(30):
+        t += 0.1
+        det.update(_full(t, goodput))
+    assert det.state is state
+    assert det.episode_count == 1 and det.collapse_count == (state is DetectorState.COLLAPSED)
+    assert det.episodes[0].kind == ("collapse" if state is DetectorState.COLLAPSED else "overload")
+
+
+def test_the_baseline_does_not_learn_while_anything_is_wrong() -> None:
+    det = CollapseDetector(DetectorConfig(baseline_window=1.0), tick=0.1, deadline=1.0)
+    t = 0.0
+    for _ in range(20):
+        t += 0.1
+        det.update(_snap(t))
+    assert det.baseline_p95 == pytest.approx(0.03)
+    # One signal at a time, each short of the hold (a warning): a head past the deadline, refusals, a slow p95.
+    for kw in ({"head_age": 1.5}, {"shed_rate": 10.0}, {"sojourn_p95": 0.09}):
+        for _ in range(5):
+            t += 0.1
+            det.update(_snap(t, **kw))
+            assert det.state is DetectorState.WARNING, kw
+        assert det.baseline_p95 == pytest.approx(0.03), kw
+    # Negative control: a higher p95 with nothing wrong is learnt.
+    for _ in range(20):
+        t += 0.1
+        det.update(_snap(t, sojourn_p95=0.05))
+    assert det.baseline_p95 == pytest.approx(0.05)

@@ -337,18 +337,23 @@ def test_pool_exhaustion_closes_three_quarters_of_the_worker_pool() -> None:
         obs["exhausted"] = sorted(w.agent.id for w in p.workers if w.agent.exhausted)
         await _at(exp, FAULT_AT + 1.0)
         completed, depth = p.ledger.total.completed, p.queue.depth
+        shed = p.ledger.total.rejected_by.get("shed", 0)
         await _at(exp, FAULT_AT + 5.0)
         obs["rate"] = (p.ledger.total.completed - completed) / 4.0
         obs["growth"] = p.queue.depth - depth
+        obs["shed"] = p.ledger.total.rejected_by.get("shed", 0) - shed
+        obs["depth"] = p.queue.depth
         obs["mean_service"] = p.mean_service
         await _at(exp, FAULT_AT + 7.0)
         obs["closed_later"] = [w.agent.id for w in p.workers if not w.agent.gate.is_set()]
 
     _, report = _run(plan)
     assert len(obs["targets"]) == 3 and obs["closed"] == obs["exhausted"] == sorted(obs["targets"])
-    # One worker left: at most ~1/mean_service (≈ 100/s) of the 200/s offered gets through; the rest waits.
+    # One worker left: at most ~1/mean_service (≈ 100/s) of the 200/s offered gets through; admission control
+    # sheds the rest rather than queue what cannot end within the deadline (0.8 s of the one worker's work).
     assert obs["rate"] <= 1.15 / obs["mean_service"]
-    assert obs["growth"] > 4.0 * 60
+    assert obs["growth"] + obs["shed"] > 4.0 * 60
+    assert obs["shed"] > 4.0 * 60 and obs["depth"] <= 0.8 / obs["mean_service"] * 1.2
     assert obs["closed_later"] == []
     _recovered(report)
 
