@@ -111,7 +111,8 @@ def test_five_thousand_idle_connections_are_held_and_a_normal_request_is_answere
         assert _metric(daemon, "process_open_fds") > 5000
         code, status = daemon.get("/api/v1/status")
         # Accepting 5,000 connections can hold the loop up long enough to read as a stall: any state is an answer.
-        assert code == 200 and status["detector"] in ("healthy", "warning", "overload", "collapsed", "stall", "recovering")
+        assert code == 200
+        assert status["detector"] in ("healthy", "warning", "overload", "collapsed", "stall", "recovering")
         code, created = daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 1})
         assert code == 201
     finally:

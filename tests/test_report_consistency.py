@@ -127,7 +127,7 @@ def test_time_collapsed_is_the_sum_of_the_episodes(duration: float | None, clear
         assert math.isclose(e["duration_s"], end - e["detected_at"], abs_tol=1e-6)
     assert math.isclose(c["time_alarmed_s"], sum(e["duration_s"] for e in c["episodes"]), abs_tol=1e-6)
     # Seconds in each alarm state are within the alarms' time (which also holds their recovering seconds).
-    assert 0 < c["time_collapsed_s"] and c["time_collapsed_s"] + c["time_overloaded_s"] <= c["time_alarmed_s"] + 0.1
+    assert c["time_collapsed_s"] > 0 and c["time_collapsed_s"] + c["time_overloaded_s"] <= c["time_alarmed_s"] + 0.1
     summary = render_summary(report)
     assert f"{c['time_collapsed_s']:.1f} s collapsed" in summary
     assert f"{c['time_overloaded_s']:.1f} s overloaded" in summary
