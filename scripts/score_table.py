@@ -149,6 +149,38 @@ def row(name: str, r: dict[str, Any]) -> list[str]:
     ]
 
 
+def why(name: str, r: dict[str, Any]) -> str:
+    """One line on what the score is made of, from the report: what cost availability, how the faults
+    recovered, what the audit found, and what the detector saw."""
+    score, tasks, collapse = r["score"], r["tasks"], r["collapse"]
+    offered = max(1, tasks["offered"])
+    parts = []
+    if score["availability"] is not None:
+        costs = [
+            f"{d['count']:,} {d['cause'].replace('refused:', 'refused as ').replace('failed:', 'failed by ')}"
+            f" ({100 * d['count'] / offered:.1f} % of offered)"
+            for d in r["diagnostics"]
+            if d["count"] and (d["cause"].startswith(("refused:", "failed:")) or d["cause"] in ("late", "degraded"))
+        ][:2]
+        parts.append(f"availability {score['availability']:.1f}" + (f": {', '.join(costs)}" if costs else ""))
+    faults = r["faults"]
+    if faults:
+        recovered = sum(1 for f in faults if f["outcome"] == "recovered")
+        parts.append(f"{recovered} of {len(faults)} faults recovered in {len(r['incidents'])} incident(s)")
+    else:
+        parts.append("no fault, so no recovery to score")
+    if tasks["lost"] or tasks["duplicated"]:
+        parts.append(f"consistency {dim(score['consistency'])}: {tasks['lost']} lost, {tasks['duplicated']} duplicated")
+    alarms = collapse["alarms"]
+    parts.append(
+        f"{alarms} alarm(s): {collapse['time_overloaded_s']:.0f} s overloaded, {collapse['time_collapsed_s']:.0f} s "
+        f"collapsed (admission {r['throttle']['policy']})"
+        if alarms
+        else f"no alarm (admission {r['throttle']['policy']})"
+    )
+    return f"- **{name}** ({score['grade'] or DASH}): " + "; ".join(parts) + "."
+
+
 def table(rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]
@@ -163,7 +195,14 @@ def block(results: Sequence[tuple[Run, dict[str, Any]]], subset: str) -> str:
     lead = f"Made on {made} with chaosd {', '.join(versions)} (score formula v{', v'.join(formulas)})"
     lead += f", a subset: `{subset}`." if subset else "."
 
-    return lead + "\n\n" + table([row(run.name, r) for run, r in results])
+    reasons = "\n".join(why(run.name, r) for run, r in results)
+    return (
+        lead
+        + "\n\n"
+        + table([row(run.name, r) for run, r in results])
+        + "\n\nWhy each scores what it does:\n\n"
+        + reasons
+    )
 
 
 def replace_between_markers(text: str, content: str, where: Path) -> str:

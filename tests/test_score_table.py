@@ -62,7 +62,11 @@ def test_write_replaces_only_the_table_with_the_reports_numbers(tmp_path: Path) 
     assert lines[1] == ""
     header = [c.strip() for c in lines[2].strip("|").split("|")]
     assert header[0] == "run" and set(lines[3]) <= {"|", "-"}
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[4:]]
+    table_end = lines.index("", 4)
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[4:table_end]]
+    # Then one line per run on what its score is made of, from the same report.
+    reasons = lines[table_end + 3 :]
+    assert lines[table_end + 1] == "Why each scores what it does:" and len(reasons) == 2
     assert [r[0] for r in rows] == ["baseline", "survival"]
     assert done.stdout.strip() == inside.decode("utf-8").strip()  # what --write wrote is what it printed
 
@@ -89,6 +93,11 @@ def test_write_replaces_only_the_table_with_the_reports_numbers(tmp_path: Path) 
             "duplicated": str(tasks["duplicated"]),
         }
         assert dict(zip(header[1:], cells[1:], strict=True)) == expected
+        reason = next(line for line in reasons if line.startswith(f"- **{cells[0]}** ({expected['grade']}): "))
+        assert f"availability {expected['availability']}" in reason
+        assert f"admission {r['throttle']['policy']}" in reason
+        if faults:
+            assert f"{recovered} of {len(faults)} faults recovered" in reason
         assert r["duration_s"] == 60.0
 
 
