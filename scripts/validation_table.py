@@ -14,14 +14,17 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# (label, scenario, environment): the throttle is on by default; retry_storm and saturation turn it off.
+# (label, scenario, environment): admission control (the capacity policy) is on by default; retry_storm and
+# saturation turn it off; aimd and none are the comparisons.
 RUNS = [
     ("baseline", "baseline", {}),
     ("saturation", "saturation", {}),
     ("overload", "overload", {}),
-    ("overload − throttle", "overload", {"CHAOSD_THROTTLE__ENABLED": "false"}),
+    ("overload · aimd", "overload", {"CHAOSD_THROTTLE__POLICY": "aimd"}),
+    ("overload · none", "overload", {"CHAOSD_THROTTLE__POLICY": "none"}),
     ("retry_storm", "retry_storm", {}),
-    ("retry_storm + throttle", "retry_storm", {"CHAOSD_THROTTLE__ENABLED": "true"}),
+    ("retry_storm · capacity", "retry_storm", {"CHAOSD_THROTTLE__ENABLED": "true"}),
+    ("retry_storm · aimd", "retry_storm", {"CHAOSD_THROTTLE__ENABLED": "true", "CHAOSD_THROTTLE__POLICY": "aimd"}),
 ]
 
 
@@ -31,31 +34,32 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print(
-        "| scenario | seed | offered ρ (base → peak) | mean sojourn | p95 sojourn | peak queue | "
-        "collapse episodes | throttle actions | final state |"
+        "| run | admission | offered ρ (base → peak) | goodput | mean sojourn | p95 sojourn | peak queue | "
+        "shed or refused | alarms (kind, detected → cleared) | final state |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, name, env in RUNS:
-        report_path = args.out / f"{label.replace(' ', '')}.json"
+        report_path = args.out / f"{label.replace(' ', '').replace('·', '-')}.json"
         subprocess.run(
             [sys.executable, "-m", "chaosd", "run", name, "--quiet", "--report", str(report_path)],
             check=True,
             cwd=ROOT,
-            env={**os.environ, **env},
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("CHAOSD_")}, **env},
         )
         r = json.loads(report_path.read_text())
         s = r["latency"]["sojourn"]
         episodes = r["collapse"]["episodes"]
         shown = "; ".join(
-            f"{e['detected_at']:.1f}→{'—' if e['cleared_at'] is None else format(e['cleared_at'], '.1f')} s"
+            f"{e['kind']} {e['detected_at']:.1f}→{'—' if e['cleared_at'] is None else format(e['cleared_at'], '.1f')} s"
             for e in episodes
         )
-        throttle = r["throttle"]
-        actions = f"{throttle['decreases']}↓ {throttle['increases']}↑" if throttle["enabled"] else "off"
+        t = r["tasks"]
+        refused = f"{100 * t['rejected'] / max(1, t['offered']):.1f} %"
         print(
-            f"| {label} | {r['seed']} | {r['load']['offered_rho']:.2f} → {r['load']['peak_rho']:.2f} | "
-            f"{s['mean'] * 1000:.1f} ms | {s['p95'] * 1000:.1f} ms | {r['queue']['max_depth']} | "
-            f"{len(episodes)}{' (' + shown + ')' if shown else ''} | {actions} | {r['collapse']['final_state']} |"
+            f"| {label} | {r['throttle']['policy']} | {r['load']['offered_rho']:.2f} → {r['load']['peak_rho']:.2f} | "
+            f"{r['throughput']['goodput_per_s']:.0f}/s | {s['mean'] * 1000:.1f} ms | {s['p95'] * 1000:.1f} ms | "
+            f"{r['queue']['max_depth']} | {refused} | {len(episodes)}{' (' + shown + ')' if shown else ''} | "
+            f"{r['collapse']['final_state']} |"
         )
 
 
