@@ -237,3 +237,28 @@ def test_a_stall_is_named_a_stall_raises_no_alarm_and_freezes_admission(late: bo
         detector.update(_snapshot(t))
     if late:
         assert detector.state.value == "healthy" and detector.episode_count == 0
+
+
+@pytest.mark.parametrize(
+    ("action", "target", "params"),
+    [("pool_exhaustion", "75%", {}), ("load_spike", "pipeline", {"factor": 3.0}), ("latency_jitter", "all", {})],
+)
+def test_a_fault_that_overloads_reads_its_drain_not_a_ramp(action: str, target: str, params: dict[str, float]) -> None:
+    """Time to restore service after a 10 s overload at the default load: with the capacity policy it is the
+    drain of a queue kept within the deadline; AIMD's +5 %-a-second ramp shows as tens of seconds; with no
+    admission control, the backlog's drain."""
+    restore = {}
+    for policy in ("capacity", "aimd", "none"):
+        out: dict[str, Any] = {}
+
+        async def plan(exp: Experiment, out: dict[str, Any] = out) -> None:
+            await exp.clock.sleep_until(exp.pipeline.t0 + 20.05)
+            out["record"] = exp.injector.inject(action, target, params, 10.0)
+
+        _run(policy, plan, 80.0)
+        record = out["record"].as_dict()
+        assert record["outcome"] == "recovered" and record["clock"] == "restore", record
+        restore[policy] = record["recovery_s"]
+    assert restore["capacity"] <= 3.0, restore
+    assert restore["capacity"] < restore["none"], restore
+    assert restore["aimd"] >= 10.0, restore
