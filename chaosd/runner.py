@@ -155,7 +155,7 @@ class Experiment:
                     reason=transition.reason,
                 )
         throttle = self.throttle
-        action = throttle.update(self.detector.state, snap.t, snap)
+        action = throttle.update(self.detector.state, snap)
         self.pipeline.queue.limit = throttle.limit
         if action is not None:
             self.events.record(snap.t, "throttle", action=action.action, factor=action.factor, limit=action.limit)

@@ -215,7 +215,7 @@ def test_a_stall_is_named_a_stall_raises_no_alarm_and_freezes_admission(late: bo
     for _ in range(400):  # 40 s healthy
         t = round(t + 0.1, 6)
         detector.update(_snapshot(t))
-        throttle.update(detector.state, t, _snapshot(t))
+        throttle.update(detector.state, _snapshot(t))
     before = throttle.limit
     assert before == pytest.approx(400 * 0.79, abs=1)  # 0.8 of the deadline's worth, less a task's service
     limits, states = [], []
@@ -223,7 +223,7 @@ def test_a_stall_is_named_a_stall_raises_no_alarm_and_freezes_admission(late: bo
         t = round(t + 0.1, 6)
         snap = _paused(t, 0.3 - 0.1 * (k % 5) if late and k % 5 < 3 else 0.0)
         states.append(detector.update(snap) and detector.state.value)
-        throttle.update(detector.state, t, snap)
+        throttle.update(detector.state, snap)
         limits.append(throttle.limit)
     if late:
         assert detector.state.value == "stall" and detector.stall_count == 1

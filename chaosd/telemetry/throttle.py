@@ -63,10 +63,11 @@ class Throttle:
         self.lowest_factor = 1.0
         self.lowest_limit = capacity
 
-    def update(self, state: DetectorState, t: float, snap: Snapshot | None = None) -> ThrottleAction | None:
+    def update(self, state: DetectorState, snap: Snapshot) -> ThrottleAction | None:
+        """One tick: the detector's state now and the snapshot it judged."""
         if self.policy == "aimd":
-            return self._aimd(state, t)
-        if self.policy == "capacity" and snap is not None:
+            return self._aimd(state, snap.t)
+        if self.policy == "capacity":
             return self._capacity(state, snap)
         return None
 
@@ -78,9 +79,11 @@ class Throttle:
             ages.clear()
             return None  # the window's rates are the pause's: keep the bound the pipeline had before it
         ages.append(s.head_age)
-        if s.mean_service <= 0 or s.capacity_rate <= 0:
+        if s.mean_service <= 0:
             self.limit = self.queue_capacity  # nothing takes time: no capacity to keep to
             return None
+        if s.capacity_rate <= 0:
+            return None  # no worker able to work: what the queue may hold at the last capacity waits for them
         rate = self.capacity_rate = s.capacity_rate
         standing = len(ages) == ages.maxlen and min(ages) > self.target
         # Once standing, the short queue is kept while the offered load is still refused (above capacity).
