@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +19,7 @@ from typing import Any
 
 import pytest
 from daemon_harness import ROOT, TOKEN, Daemon, ready_daemon, wait_for
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from chaosd.arena.postmortem import embed_json
 from chaosd.arena.series import Series
@@ -87,13 +90,18 @@ def _faults(daemon: Daemon) -> list[dict[str, Any]]:
     return faults
 
 
+def _pm_charts(report: dict[str, Any]) -> tuple[int, int]:
+    """The post-mortem's charts and lines: depth, p95, offered/throughput/goodput, and aimd's throttle factor."""
+    return (4, 6) if report["throttle"]["policy"] == "aimd" else (3, 5)
+
+
 def _settled(daemon: Daemon) -> None:
     """No fault active and none still waiting for its verdict: the next one starts from a steady state."""
     wait_for(lambda: all(f["outcome"] not in ("active", "recovering") for f in _faults(daemon)), 60, "verdicts")
 
 
 def test_page_is_served_with_a_strict_policy(daemon: Daemon) -> None:
-    for path in ("/", "/arena", "/arena/static/main.js", "/arena/static/arena.css"):
+    for path in ("/", "/arena", "/arena/static/main.js", "/arena/static/states.js", "/arena/static/arena.css"):
         with urllib.request.urlopen(daemon.base + path, timeout=10) as resp:
             assert resp.status == 200
             assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
@@ -257,6 +265,218 @@ def test_every_control_is_named_and_reachable_by_keyboard(arena: _Arena) -> None
         arena.errors[:] = [e for e in arena.errors if "409" not in e]
 
 
+# --- the banner: what the detector says, in its own colour ------------------------------------------------
+
+# The banner and the detector's cell as the page shows them, read in one go (no state change in between).
+_BANNER_JS = """() => {
+  const b = document.getElementById("banner");
+  const d = document.getElementById("detector");
+  return {state: b.dataset.state, cls: b.className, hidden: b.hidden, role: b.getAttribute("role"),
+          text: b.textContent, bg: getComputedStyle(b).backgroundColor, detector: d.className,
+          admission: document.getElementById("admission").textContent};
+}"""
+
+
+def _banner(page: Page) -> dict[str, Any]:
+    shown: dict[str, Any] = page.evaluate(_BANNER_JS)
+    return shown
+
+
+def _rgb(colour: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in re.findall(r"\d+", colour)[:3])
+
+
+def _is_red(colour: str) -> bool:
+    r, g, b = _rgb(colour)
+    return r > 2 * g and r > 2 * b
+
+
+def _status(daemon: Daemon) -> dict[str, Any]:
+    status: dict[str, Any] = daemon.get("/api/v1/status")[1]
+    return status
+
+
+def _wait_banner(page: Page, what: str, holds: Any, deadline_s: float = 15.0) -> dict[str, Any]:
+    """The banner as it was when ``holds`` first held of it."""
+    seen: list[dict[str, Any]] = []
+
+    def check() -> bool:
+        seen.append(_banner(page))
+        return bool(holds(seen[-1]))
+
+    wait_for(check, deadline_s, what, explain=lambda: str(seen[-1] if seen else None))
+    return seen[-1]
+
+
+def test_a_healthy_daemon_shows_no_alarm_banner(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    wait_for(lambda: _status(daemon)["detector"] == "healthy", 60, "a healthy detector", lambda: str(_status(daemon)))
+    shown = _wait_banner(arena.page, "the page to show healthy", lambda b: b["state"] == "healthy")
+    assert shown["hidden"] and shown["cls"] == "banner" and shown["text"] == ""
+    assert "bad" not in shown["detector"].split()
+    policy = _status(daemon)["admission"]["policy"]
+    assert policy == "capacity"  # the default: the limit and the measured capacity, not a factor
+    assert re.fullmatch(
+        r"capacity: at most \d+ waiting, measured [\d.]+ tasks/s( \(standing queue kept short\))?", shown["admission"]
+    )
+
+
+def test_a_paused_daemon_shows_a_stall_banner_never_a_collapse(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    wait_for(lambda: _status(daemon)["detector"] == "healthy", 60, "a healthy detector", lambda: str(_status(daemon)))
+    pid = daemon.proc.pid
+    done = threading.Event()
+
+    def duty_cycle() -> None:  # 300 ms stopped, 200 ms running: every tick after a pause runs late
+        try:
+            for _ in range(10):
+                os.kill(pid, signal.SIGSTOP)
+                if done.wait(0.3):
+                    break
+                os.kill(pid, signal.SIGCONT)
+                if done.wait(0.2):
+                    break
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    pauses = threading.Thread(target=duty_cycle, daemon=True)
+    pauses.start()
+    try:
+        shown = _wait_banner(arena.page, "the stall banner", lambda b: b["state"] == "stall" and "late by" in b["text"])
+    finally:
+        done.set()
+        pauses.join()
+    assert shown["cls"] == "banner stall" and not shown["hidden"] and shown["role"] == "status"
+    assert re.fullmatch(
+        r"‖ Stall — the daemon's process was paused \(event loop late by \d+ ms\); nothing is cut", shown["text"]
+    ), shown["text"]
+    late_ms = int(re.findall(r"\d+", shown["text"])[0])
+    assert 50 <= late_ms < 5_000  # the detector's stall threshold, and no pause was longer than 300 ms plus the host
+    r, _, b = _rgb(shown["bg"])
+    assert b >= r and not _is_red(shown["bg"])  # blue-grey
+    assert {"bad", "warn"}.isdisjoint(shown["detector"].split())
+    assert shown["admission"].endswith("(held through the stall)")
+    told = arena.log().locator('li[data-kind="detector"]').filter(has_text="stall: the daemon's process was paused")
+    expect(told.first).to_be_visible()
+    assert "bad" not in (told.first.get_attribute("class") or "").split()
+
+
+def test_an_overload_shows_an_amber_banner_with_the_shedding_and_the_capacity(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    code, fault = daemon.request("POST", "/api/v1/faults", {"action": "load_spike", "params": {"factor": 8}, "ttl": 20})
+    assert code == 201
+    try:
+        wait_for(lambda: _status(daemon)["detector"] == "overload", 20, "overload", lambda: str(_status(daemon)))
+        shown = _wait_banner(
+            arena.page, "the overload banner", lambda b: b["state"] == "overload" and "shedding" in b["text"]
+        )
+        assert shown["cls"] == "banner overload" and not shown["hidden"] and shown["role"] == "alert"
+        assert re.fullmatch(
+            r"⚠ Overload — shedding \d+ tasks/s of \d+ offered; "
+            r"admitting at the measured capacity \d+/s \(at most \d+ waiting\)",
+            shown["text"],
+        ), shown["text"]
+        r, g, b = _rgb(shown["bg"])
+        assert r > b and g > b and not _is_red(shown["bg"])  # amber
+        assert "warn" in shown["detector"].split()
+        expect(arena.log()).to_contain_text("⚠ overload: more offered than served")
+    finally:
+        daemon.request("DELETE", f"/api/v1/faults/{fault['id']}")
+
+
+def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(arena: _Arena) -> None:
+    """The same page, fed statuses it cannot get on demand from a healthy daemon (a negative control)."""
+    page = arena.page
+    forced: dict[str, Any] = {}
+
+    def rewrite(route: Route) -> None:
+        response = route.fetch()
+        body = response.json()
+        for key, value in forced.items():
+            if isinstance(value, dict):
+                body[key] = {**(body[key] or {}), **value}
+            else:
+                body[key] = value
+        route.fulfill(response=response, json=body)
+
+    page.route("**/api/v1/status", rewrite)
+    try:
+        telemetry = {"goodput": 12.0, "arrival_rate": 400.0, "lateness": 0.0}
+        forced.update(detector="collapsed", telemetry=telemetry, admission={"capacity_per_s": 300.0})
+        collapse = _wait_banner(page, "the collapse banner", lambda b: b["state"] == "collapsed")
+        assert collapse["cls"] == "banner collapse" and collapse["role"] == "alert" and not collapse["hidden"]
+        assert collapse["text"] == "⚠ Collapse — goodput 12/s of offered 400/s (measured capacity 300/s)"
+        assert _is_red(collapse["bg"]) and "bad" in collapse["detector"].split()
+
+        forced.update(detector="stall", telemetry={**telemetry, "lateness": 0.3})
+        stall = _wait_banner(page, "the stall banner", lambda b: b["state"] == "stall")
+        assert stall["cls"] == "banner stall" and "collapse" not in stall["cls"]
+        assert re.fullmatch(r"‖ Stall — .+ \(event loop late by \d+ ms\); nothing is cut", stall["text"])
+        assert int(re.findall(r"late by (\d+)", stall["text"])[0]) >= 300
+        assert not _is_red(stall["bg"]) and stall["bg"] != collapse["bg"]
+        assert "bad" not in stall["detector"].split()
+
+        # aimd keeps its factor; an overload without refusals tells the backlog instead.
+        aimd = {"policy": "aimd", "shed_per_s": 50.0, "limit": 10_000}
+        forced.update(detector="overload", throttle_factor=0.25, admission=aimd, telemetry={"arrival_rate": 400.0})
+        shown = _wait_banner(page, "the aimd overload banner", lambda b: "aimd" in b["text"])
+        assert shown["text"] == "⚠ Overload — refusing 50 tasks/s of 400 offered; producers admitted at 25 % (aimd)"
+        assert shown["admission"] == "aimd: producers at 25 %" and shown["cls"] == "banner overload"
+        forced.update(
+            admission={**aimd, "shed_per_s": 0.0}, telemetry={"queue_depth": 500, "queue_fill": 0.05, "head_age": 1.2}
+        )
+        shown = _wait_banner(page, "the backlog banner", lambda b: "backlog" in b["text"])
+        assert shown["text"] == "⚠ Overload — backlog of 500 tasks, the oldest waiting 1.20 s"
+
+        for calm in ("warning", "recovering", "healthy"):
+            forced.update(detector=calm)
+            shown = _wait_banner(page, f"no banner when {calm}", lambda b, calm=calm: b["state"] == calm)
+            assert shown["hidden"] and shown["cls"] == "banner" and "bad" not in shown["detector"].split()
+    finally:
+        page.unroute("**/api/v1/status")
+
+
+def test_the_log_tells_each_state_change_and_a_run_of_throttle_steps_on_one_line(arena: _Arena) -> None:
+    """The page's own log module, fed a story: aimd's steps become one line per run; capacity's are rare."""
+    lines = arena.page.evaluate(
+        """async () => {
+      const { EventLog } = await import("/arena/static/log.js");
+      const log = new EventLog(document.createElement("ol"), document.createElement("fieldset"));
+      const ev = (id, kind, data) => ({ id, kind, data: { t: id, ...data } });
+      log.add([
+        ev(1, "detector", { old: "healthy", new: "overload", reason: "shedding" }),
+        ev(2, "throttle", { action: "decrease", factor: 0.5, limit: 100 }),
+        ev(3, "throttle", { action: "decrease", factor: 0.25, limit: 100 }),
+      ]);
+      log.add([
+        ev(4, "score", { total: 80, grade: "B" }),
+        ev(5, "throttle", { action: "decrease", factor: 0.1, limit: 100 }),
+        ev(6, "detector", { old: "overload", new: "collapsed", reason: "goodput_collapse" }),
+        ev(7, "detector", { old: "collapsed", new: "stall", reason: "tick 312 ms late" }),
+        ev(8, "throttle", { action: "increase", factor: 0.15, limit: 100 }),
+        ev(9, "throttle", { action: "increase", factor: 0.2, limit: 100 }),
+        ev(10, "throttle", { action: "standing", factor: 1, limit: 42 }),
+      ]);
+      return [...log.list.children].map((li) => [li.dataset.id, li.className, li.textContent]);
+    }"""
+    )
+    assert [(i, cls) for i, cls, _ in lines] == [
+        ("10", "ev warn"),
+        ("9", "ev info"),
+        ("7", "ev stall"),
+        ("6", "ev bad"),
+        ("5", "ev warn"),
+        ("4", "ev info"),
+        ("1", "ev warn"),
+    ]
+    text = {i: t for i, _, t in lines}
+    assert text["5"].endswith("⇅ throttle down 3 steps: producers at 10 %")
+    assert text["9"].endswith("⇅ throttle up 2 steps: producers at 20 % (from 10 %)")
+    assert "stall: the daemon's process was paused (its event loop ran 312 ms late)" in text["7"]
+    assert "collapse" in text["6"] and "overload: more offered than served" in text["1"]
+    assert "at most 42 tasks may wait" in text["10"]
+
+
 def test_the_post_mortem_file_opens_offline_with_its_charts(browser: Browser, tmp_path: Path) -> None:
     report = tmp_path / "la.json"
     run = [sys.executable, "-m", "chaosd", "run", "leader_assassination", "--report", str(report), "--quiet"]
@@ -278,11 +498,20 @@ def test_the_post_mortem_file_opens_offline_with_its_charts(browser: Browser, tm
     page.on("request", lambda r: requests.append(r.url))
     try:
         page.goto(out.as_uri())
+        charts, count = _pm_charts(data)
         lines = page.locator("svg.chart path.line")
-        expect(lines).to_have_count(6)  # depth, p95, offered/throughput/goodput, throttle
-        for i in range(6):
+        expect(lines).to_have_count(count)
+        for i in range(count):
             expect(lines.nth(i)).to_have_attribute("d", re.compile(r"^M[\d.]+ [\d.]+(L[\d.]+ [\d.]+){10,}$"))
-        expect(page.locator("svg.chart rect.band")).to_have_count(4 * len(data["faults"]))
+        episodes = data["collapse"]["episodes"]
+        expect(page.locator("svg.chart rect.band")).to_have_count(charts * (len(data["faults"]) + len(episodes)))
+        for kind in ("overload", "collapse"):  # each alarm in its own colour: overload amber, collapse red
+            shaded = charts * sum(1 for e in episodes if e["kind"] == kind)
+            expect(page.locator(f"svg.chart rect.band.{kind}")).to_have_count(shaded)
+        expect(page.locator(".pm-admission")).to_have_text(re.compile(rf"^{data['throttle']['policy']}: "))
+        expect(page.locator(".pm-detector")).to_have_text(
+            re.compile(r"^\d+ alarms?, \d+ collapsed, \d+ stalls?; ended ")
+        )
         expect(page.locator("table").first.locator("tbody tr")).to_have_count(len(data["faults"]))
         expect(page.locator("svg.ring")).to_have_attribute("data-grade", data["score"]["grade"])
         expect(page.locator("h2")).to_contain_text(data["scenario"])
@@ -359,7 +588,8 @@ def test_the_page_reconnects_after_a_restart_without_duplicate_lines(
         assert tab.page.locator("#log li").filter(has_text="after-restart").count() == 1
         # The run that ended is a post-mortem now, drawn by the same page code.
         tab.page.goto(f"{second.base}/arena#run={first.run_id}")
-        expect(tab.page.locator("#postmortem svg.chart path.line")).to_have_count(6, timeout=10_000)
+        _, count = _pm_charts(second.get(f"/api/v1/runs/{first.run_id}")[1]["report"])
+        expect(tab.page.locator("#postmortem svg.chart path.line")).to_have_count(count, timeout=10_000)
         expect(tab.page.locator("#postmortem h2")).to_have_text(f"Post-mortem: run {first.run_id}")
     finally:
         if tab is not None:

@@ -8,7 +8,8 @@ const MAX_LINES = 500;
 export class EventLog {
   constructor(list, filters) {
     this.list = list;
-    this.ctx = { leaderLostAt: null, faults: new Map() };
+    this.ctx = { leaderLostAt: null, faults: new Map(), throttleRun: null, throttleFactor: null };
+    this.run = null; // the line a run of throttle steps is told on: {key, line}
     const groups = [...new Set([...Object.values(GROUPS), "other"])];
     for (const group of groups) {
       const box = el("input", { type: "checkbox", checked: true, "data-group": group });
@@ -30,13 +31,27 @@ export class EventLog {
         told = ["info", `${kind} (unreadable)`];
       }
       if (this.ctx.faults.size > 1000) this.ctx.faults.clear();
-      if (i >= from) lines.push(this._line(id, kind, data.t, told));
+      const key = told[2] || null;
+      if (key && this.run && this.run.key === key) {
+        // The run goes on: its line is told again, at the top, with the latest step.
+        const at = lines.indexOf(this.run.line);
+        if (at >= 0) lines.splice(at, 1);
+        else this.run.line.remove();
+      }
+      if (key || kind === "throttle") this.run = null;
+      if (i < from) return;
+      const line = this._line(id, kind, data.t, told);
+      lines.push(line);
+      if (key) this.run = { key, line };
     });
     this.list.prepend(...lines.reverse());
     while (this.list.childElementCount > MAX_LINES) this.list.lastElementChild.remove();
   }
 
   marker(text) {
+    // A new run: its throttle starts afresh.
+    Object.assign(this.ctx, { throttleRun: null, throttleFactor: null });
+    this.run = null;
     this.list.prepend(this._line(null, "marker", null, ["warn", text]));
   }
 

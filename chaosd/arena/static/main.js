@@ -23,8 +23,23 @@ const LIVE_CHARTS = [
       { key: "goodput", label: "goodput", cls: "s4" },
     ],
   },
-  { id: "throttle", title: "Throttle factor", series: [{ key: "throttle_factor", label: "factor", cls: "s2" }], digits: 2 },
 ];
+
+// The admission chart follows the policy: aimd's factor, or what was refused (offered − admitted) otherwise.
+function admissionChart(policy) {
+  if (policy === "aimd") {
+    return { id: "throttle", title: "Throttle factor (aimd)", series: [{ key: "throttle_factor", label: "factor", cls: "s2" }], digits: 2 };
+  }
+  return {
+    id: "refused",
+    title: `Refused: offered − admitted (tasks/s; admission ${policy ?? "?"})`,
+    series: [{ key: "refused", label: "refused", cls: "s2" }],
+  };
+}
+
+function withRefused(points) {
+  return points.map((p) => ({ ...p, refused: Math.max(0, Number(p.arrival_rate) - Number(p.admitted_rate)) }));
+}
 
 // Runs ``task`` every ``ms`` with never two in flight; ``now()`` runs it at once (debounced).
 function poller(task, ms) {
@@ -56,7 +71,10 @@ async function boot() {
   const dag = new DagView(document.getElementById("dag"));
   const agents = new AgentCards(document.getElementById("agents"));
   const log = new EventLog(document.getElementById("log"), document.getElementById("log-filter"));
-  const charts = LIVE_CHARTS.map((spec) => new LineChart(document.getElementById("charts"), spec));
+  const chartsRoot = document.getElementById("charts");
+  const charts = LIVE_CHARTS.map((spec) => new LineChart(chartsRoot, spec));
+  let admission = null; // drawn once the first status names the policy
+  let points = [];
   let controls = null;
   let status = null;
   let active = [];
@@ -66,6 +84,10 @@ async function boot() {
     status = s;
     active = f.faults || [];
     top.status(s);
+    if (admission === null && s.admission) {
+      admission = new LineChart(chartsRoot, admissionChart(s.admission.policy));
+      admission.update(points);
+    }
     dag.update(s.dag, s.route || [], active);
     agents.update(s.agents || [], s.leader, active);
     if (controls) controls.update(s);
@@ -73,7 +95,9 @@ async function boot() {
   const seriesPoll = poller(async () => {
     const ts = await getJSON("/api/v1/timeseries");
     top.faults(ts.faults);
-    for (const chart of charts) chart.update(ts.points);
+    points = withRefused(ts.points);
+    for (const chart of charts) chart.update(points);
+    if (admission) admission.update(points);
   }, 2000);
 
   const actions = await getJSON("/api/v1/actions").catch(() => ({ actions: [] }));
@@ -89,6 +113,7 @@ async function boot() {
     onState: (state) => top.connectionState(state),
     onRunChange: (old, now) => log.marker(`— the daemon restarted: run ${old} ended, run ${now} began —`),
     onEvents: (batch) => {
+      for (const e of batch) if (e.kind === "detector") top.detectorEvent(e.data);
       log.add(batch);
       if (batch.some((e) => e.kind !== "score")) statusPoll.now();
       if (batch.some((e) => e.kind === "fault" || e.kind === "score")) seriesPoll.now();

@@ -1,5 +1,6 @@
 // Events told in plain words: "✗ kill_leader → orchestrator-0 killed", "✓ orchestrator-1 elected leader (0.48 s)".
 import { fmtNum, fmtSeconds } from "./format.js";
+import { reasonText, stallLateMs, toneOf } from "./states.js";
 
 // The log's filter groups, in the order of their check boxes.
 export const GROUPS = {
@@ -42,7 +43,59 @@ const VERBS = {
   pool_exhaustion: "exhausted",
 };
 
-// ctx keeps what a later event needs: when the leader was lost, and each fault's injection time.
+// One line per state change of the detector, in the state's own tone (a stall is never told as an alarm).
+function narrateDetector(d) {
+  const from = `(${d.old} → ${d.new})`;
+  if (d.old === "stall") return ["info", `▶ stall over: judged afresh, ${d.new} ${from}`];
+  switch (d.new) {
+    case "collapsed":
+      return ["bad", `✗ collapse: ${reasonText(d.reason)} ${from}`];
+    case "overload":
+      return ["warn", `⚠ overload: more offered than served${d.reason === "overload" ? "" : `, ${reasonText(d.reason)}`} ${from}`];
+    case "stall": {
+      const ms = stallLateMs(d.reason);
+      const late = ms ? `its event loop ran ${fmtNum(ms, 0)} ms late` : "its event loop ran late";
+      return ["stall", `‖ stall: the daemon's process was paused (${late}); nothing is judged or cut ${from}`];
+    }
+    case "warning":
+      return ["warn", `⚠ warning: ${reasonText(d.reason)} ${from}`];
+    case "recovering":
+      return ["info", `↺ recovering: ${reasonText(d.reason)} ${from}`];
+    case "healthy":
+      return ["good", `✓ healthy: ${reasonText(d.reason)} ${from}`];
+    default:
+      return [toneOf(d.new), `detector ${d.old} → ${d.new} (${d.reason})`];
+  }
+}
+
+// Admission control's changes. capacity: "standing" / "bound", rare, one line each. aimd: a run of steps in one
+// direction is one line, rewritten at each step (the third element: the run it belongs to).
+function narrateThrottle(d, ctx) {
+  const pct = (f) => `${fmtNum(100 * f, 0)} %`;
+  if (d.action === "standing") {
+    ctx.throttleRun = null;
+    return ["warn", `⇅ admission: a queue stood above the target; at most ${d.limit} tasks may wait now (the target's worth)`];
+  }
+  if (d.action === "bound") {
+    ctx.throttleRun = null;
+    return ["info", `⇅ admission: no standing queue; at most ${d.limit} tasks may wait (the deadline's bound)`];
+  }
+  if (d.action !== "decrease" && d.action !== "increase") {
+    ctx.throttleRun = null;
+    return ["info", `⇅ throttle ${d.action}: factor ${pct(d.factor)}, limit ${d.limit}`];
+  }
+  const run = ctx.throttleRun;
+  const steps = run && run.action === d.action ? run.steps + 1 : 1;
+  const from = run && run.action === d.action ? run.from : ctx.throttleFactor; // null: not seen yet
+  ctx.throttleRun = { action: d.action, steps, from };
+  ctx.throttleFactor = d.factor;
+  const verb = d.action === "decrease" ? "down" : "up";
+  const count = steps > 1 ? ` ${steps} steps` : "";
+  const was = from === null || from === undefined ? "" : ` (from ${pct(from)})`;
+  return [d.action === "decrease" ? "warn" : "info", `⇅ throttle ${verb}${count}: producers at ${pct(d.factor)}${was}`, `throttle:${d.action}`];
+}
+
+// ctx keeps what a later event needs: when the leader was lost, each fault's injection time, the throttle's run.
 export function narrate(kind, d, ctx) {
   const list = (v) => (Array.isArray(v) ? v.join(", ") : String(v ?? ""));
   switch (kind) {
@@ -84,12 +137,10 @@ export function narrate(kind, d, ctx) {
       return d.state === "gave_up"
         ? ["bad", `✗ supervisor gave up on ${d.agent} after ${d.restarts} restarts`]
         : ["info", `↺ supervisor ${d.state} ${d.agent}`];
-    case "detector": {
-      const tone = d.new === "collapsed" ? "bad" : d.new === "healthy" ? "good" : "warn";
-      return [tone, `${tone === "good" ? "✓" : "⚠"} detector ${d.old} → ${d.new} (${d.reason})`];
-    }
+    case "detector":
+      return narrateDetector(d);
     case "throttle":
-      return ["warn", `⇅ throttle ${d.action}: producers at ${fmtNum(100 * d.factor, 0)} %`];
+      return narrateThrottle(d, ctx);
     case "dag":
       return ["info", `⤳ route ${list(d.route)}` + (d.bypassed && d.bypassed.length ? ` (bypassing ${list(d.bypassed)})` : "")];
     case "breaker":

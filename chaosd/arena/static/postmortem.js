@@ -1,4 +1,5 @@
-// The post-mortem of a finished run: its score, its timeline with the faults and incidents marked, its verdicts.
+// The post-mortem of a finished run: its score, its timeline with the faults and the detector's alarms marked
+// (overload amber, collapse red), admission control, its verdicts.
 import { LineChart } from "./charts.js";
 import { el } from "./dom.js";
 import { fmtNum, fmtSeconds } from "./format.js";
@@ -16,8 +17,40 @@ const PM_CHARTS = [
       { key: "goodput_per_s", label: "goodput", cls: "s4" },
     ],
   },
-  { id: "throttle", title: "Throttle factor", series: [{ key: "throttle_factor", label: "factor", cls: "s2" }], digits: 2 },
 ];
+// Only aimd moves the factor; the capacity policy bounds the queue instead (see the admission facts).
+const PM_THROTTLE = { id: "throttle", title: "Throttle factor (aimd)", series: [{ key: "throttle_factor", label: "factor", cls: "s2" }], digits: 2 };
+
+// The charts of a report: the throttle factor's when the run used aimd (or a report too old to say).
+export function pmCharts(report) {
+  const policy = (report.throttle || {}).policy;
+  return policy === undefined || policy === "aimd" ? [...PM_CHARTS, PM_THROTTLE] : PM_CHARTS;
+}
+
+function pmAdmission(report) {
+  const th = report.throttle;
+  if (!th) return "–";
+  const refused = th.refused === undefined ? "" : `, ${th.refused} refused`;
+  switch (th.policy) {
+    case "capacity":
+      return `capacity: limit down to ${th.lowest_limit ?? "–"} waiting, measured ${fmtNum(th.capacity_per_s, 0)} tasks/s${refused}`;
+    case "aimd":
+      return `aimd: factor down to ${fmtNum(100 * th.lowest_factor, 0)} %, ${th.decreases ?? 0} decreases${refused}`;
+    case "none":
+      return `none: only the full queue refuses${refused}`;
+    default:
+      return `factor down to ${fmtNum(100 * th.lowest_factor, 0)} %`;
+  }
+}
+
+function pmDetector(report) {
+  const c = report.collapse;
+  if (!c) return "–";
+  const alarms = c.alarms ?? (c.episodes || []).length;
+  const parts = [`${alarms} alarm${alarms === 1 ? "" : "s"}`, `${c.count ?? 0} collapsed`];
+  if (c.stalls !== undefined) parts.push(`${c.stalls} stall${c.stalls === 1 ? "" : "s"}`);
+  return `${parts.join(", ")}; ended ${c.final_state ?? "–"}`;
+}
 
 function pmTable(headers, rows) {
   return el(
@@ -37,7 +70,8 @@ function pmMarks(report) {
     marks.push({ from, to: Number(to), cls: `fault ${f.outcome || ""}`, label: `#${f.id} ${f.action} → ${f.outcome}` });
   }
   for (const e of (report.collapse && report.collapse.episodes) || []) {
-    marks.push({ from: Number(e.detected_at), to: Number(e.cleared_at ?? end), cls: "collapse", label: `collapse: ${e.reason}` });
+    const kind = e.kind === "overload" ? "overload" : "collapse"; // a report without kinds had collapses only
+    marks.push({ from: Number(e.detected_at), to: Number(e.cleared_at ?? end), cls: kind, label: `${kind}: ${e.reason}` });
   }
   return marks;
 }
@@ -60,12 +94,16 @@ export function renderPostmortem(root, report, title) {
     el("dd", {}, fmtSeconds(report.duration_s)),
     el("dt", {}, "Faults"),
     el("dd", {}, String((report.faults || []).length)),
+    el("dt", {}, "Detector"),
+    el("dd", { class: "pm-detector" }, pmDetector(report)),
+    el("dt", {}, "Admission"),
+    el("dd", { class: "pm-admission" }, pmAdmission(report)),
   );
   head.append(facts);
   const charts = el("div", { class: "charts" });
   const timeline = report.timeline || [];
   const marks = pmMarks(report);
-  for (const spec of PM_CHARTS) new LineChart(charts, spec).update(timeline, marks);
+  for (const spec of pmCharts(report)) new LineChart(charts, spec).update(timeline, marks);
   const faults = pmTable(
     ["#", "action", "targets", "injected", "service recovered", "recovery", "outcome"],
     (report.faults || []).map((f) => [

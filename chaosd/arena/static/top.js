@@ -1,7 +1,14 @@
-// The top bar: score ring, fault counters, the detector (a banner while collapsed), the lever, the connection.
-import { el, setText, toggle } from "./dom.js";
+// The top bar: score ring, fault counters, the detector, admission control, the lever, the connection; and the
+// banner under it while the detector raises an alarm (collapse: red, overload: amber) or the daemon stalled.
+import { el, setAttr, setText, toggle } from "./dom.js";
 import { fmtSeconds } from "./format.js";
 import { ScoreRing } from "./ring.js";
+import { TONES, admissionText, bannerFor, stallLateMs, toneOf } from "./states.js";
+
+const TONE_CLASSES = [...new Set(Object.values(TONES))];
+// A tick this late counts as the stall's own measure (the detector calls 50 ms a stall by default; a running
+// loop is late by well under a millisecond).
+const LATE_MS = 20;
 
 export class TopBar {
   constructor(root) {
@@ -18,28 +25,56 @@ export class TopBar {
       list.append(el("div", {}, el("dt", {}, label), this.counters[key]));
     }
     this.detector = el("dd", { id: "detector" }, "–");
+    this.admission = el("dd", { id: "admission" }, "–");
     this.lever = el("dd", { id: "lever-top" }, "–");
     this.plans = el("dd", { id: "plans" }, "–");
     list.append(
       el("div", {}, el("dt", {}, "Detector"), this.detector),
+      el("div", {}, el("dt", {}, "Admission"), this.admission),
       el("div", {}, el("dt", {}, "Lever"), this.lever),
       el("div", {}, el("dt", {}, "Survival / scenario"), this.plans),
     );
     this.connection = el("p", { id: "connection", role: "status", "aria-live": "polite" }, "connecting…");
-    this.banner = el("p", { id: "banner", class: "banner", role: "alert", hidden: true });
+    this.banner = el("p", { id: "banner", class: "banner", role: "alert", "data-state": "", hidden: true });
     root.append(list, this.connection);
     root.parentNode.insertBefore(this.banner, root.nextSibling);
+    this.lastDetector = null; // the newest detector event: a stall's reason says how late the loop ran
+    this.stallMs = 0;
+  }
+
+  detectorEvent(d) {
+    this.lastDetector = d;
   }
 
   status(s) {
     this.ring.update(s.score || {});
-    setText(this.detector, s.detector);
-    toggle(this.detector, "bad", s.detector !== "healthy");
+    const state = s.detector;
+    setText(this.detector, state);
+    setAttr(this.detector, "data-state", state);
+    for (const tone of TONE_CLASSES) toggle(this.detector, tone, tone === toneOf(state) && state !== "healthy");
+    setText(this.admission, admissionText(s));
+    setAttr(this.admission, "data-policy", (s.admission || {}).policy ?? "");
     setText(this.lever, s.lever === null || s.lever === undefined ? "released" : `pulled (${s.lever})`);
     setText(this.plans, `${s.survival ?? "idle"} / ${s.scenario ?? "idle"}`);
-    const collapsed = s.detector === "collapsed";
-    if (this.banner.hidden === collapsed) this.banner.hidden = !collapsed;
-    setText(this.banner, collapsed ? `⚠ Congestion collapse detected — throttle at ${Math.round(100 * s.throttle_factor)} %` : "");
+    this._banner(s);
+  }
+
+  _banner(s) {
+    if (s.detector === "stall") {
+      // The tick that ran late is rarely the one a poll sees: keep the worst lateness of this stall.
+      const seen = 1000 * (Number((s.telemetry || {}).lateness) || 0);
+      const told = this.lastDetector && this.lastDetector.new === "stall" ? stallLateMs(this.lastDetector.reason) : 0;
+      this.stallMs = Math.max(this.stallMs, seen >= LATE_MS ? seen : 0, told);
+    } else {
+      this.stallMs = 0;
+    }
+    const banner = bannerFor(s, this.stallMs);
+    const cls = banner ? `banner ${banner.cls}` : "banner";
+    if (this.banner.className !== cls) this.banner.className = cls;
+    setAttr(this.banner, "data-state", s.detector ?? "");
+    setAttr(this.banner, "role", banner && banner.cls === "stall" ? "status" : "alert");
+    if (this.banner.hidden !== !banner) this.banner.hidden = !banner;
+    setText(this.banner, banner ? banner.text : "");
   }
 
   faults(tally) {

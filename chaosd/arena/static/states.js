@@ -1,0 +1,107 @@
+// The detector's states and admission control in words, so the banner, the top bar and the log agree.
+import { fmtNum, fmtSeconds } from "./format.js";
+
+// Each state's tone, which is its colour: a collapse is red, an overload amber, a stall blue-grey.
+export const TONES = { healthy: "good", warning: "warn", overload: "warn", collapsed: "bad", stall: "stall", recovering: "info" };
+
+export function toneOf(state) {
+  return TONES[state] || "info";
+}
+
+// The detector's reasons (GET /api/v1/events, kind detector) in plain words.
+const REASONS = {
+  shedding: "shedding: admission or a full queue refuses work",
+  queue_full: "the queue is full",
+  queue_expired: "the queue head is older than the deadline",
+  queue_growth: "the queue keeps growing",
+  latency_growth: "p95 sojourn growing with the queue",
+  overload: "more offered than served",
+  "overload persists": "the overload persists",
+  goodput_collapse: "the workers are saturated and goodput collapsed",
+  goodput_falling: "goodput falling",
+  "overload cleared": "the overload cleared",
+  recovered: "recovered",
+  calm: "calm",
+  "stall over": "the stall is over",
+};
+
+export function reasonText(reason) {
+  return REASONS[reason] || String(reason ?? "");
+}
+
+// Tasks per second: whole numbers, one decimal under 10.
+export function fmtRate(value) {
+  const n = Number(value);
+  if (!Number.isFinite(n)) return "–";
+  return fmtNum(n, Math.abs(n) < 10 ? 1 : 0);
+}
+
+// How late the daemon's event loop ran, in ms, from a stall's reason ("tick 312 ms late"); 0 when unknown.
+export function stallLateMs(reason) {
+  const m = /(\d+(?:\.\d+)?) ms late/.exec(String(reason ?? ""));
+  return m ? Number(m[1]) : 0;
+}
+
+// The admission control in force and what it does now (GET /api/v1/status: admission, throttle_factor).
+export function admissionText(s) {
+  const a = s.admission || {};
+  switch (a.policy) {
+    case "capacity":
+      // A stall's window rates are the pause's artefact: the limit is held, and the rate is not worth showing.
+      if (s.detector === "stall") return `capacity: at most ${a.limit} waiting (held through the stall)`;
+      return `capacity: at most ${a.limit} waiting, measured ${fmtRate(a.capacity_per_s)} tasks/s` + (a.standing ? " (standing queue kept short)" : "");
+    case "aimd":
+      return `aimd: producers at ${fmtNum(100 * s.throttle_factor, 0)} %`;
+    case "none":
+      return `none: only the full queue (${a.limit}) refuses`;
+    default:
+      return `producers at ${fmtNum(100 * s.throttle_factor, 0)} %`;
+  }
+}
+
+function overloadText(s) {
+  const t = s.telemetry || {};
+  const a = s.admission || {};
+  const shed = Number(a.shed_per_s ?? t.shed_rate) || 0;
+  const offered = fmtRate(t.arrival_rate);
+  if (shed > 0) {
+    switch (a.policy) {
+      case "capacity":
+        return `shedding ${fmtRate(shed)} tasks/s of ${offered} offered; admitting at the measured capacity ${fmtRate(a.capacity_per_s)}/s (at most ${a.limit} waiting)`;
+      case "aimd":
+        return `refusing ${fmtRate(shed)} tasks/s of ${offered} offered; producers admitted at ${fmtNum(100 * s.throttle_factor, 0)} % (aimd)`;
+      case "none":
+        return `the full queue refuses ${fmtRate(shed)} tasks/s of ${offered} offered (no admission control)`;
+      default:
+        return `refusing ${fmtRate(shed)} tasks/s of ${offered} offered`;
+    }
+  }
+  const depth = Number(t.queue_depth ?? (s.queue || {}).depth) || 0;
+  const capacity = Number(t.capacity ?? (s.queue || {}).capacity) || 0;
+  if (capacity && depth >= capacity) return `queue full (${depth} of ${capacity} tasks)`;
+  if (Number(t.queue_fill) >= 0.85) return `queue nearly full (${depth} of ${capacity} tasks)`;
+  if (depth > 0) return `backlog of ${depth} tasks, the oldest waiting ${fmtSeconds(t.head_age)}`;
+  return "nothing refused and no backlog now; the alarm clears once the load stays calm";
+}
+
+// The banner for a status, or null when there is no alarm to raise (healthy, warning, recovering).
+// stallMs: how late the event loop ran during this stall (0: not known).
+export function bannerFor(s, stallMs = 0) {
+  const t = s.telemetry || {};
+  const a = s.admission || {};
+  switch (s.detector) {
+    case "collapsed": {
+      const capacity = Number(a.capacity_per_s) > 0 ? ` (measured capacity ${fmtRate(a.capacity_per_s)}/s)` : "";
+      const throttle = a.policy === "aimd" ? `; producers at ${fmtNum(100 * s.throttle_factor, 0)} %` : "";
+      return { cls: "collapse", text: `⚠ Collapse — goodput ${fmtRate(t.goodput)}/s of offered ${fmtRate(t.arrival_rate)}/s${capacity}${throttle}` };
+    }
+    case "overload":
+      return { cls: "overload", text: `⚠ Overload — ${overloadText(s)}` };
+    case "stall": {
+      const late = stallMs > 0 ? `event loop late by ${fmtNum(stallMs, 0)} ms` : "its event loop ran late";
+      return { cls: "stall", text: `‖ Stall — the daemon's process was paused (${late}); nothing is cut` };
+    }
+    default:
+      return null;
+  }
+}
