@@ -41,9 +41,10 @@ log = logging.getLogger("chaosd")
 
 def status_line(snap: Snapshot, state: str, factor: float) -> str:
     return (
-        f"t={snap.t:8.1f}s λ={snap.arrival_rate:7.1f}/s μ={snap.service_rate:7.1f}/s "
-        f"done={snap.throughput:7.1f}/s Q={snap.queue_depth}/{snap.capacity} "
-        f"p95={snap.sojourn_p95 * 1000:.1f}ms util={snap.utilisation:.2f} state={state} throttle={factor:.2f}"
+        f"t={snap.t:8.1f}s λ={snap.arrival_rate:7.1f}/s capacity={snap.capacity_rate:7.1f}/s "
+        f"done={snap.throughput:7.1f}/s good={snap.goodput:7.1f}/s shed={snap.shed_rate:6.1f}/s "
+        f"Q={snap.queue_depth}/{snap.capacity} p95={snap.sojourn_p95 * 1000:.1f}ms util={snap.utilisation:.2f} "
+        f"state={state}" + (f" throttle={factor:.2f}" if factor < 1.0 else "")
     )
 
 
