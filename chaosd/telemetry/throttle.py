@@ -6,7 +6,7 @@
   for ``standing`` seconds (CoDel's test: a standing queue, not a burst, is cut). The bound moves with the
   measured capacity every tick, so admission comes back the moment capacity does; a stall freezes it.
 - ``aimd``: the factor producers obey is halved on an alarm and raised by a step while healthy (kept for
-  comparison: it wastes capacity and turns stalls into refusals).
+  comparison: it idles workers while it refuses, and gives admission back on a ramp).
 - ``none``: everything offered is submitted; only the queue's own capacity refuses.
 """
 
