@@ -101,6 +101,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # keep this order) the longest start first, so the workers end together: in xdist's own order (most tests first)
 # the two Redis scenario files, 82 s of waiting on real processes, came last on one worker while the others idled.
 _FILE_SECONDS = {
+    "test_admission_realtime.py": 125,
     "test_resilience.py": 111,
     "test_arena.py": 92,
     "test_api.py": 88,
@@ -114,6 +115,7 @@ _FILE_SECONDS = {
     "test_redis_scenario.py": 42,
     "test_queueing.py": 42,
     "test_redis_scenario_memory.py": 40,
+    "test_admission.py": 36,
     "test_vocabulary.py": 30,
     "test_chaostoolkit.py": 29,
     "test_scenarios.py": 28,

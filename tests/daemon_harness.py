@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from prometheus_client.parser import text_string_to_metric_families
 
 from chaosd.config import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"
+PROMETHEUS = shutil.which("prometheus")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 
 def wait_for(
@@ -123,6 +130,17 @@ class Daemon:
     def get(self, path: str) -> tuple[int, Any]:
         return self.request("GET", path, token=None)
 
+    def scrape(self) -> dict[str, float]:
+        """GET /metrics as ``{'name{label="value",…}': value}`` (labels sorted; a bare name without labels)."""
+        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)
+        return out
+
     def wait_for_baseline(self, deadline_s: float = 30.0) -> None:
         """Until the daemon has a steady state to judge recoveries against (recovery.baseline_min of
         fault-free time): a fault injected before that is ``unmeasured``, never recovered."""
@@ -206,3 +224,121 @@ class Sink:
                             }
                         )
         return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def shortened_rules(tmp: Path, alerts: dict[str, str]) -> Path:
+    """The shipped rules with the named alerts' `for:` clauses replaced (promtool proves the shipped timing)."""
+    text = (ROOT / "config" / "prometheus" / "rules.yml").read_text()
+    for alert, duration in alerts.items():
+        pattern = re.compile(rf"(- alert: {alert}\n(?:.*\n)*?\s*for: )\S+")
+        text, n = pattern.subn(rf"\g<1>{duration}", text)
+        assert n == 1, f"the {alert} alert and its for: clause"
+    path = tmp / "rules.yml"
+    path.write_text(text)
+    return path
+
+
+class AlertStack:
+    """Prometheus (scrape and rule evaluation every second, ``rules``) scraping ``targets`` (host:port) as job
+    chaosd → Alertmanager (group_wait 1 s) → a webhook :class:`Sink`, all on loopback; ``close`` stops both
+    programs by their PIDs. Prometheus takes a few seconds before its first scrape: see :meth:`wait_scraped`."""
+
+    def __init__(self, tmp: Path, targets: list[str], rules: Path) -> None:
+        assert PROMETHEUS and ALERTMANAGER, "prometheus and prometheus-alertmanager (Debian packages)"
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.webhook = Sink()
+        am_port, prom_port = free_port(), free_port()
+        (tmp / "am.yml").write_text(
+            "route:\n  receiver: hook\n  group_by: [alertname, instance]\n  group_wait: 1s\n"
+            "  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n  - name: hook\n    webhook_configs:\n"
+            f"      - url: http://127.0.0.1:{self.webhook.port}/alerts\n        send_resolved: true\n"
+        )
+        (tmp / "prom.yml").write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files: [{rules}]\n"
+            f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{am_port}']\n"
+            f"scrape_configs:\n  - job_name: chaosd\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
+        )
+        self.procs: list[subprocess.Popen[bytes]] = []
+        try:
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        ALERTMANAGER,
+                        f"--config.file={tmp / 'am.yml'}",
+                        f"--storage.path={tmp / 'am'}",
+                        f"--web.listen-address=127.0.0.1:{am_port}",
+                        "--cluster.listen-address=",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        PROMETHEUS,
+                        f"--config.file={tmp / 'prom.yml'}",
+                        f"--storage.tsdb.path={tmp / 'prom'}",
+                        f"--web.listen-address=127.0.0.1:{prom_port}",
+                        "--rules.alert.resend-delay=1s",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        except BaseException:
+            self.close()
+            raise
+        self.prom = f"http://127.0.0.1:{prom_port}"
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query's result vector (each ``{"metric": {…}, "value": [t, "v"]}``)."""
+        url = f"{self.prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            body = json.loads(resp.read())
+        assert body["status"] == "success", body
+        return list(body["data"]["result"])
+
+    def value(self, expr: str) -> float:
+        """The single value of an instant query that must return exactly one series."""
+        result = self.query(expr)
+        assert len(result) == 1, (expr, result)
+        return float(result[0]["value"][1])
+
+    def wait_scraped(self, target: str, deadline_s: float = 60.0) -> None:
+        def up() -> bool:
+            try:
+                return bool(self.query(f'up{{job="chaosd", instance="{target}"}} == 1'))
+            except OSError:
+                return False  # Prometheus not listening yet
+
+        wait_for(up, deadline_s, f"Prometheus to scrape {target}")
+
+    def alerts(self, alertname: str, instance: str | None = None) -> list[dict[str, Any]]:
+        """The alerts named so (firing or resolved) in every notification that reached the webhook."""
+        out = []
+        for _, body in list(self.webhook.bodies):
+            for alert in json.loads(body)["alerts"]:
+                labels = alert["labels"]
+                if labels["alertname"] == alertname and instance in (None, labels.get("instance")):
+                    out.append(alert)
+        return out
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self.webhook.close()

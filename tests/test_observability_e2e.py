@@ -69,6 +69,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "CHAOSD_LOAD__RATE": "50",
             "CHAOSD_SLO__P95": "0.25",
             "CHAOSD_SLO__AVAILABILITY": "0.9",
+            # No admission control, so that a load spike can collapse the pipeline and the collapse alert's
+            # path is proven end to end: the default capacity policy sheds the excess and keeps goodput at
+            # capacity (tests/test_admission_realtime.py proves that, and the Overloaded alert, instead).
+            "CHAOSD_THROTTLE__POLICY": "none",
         },
     )
     am_port, prom_port = _free_port(), _free_port()
@@ -136,9 +140,17 @@ def _safe_query(prom: str, expr: str) -> list[dict[str, Any]]:
 
 def test_overload_drives_collapse_state_to_1_and_the_alert_reaches_the_webhook(stack: dict[str, Any]) -> None:
     daemon, prom, webhook = stack["daemon"], stack["prom"], stack["webhook"]
+    assert daemon.get("/api/v1/status")[1]["admission"]["policy"] == "none"  # nothing sheds the spike
+    # 16 × 50/s = 800/s against ~400/s: the queue grows past the deadline's worth, and what is served ends late.
     code, _ = daemon.request("POST", "/api/v1/faults", {"action": "load_spike", "params": {"factor": 16}, "ttl": 40})
     assert code == 201
-    wait_for(lambda: bool(_safe_query(prom, "chaosd_collapse_state == 1")), 40, "chaosd_collapse_state == 1")
+    wait_for(
+        lambda: bool(_safe_query(prom, "chaosd_collapse_state == 1")),
+        40,
+        "chaosd_collapse_state == 1",
+        lambda: str(daemon.get("/api/v1/status")[1]["detector"]),
+    )
+    assert float(_query(prom, "chaosd_collapses_total")[0]["value"][1]) >= 1  # an alarm that collapsed
 
     def alerted() -> bool:
         for _, body in webhook.bodies:

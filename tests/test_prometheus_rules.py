@@ -22,6 +22,7 @@ RULES_TEST = ROOT / "config" / "prometheus" / "rules_test.yml"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 
 ALERTS = {
+    "ChaosdPipelineOverloaded",
     "ChaosdPipelineCollapsed",
     "ChaosdQueueGrowingNearCapacity",
     "ChaosdLowResilienceScore",
@@ -38,6 +39,7 @@ RECORDS = {
     "chaosd:queue_growth_rate:avg1m",
     "chaosd:queue_saturation:ratio",
     "chaosd:tasks_completed:rate1m",
+    "chaosd:tasks_refused:ratio1m",
 }
 
 
