@@ -5,42 +5,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import socket
-import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import ROOT, Daemon, Sink, wait_for
+from daemon_harness import ALERTMANAGER, PROMETHEUS, ROOT, AlertStack, Daemon, Sink, shortened_rules, wait_for
 
-PROMETHEUS = shutil.which("prometheus")
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 if not (PROMETHEUS and ALERTMANAGER):
     if os.environ.get("CI"):
         pytest.fail("CI needs prometheus and prometheus-alertmanager (Debian packages)", pytrace=False)
     pytest.skip("prometheus / alertmanager not installed", allow_module_level=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _shortened_rules(tmp: Path) -> Path:
-    """The shipped rules with the collapse alert's `for:` cut to 2 s (promtool proves the shipped timing)."""
-    text = (ROOT / "config" / "prometheus" / "rules.yml").read_text()
-    pattern = re.compile(r"(- alert: ChaosdPipelineCollapsed\n(?:.*\n)*?\s*for: )\S+")
-    shortened, n = pattern.subn(r"\g<1>2s", text)
-    assert n == 1, "the collapse alert and its for: clause"
-    path = tmp / "rules.yml"
-    path.write_text(shortened)
-    return path
 
 
 def _query(prom: str, expr: str) -> list[dict[str, Any]]:
@@ -54,7 +30,7 @@ def _query(prom: str, expr: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("stack")
-    webhook, otlp = Sink(), Sink()
+    otlp = Sink()
     daemon = Daemon(
         tmp,
         env={
@@ -75,54 +51,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "CHAOSD_THROTTLE__POLICY": "none",
         },
     )
-    am_port, prom_port = _free_port(), _free_port()
-    (tmp / "am.yml").write_text(
-        "route:\n  receiver: hook\n  group_by: [alertname]\n  group_wait: 1s\n  group_interval: 1s\n"
-        "  repeat_interval: 1h\nreceivers:\n  - name: hook\n    webhook_configs:\n"
-        f"      - url: http://127.0.0.1:{webhook.port}/alerts\n        send_resolved: true\n"
-    )
     target = daemon.base.removeprefix("http://")
-    (tmp / "prom.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"rule_files: [{_shortened_rules(tmp)}]\n"
-        f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{am_port}']\n"
-        f"scrape_configs:\n  - job_name: chaosd\n    static_configs:\n      - targets: ['{target}']\n"
-    )
-    procs = [
-        subprocess.Popen(
-            [
-                ALERTMANAGER,
-                f"--config.file={tmp / 'am.yml'}",
-                f"--storage.path={tmp / 'am'}",
-                f"--web.listen-address=127.0.0.1:{am_port}",
-                "--cluster.listen-address=",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-        subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={tmp / 'prom.yml'}",
-                f"--storage.tsdb.path={tmp / 'prom'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
-                "--rules.alert.resend-delay=1s",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
-    ]
-    prom = f"http://127.0.0.1:{prom_port}"
+    alerting = AlertStack(tmp / "alerting", [target], shortened_rules(tmp, {"ChaosdPipelineCollapsed": "2s"}))
     try:
-        wait_for(lambda: bool(_safe_query(prom, 'up{job="chaosd"} == 1')), 60, "Prometheus to scrape chaosd")
-        yield {"daemon": daemon, "prom": prom, "webhook": webhook, "otlp": otlp, "tmp": tmp}
+        alerting.wait_scraped(target)
+        yield {"daemon": daemon, "prom": alerting.prom, "webhook": alerting.webhook, "otlp": otlp, "tmp": tmp}
     finally:
         daemon.terminate()
         daemon.kill()
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=20)
-        webhook.close()
+        alerting.close()
         otlp.close()
 
 

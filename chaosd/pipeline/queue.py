@@ -23,8 +23,8 @@ class IngressQueue:
 
     def __init__(self, capacity: int, when_full: str, clock: Clock) -> None:
         self.capacity = capacity
-        # Admission control's bound on the tasks waiting (never above capacity): an offer past it is refused as
-        # throttled, whatever ``when_full`` says; a task already accepted is never refused by it.
+        # Admission control's bound on the tasks waiting (never above capacity): an offer past it is shed, whatever
+        # ``when_full`` says; a task already accepted is never refused by it.
         self.limit = capacity
         self.when_full = when_full
         self._clock = clock
