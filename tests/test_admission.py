@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from conftest import settings
 
+from chaosd.client import _inspect_lines as inspect_lines
 from chaosd.config import DetectorConfig, Settings, ThrottleConfig
 from chaosd.plans import scenario_plan
+from chaosd.report import render_summary
 from chaosd.runner import Experiment, run_offline
 from chaosd.scenario import load_scenario, settings_for
 from chaosd.telemetry.detector import CollapseDetector
@@ -262,3 +264,22 @@ def test_a_fault_that_overloads_reads_its_drain_not_a_ramp(action: str, target: 
     assert restore["capacity"] <= 3.0, restore
     assert restore["capacity"] < restore["none"], restore
     assert restore["aimd"] >= 10.0, restore
+
+
+def test_the_summary_and_inspect_say_what_admission_did() -> None:
+    report, _ = _scenario("overload", "capacity")
+    th, c = report["throttle"], report["collapse"]
+    summary = render_summary(report)
+    assert (
+        f"admission  capacity · limit {th['limit']} waiting (lowest {th['lowest_limit']}) · measured capacity "
+        f"{th['capacity_per_s']:.1f}/s · target wait 0.25 s · refused {th['refused']}"
+    ) in summary
+    assert f"{c['alarms']} alarm(s), 0 collapsed · {c['time_overloaded_s']:.1f} s overloaded" in summary
+    lines = inspect_lines(report)
+    assert f"admission  capacity · limit {th['limit']} waiting · capacity {th['capacity_per_s']:.1f}/s · " in "\n".join(
+        lines
+    )
+    assert any(line.startswith("detector   healthy now · 1 alarm(s), 0 collapsed") for line in lines), lines
+    # The refusals are the shed ones, and the diagnostics name them.
+    assert th["refused"] == report["tasks"]["rejected_by"]["shed"] > 0
+    assert any(d["cause"] == "refused:shed" and d["count"] == th["refused"] for d in report["diagnostics"])
