@@ -96,6 +96,6 @@ def availability_over(
 
 
 def collapse_state(configuration: dict[str, Any] | None = None, secrets: dict[str, Any] | None = None) -> str:
-    """The collapse detector's state: healthy, warning, collapsed or recovering."""
+    """The detector's state: healthy, warning, overload, collapsed, stall or recovering."""
     status = daemon(configuration, secrets).request("GET", "/api/v1/status")
     return str(status["detector"])
