@@ -4,7 +4,7 @@
   workers over busy seconds per task, Little's law): never more than ``max_wait`` of the deadline's worth
   (a task behind more would end late), and only ``target``'s worth once a queue has stood above the target
   for ``standing`` seconds (CoDel's test: a standing queue, not a burst, is cut). The bound moves with the
-  measured capacity every tick, so admission comes back the moment capacity does; a stall freezes it.
+  measured capacity every tick, so admission comes back the moment capacity does; a stall lifts it.
 - ``aimd``: the factor producers obey is halved on an alarm and raised by a step while healthy (kept for
   comparison: it idles workers while it refuses, and gives admission back on a ramp).
 - ``none``: everything offered is submitted; only the queue's own capacity refuses.
@@ -76,8 +76,11 @@ class Throttle:
     def _capacity(self, state: DetectorState, s: Snapshot) -> ThrottleAction | None:
         ages = self._ages
         if state is DetectorState.STALL:
+            # The pause is the host's, not the pipeline's, and the window's rates are its artefact: admit all the
+            # queue holds. What the pause left beyond the bound is drained after it, refusing only while it is.
             ages.clear()
-            return None  # the window's rates are the pause's: keep the bound the pipeline had before it
+            self.limit = self.queue_capacity
+            return None
         ages.append(s.head_age)
         if s.mean_service <= 0:
             self.limit = self.queue_capacity  # nothing takes time: no capacity to keep to
