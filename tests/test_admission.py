@@ -283,3 +283,22 @@ def test_the_summary_and_inspect_say_what_admission_did() -> None:
     # The refusals are the shed ones, and the diagnostics name them.
     assert th["refused"] == report["tasks"]["rejected_by"]["shed"] > 0
     assert any(d["cause"] == "refused:shed" and d["count"] == th["refused"] for d in report["diagnostics"])
+
+
+def test_a_stall_that_interrupts_an_overload_keeps_the_bound() -> None:
+    """Lifted during an overload, the queue would fill past the deadline and the overload become a collapse."""
+    detector = CollapseDetector(DetectorConfig(), 0.1, deadline=1.0, window=1.0)
+    throttle = Throttle(ThrottleConfig(), tick=0.1, capacity=10_000, deadline=1.0)
+    t = 0.0
+    for _ in range(100):  # 10 s shedding at the bound: offered 800/s against 400/s
+        t = round(t + 0.1, 6)
+        snap = _snapshot(t, arrival_rate=800.0, shed_rate=400.0, queue_depth=316, utilisation=1.0, busy_share=1.0)
+        detector.update(snap)
+        throttle.update(detector.state, snap)
+    bound = throttle.limit
+    assert detector.state.value == "overload" and bound < 400
+    t = round(t + 0.1, 6)
+    snap = _paused(t, 0.3)
+    detector.update(snap)
+    throttle.update(detector.state, snap)
+    assert detector.state.value == "stall" and throttle.limit == bound

@@ -4,7 +4,8 @@
   workers over busy seconds per task, Little's law): never more than ``max_wait`` of the deadline's worth
   (a task behind more would end late), and only ``target``'s worth once a queue has stood above the target
   for ``standing`` seconds (CoDel's test: a standing queue, not a burst, is cut). The bound moves with the
-  measured capacity every tick, so admission comes back the moment capacity does; a stall lifts it.
+  measured capacity every tick, so admission comes back the moment capacity does; a stall lifts it unless it
+  was binding.
 - ``aimd``: the factor producers obey is halved on an alarm and raised by a step while healthy (kept for
   comparison: it idles workers while it refuses, and gives admission back on a ramp).
 - ``none``: everything offered is submitted; only the queue's own capacity refuses.
@@ -54,6 +55,7 @@ class Throttle:
         self.max_wait = cfg.max_wait * horizon  # the longest wait admitted: a task behind more ends late
         self.target = min(self.max_wait, cfg.target if cfg.target > 0 else horizon / 4)
         self.standing = False  # capacity: the queue stood above target, and is kept to target's worth
+        self._binding = False  # capacity: the bound refused, or the queue reached it, on the last tick judged
         self._ages: deque[float] = deque(maxlen=max(1, round(cfg.standing / tick)))  # head ages, newest last
         self._last = float("-inf")
         self.actions: deque[ThrottleAction] = deque(maxlen=keep)  # the newest; the counts below are of all
@@ -76,11 +78,15 @@ class Throttle:
     def _capacity(self, state: DetectorState, s: Snapshot) -> ThrottleAction | None:
         ages = self._ages
         if state is DetectorState.STALL:
-            # The pause is the host's, not the pipeline's, and the window's rates are its artefact: admit all the
-            # queue holds. What the pause left beyond the bound is drained after it, refusing only while it is.
+            # The pause is the host's, not the pipeline's, and the window's rates are its artefact. If the bound
+            # was not binding before it, admit all the queue holds: what the pause leaves beyond the bound drains
+            # after it, refusing only while it does. If it was (an overload the pause interrupts), keep it: lifted,
+            # the queue would fill past the deadline and the overload would become a collapse.
             ages.clear()
-            self.limit = self.queue_capacity
+            if not self._binding:
+                self.limit = self.queue_capacity
             return None
+        self._binding = s.shed_rate > 0 or s.queue_depth >= self.limit
         ages.append(s.head_age)
         if s.mean_service <= 0:
             self.limit = self.queue_capacity  # nothing takes time: no capacity to keep to
