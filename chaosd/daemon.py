@@ -1,9 +1,14 @@
-"""The daemon: the pipeline in real time with its HTTP control plane, until SIGINT/SIGTERM.
+"""The daemon: the pipeline in real time with its HTTP control plane, until SIGINT/SIGTERM/SIGHUP.
 
 Lifecycle as uvicorn's: capture signals → start (storage, streams, pipeline) → serve → on the first
 signal refuse new faults, stop survival and scenario runs, revert the active faults, end the event
 streams, stop the pipeline within the grace period, write the final report, flush storage, exit 0.
-A second signal forces the exit (storage is still flushed; no report).
+SIGHUP (a closed terminal, a supervisor's hangup) is a stop like SIGTERM, not a reload. A second signal
+within a second of the first is the same request delivered twice (``timeout``, wrappers that signal the
+process and then its group) and changes nothing; a later one forces the exit (exit 1; storage is still
+flushed; the message says whether the faults were reverted and the report written by then). The span
+exporter gets what is left of ``daemon.shutdown_grace`` after the pipeline stopped: a collector that never
+answers cannot hold the exit.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from aiohttp import web
 from chaosd.api import build_app
 from chaosd.api.keys import HTTP_STATS, LIMITS, REPORT, STORAGE
 from chaosd.api.server import FrontDoor
-from chaosd.clock import LoopClock, new_event_loop, unix_time
+from chaosd.clock import LoopClock, new_event_loop, unix_time, wall_time
 from chaosd.config import Settings
 from chaosd.control import Controller
 from chaosd.errors import ChaosdError, ConfigError
@@ -37,6 +42,31 @@ from chaosd.wire import is_loopback
 __all__ = ["check_bind", "serve"]
 
 log = logging.getLogger("chaosd")
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_ECHO = 1.0  # wall seconds: a second signal sooner than this is the first one delivered twice (as `chaosd run`)
+_MIN_FLUSH = 0.25  # seconds the span exporter gets even when the pipeline took the whole grace period
+
+
+class _Stop:
+    """The stop signals: the first starts the graceful stop, an echo within ``_ECHO`` is ignored, a later one
+    forces the exit by cancelling the daemon's main task."""
+
+    def __init__(self, begin: Callable[[signal.Signals], None], main: asyncio.Task[int] | None) -> None:
+        self._begin = begin
+        self._main = main
+        self.first: float | None = None  # wall time of the first signal
+        self.forced: signal.Signals | None = None
+
+    def __call__(self, signum: int) -> None:
+        sig = signal.Signals(signum)
+        now = wall_time()
+        if self.first is None:
+            self.first = now
+            self._begin(sig)
+        elif now - self.first >= _ECHO and self.forced is None and self._main is not None:
+            self.forced = sig
+            self._main.cancel()
 
 
 def status_line(snap: Snapshot, state: str, factor: float) -> str:
@@ -56,6 +86,13 @@ def check_bind(settings: Settings) -> None:
         )
 
 
+def backend_note(experiment: Experiment) -> str:
+    """What the status line adds while the backend cannot serve (the Redis runtime: unreachable), else ''."""
+    health = getattr(experiment.pipeline, "backend_health", None)
+    problem = health() if health is not None else None
+    return f" {problem}" if problem else ""
+
+
 def _raise_fd_limit(wanted: int) -> int:
     """Lift the soft descriptor limit towards the hard one so ``max_connections`` can be held; returns it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -71,7 +108,7 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     loop = asyncio.get_running_loop()
     clock = LoopClock(loop)
     stop = asyncio.Event()
-    main = asyncio.current_task()
+    main: asyncio.Task[int] | None = asyncio.current_task()
     experiment = Experiment(settings, clock, warmup=0.0, scenario=None, virtual=False)
     controller = Controller(experiment)
     run_id = uuid.uuid4().hex[:12]
@@ -87,19 +124,14 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
             fds,
             settings.api.max_connections,
         )
-    signals = 0
 
-    def on_signal(signum: int) -> None:
-        nonlocal signals
-        signals += 1
-        if signals == 1:
-            out(f"chaosd: {signal.Signals(signum).name} received, stopping (again to force)")
-            controller.refuse_new()
-            stop.set()
-        elif main is not None:
-            main.cancel()
+    def begin(sig: signal.Signals) -> None:
+        out(f"chaosd: {sig.name} received, stopping (another signal a second or more later forces the exit)")
+        controller.refuse_new()
+        stop.set()
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    on_signal = _Stop(begin, main)
+    for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
 
     interval = settings.daemon.status_interval
@@ -108,12 +140,13 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     def on_snapshot(snap: Snapshot) -> None:
         if snap.t >= next_status[0]:
             next_status[0] += interval
-            out(status_line(snap, experiment.detector.state.value, experiment.throttle.factor))
+            line = status_line(snap, experiment.detector.state.value, experiment.throttle.factor)
+            out(line + backend_note(experiment))
 
     experiment.telemetry.listen(on_snapshot)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=settings.daemon.shutdown_grace)
     door: FrontDoor | None = None
-    reverted = 0
+    reverted: int | None = None  # None until the active faults have been reverted
     try:
         door = FrontDoor(runner, app[LIMITS], app[HTTP_STATS])
         # A report that cannot be written is found out now, not when a month-long run ends.
@@ -149,21 +182,33 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
         await door.close()
         await runner.cleanup()
     except asyncio.CancelledError:
-        out("chaosd: forced exit; active faults may not have been reverted, no report written")
+        forced = on_signal.forced.name if on_signal.forced is not None else "a second signal"
+        faults = "active faults may not have been reverted"
+        if reverted is not None:
+            faults = f"{reverted} active fault(s) reverted"
+        written = f"report written to {settings.daemon.report}" if app[REPORT] else "no report written"
+        out(f"chaosd: {forced} again: forced exit; {faults}, {written}")
         return 1
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
+            if on_signal.first is not None:  # stopping: what is left is bounded, and an echo must not kill it
+                signal.signal(signum, signal.SIG_IGN)
         if STORAGE in app:  # on every way out, what was queued still lands (a no-op after a clean cleanup)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(app[STORAGE].close(), settings.daemon.shutdown_grace)
-        await asyncio.to_thread(tracing.close)  # ends open fault spans, flushes the exporter
+        # Ends open fault spans and flushes the exporter, within what is left of the grace period since the
+        # signal: the flush runs on a thread of its own that the exit does not wait for.
+        began = on_signal.first if on_signal.first is not None else wall_time()
+        budget = max(_MIN_FLUSH, began + settings.daemon.shutdown_grace - wall_time())
+        if not tracing.close(budget):
+            out(f"chaosd: the span exporter did not finish within {budget:.1f} s; unexported spans dropped")
     report = app[REPORT]
     if not report:
         out("chaosd: the pipeline did not stop cleanly; no report written")
         return 1
     out(render_summary(report))
-    out(f"chaosd: reverted {reverted} active fault(s); report written to {settings.daemon.report}")
+    out(f"chaosd: reverted {reverted or 0} active fault(s); report written to {settings.daemon.report}")
     return 0
 
 

@@ -1,8 +1,10 @@
-"""The entry point of a worker or orchestrator process (``chaosd worker``): connect, serve until SIGTERM/SIGINT."""
+"""The entry point of a worker or orchestrator process (``chaosd worker``): connect, serve until SIGTERM, SIGINT or
+SIGHUP. The daemon's own children die with their spawner (``PR_SET_PDEATHSIG``), and the spawner with the daemon."""
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
 import signal
@@ -17,13 +19,29 @@ from chaosd.backends.redis_worker import RedisWorker
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import Settings, load_settings
 
-__all__ = ["EXIT_KILLED", "default_id", "read_settings", "serve_process", "spawn_from"]
+__all__ = ["EXIT_KILLED", "default_id", "die_with_parent", "read_settings", "serve_process", "spawn_from"]
 
 EXIT_KILLED = 137  # the status a SIGKILLed process reports: the daemon asked this worker to die (kill_agent)
 
 _PARENT_CHECK = 0.5  # seconds between checks that the daemon is still there
 _REPLY_TIMEOUT = 2.0  # seconds
 _EXIT_GRACE = 1.0  # seconds the process gives its tasks to stop after SIGTERM
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def die_with_parent() -> bool:
+    """Ask the kernel to SIGKILL this process when the thread that forked it exits (Linux ``prctl``).
+
+    A SIGKILL reaches a SIGSTOPped process too, which a SIGTERM or the orphan check in :func:`_main` cannot:
+    a worker paused by ``pause_agent`` when the daemon is killed would be left stopped, holding its tasks.
+    False where the call is not available (not Linux).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def default_id(role: str) -> str:
@@ -42,14 +60,18 @@ def spawn_from(commands: IO[str], replies: IO[str]) -> tuple[str, str] | None:
     """The daemon's spawner: fork one process per ``ROLE ID LOG`` line, answering with its pid.
 
     Returns ``(role, id)`` in each child, which goes on to serve as if started as ``chaosd worker --role ROLE
-    --id ID`` (its output in LOG), and None in the spawner once the daemon closes its input. Everything a worker
-    imports is imported before the first fork, so a child serves within milliseconds.
+    --id ID`` (its output in LOG), and None in the spawner once the daemon closes its input — or dies: its end
+    of the pipe closes with it. Each child is SIGKILLed by the kernel when the spawner exits, stopped or not.
+    Everything a worker imports is imported before the first fork, so a child serves within milliseconds.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children; the daemon watches their pidfds
+    spawner = os.getpid()
     while line := commands.readline():
         role, agent_id, log = line.rstrip("\n").split(" ", 2)
         pid = os.fork()
         if pid == 0:
+            if die_with_parent() and os.getppid() != spawner:
+                os._exit(0)  # the spawner went before the request was made: nobody would stop this one
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             null = os.open(os.devnull, os.O_RDONLY)
@@ -114,12 +136,12 @@ async def _main(settings: Settings, role: str, agent_id: str, parent: int | None
 
 
 def serve_process(settings: Settings, role: str, agent_id: str, parent: int | None = None) -> int:
-    """Run one worker or orchestrator replica in this process until SIGTERM or SIGINT (0) or until the daemon
-    asks this worker to exit (:data:`EXIT_KILLED`); the exit code."""
+    """Run one worker or orchestrator replica in this process until SIGTERM, SIGINT or SIGHUP (0) or until the
+    daemon asks this worker to exit (:data:`EXIT_KILLED`); the exit code."""
     loop = new_event_loop(virtual=False)
     stop = asyncio.Event()
     try:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in _STOP_SIGNALS:
             loop.add_signal_handler(sig, stop.set)
         return loop.run_until_complete(_main(settings, role, agent_id, parent, stop))
     finally:

@@ -4,6 +4,12 @@
 queue depth, ledger, histograms, agents, the leader — from what it reads back from Redis every ``backend.poll``:
 the results stream (one entry per effect the sink applied), the stream and its pending entries, the lease,
 the heartbeats. Faults act on the processes: SIGKILL, SIGSTOP/SIGCONT, and a control hash per worker.
+
+Redis may go away and come back empty (a restart without persistence): the monitor says so while it cannot
+reach it (``backend_health``, for readiness), notices the restart (the run counter it wrote is gone, or the
+server's ``run_id`` changed) and writes back from its own state what the processes read — every control hash,
+the stage document, the consumer group, the fencing counter's floor, the counters — so no fault is cancelled
+by a restart.
 """
 
 from __future__ import annotations
@@ -11,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Collection, Iterator
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -36,14 +44,35 @@ from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.producer import Admission
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter, Worker
+from chaosd.redact import redact_url
 
 __all__ = ["RedisDispatch", "RedisPipeline"]
 
+_DEFAULT_CONTROL = {"slow": "1.0", "drop": "0.0", "paused": "0", "partitioned": "0", "exit": ""}
+
+_URL_VARIABLE = "CHAOSD_BACKEND__URL"  # how the local processes get a backend.url with a password
 _RESULTS_BATCH = 50_000  # results read per poll; more left over means the books are behind
 _SHUTDOWN_GRACE = 3.0  # seconds local processes get to exit on SIGTERM
 _READY_TIMEOUT = 30.0  # seconds the local processes get to start before producers start anyway
 _SNAPSHOT_EVERY = 1.0  # seconds between full reads of the stream (what the ledger calls held)
 _MAX_REMOTE = 256  # workers started elsewhere that the daemon lists; more still serve, unlisted
+
+# KEYS: fence. ARGV: the highest token seen. Tokens keep growing across a Redis that came back empty.
+_FENCE_FLOOR = """
+local seen = tonumber(ARGV[1])
+if tonumber(redis.call('GET', KEYS[1]) or '0') < seen then
+  redis.call('SET', KEYS[1], seen)
+end
+return 1
+"""
+
+
+def _where(url: str) -> str:
+    """The server an URL names, without its credentials (a status line and readiness name it)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "unix":
+        return parts.path
+    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
 
 
 class _RemoteBusy(BusyMeter):
@@ -61,6 +90,7 @@ class RedisDispatch(Dispatcher):
         self.holder: str | None = None  # agent id in the lease key
         self.identity: str | None = None  # agent id / pid
         self.token = 0
+        self.highest_token = 0  # the fencing counter is at least this (what a Redis that came back empty needs)
         self._first_token: int | None = None
         self.refused_writes = 0
         self._alive: dict[str, Agent] = {r.id: r for r in self.replicas}
@@ -79,6 +109,7 @@ class RedisDispatch(Dispatcher):
             self.identity = identity
             self.holder = identity.partition("/")[0]
             self.token = int(token) if token.isdigit() else 0
+            self.highest_token = max(self.highest_token, self.token)
             if self._first_token is None:
                 self._first_token = self.token
             # Every token after the first one the daemon saw is an election.
@@ -160,6 +191,15 @@ class RedisPipeline(Pipeline):
         self._closed = False
         self.offset = 0.0
         self.results_read = 0
+        # The backend's health: since when (clock time) and why Redis is unreachable; None while it answers.
+        self._down_since: float | None = None
+        self._down_reason = ""
+        self._server_id: str | None = None  # INFO server's run_id: which Redis process answered last
+        self._ask_server = True  # after an outage: ask again which Redis process answers
+        self._stats_seen: dict[str, str] = {}  # the counters as last read, written back to a Redis that lost them
+        self._stage_stats_seen: dict[str, str] = {}
+        self.redis_restarts = 0  # Redis restarts noticed (a new run_id, or the daemon's keys gone)
+        self.restored = 0  # times the daemon wrote its state back into Redis
 
     # --- agents are processes ----------------------------------------------------------------------
 
@@ -344,6 +384,79 @@ class RedisPipeline(Pipeline):
         """One monitor pass now (tests and reports that need the books current); waits for one under way."""
         await self._poll(snapshot=True)
 
+    # --- the backend's health -------------------------------------------------------------------------
+
+    def backend_health(self) -> str | None:
+        """Why the backend cannot serve now (Redis unreachable since the first poll that failed), or None."""
+        since = self._down_since
+        if since is None:
+            return None
+        where = _where(self.settings.backend.url)
+        down = self.clock.now() - since
+        return f"backend: Redis at {where} unreachable for {down:.1f} s ({self._down_reason})"
+
+    def _unreachable(self, exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {exc}"[:200]
+        self._down_reason = reason
+        self._ask_server = True  # once it answers: the same Redis process, or another one?
+        if self._down_since is None:
+            self._down_since = self.clock.now()
+            self.events.record(self.elapsed(), "backend", state="unreachable", reason=reason)
+
+    def _reachable(self) -> None:
+        since = self._down_since
+        if since is not None:
+            self._down_since = None
+            down = round(self.clock.now() - since, 3)
+            self.events.record(self.elapsed(), "backend", state="reachable", down_s=down)
+
+    @staticmethod
+    async def _server(client: Redis) -> str:
+        """Which Redis process answers: INFO server's run_id, new at every start of the server."""
+        info = await client.info("server")
+        return str(info.get("run_id", ""))
+
+    def _came_back_empty(self) -> None:
+        """The results stream starts again from its beginning, and the next full read of the (new) task stream
+        finds the tasks that were lost with the old one."""
+        self._last_result = "0-0"
+        self._last_delivered = None
+
+    async def _restore(self, client: Redis, *, lost: bool) -> bool:
+        """Write back what the processes read from Redis, from the daemon's own state: every control hash and
+        the stage document (the faults in force), the consumer group, the run counter (the marker that says
+        Redis still holds this run) and the fencing counter's floor; when Redis lost its data, the counters
+        too (added: what processes counted since the restart stays). One transaction: all of it or none."""
+        keys = self.keys
+        control = self._control_doc()
+        stage_doc = self._stages_doc()
+        pipe = client.pipeline(transaction=True)
+        pipe.set(keys.run, self.stream.run_id, nx=True)
+        pipe.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)  # BUSYGROUP if a worker was quicker
+        pipe.eval(_FENCE_FLOOR, 1, keys.fence, self.lease.highest_token)
+        for agent_id, doc in control.items():
+            pipe.hset(keys.control(agent_id), items=[x for kv in doc.items() for x in kv])
+        pipe.set(keys.stage_control, stage_doc)
+        if lost:
+            for name, value in self._stats_seen.items():
+                pipe.hincrby(keys.stats, name, int(value))
+            for name, value in self._stage_stats_seen.items():
+                pipe.hincrby(keys.stage_stats, name, int(value))
+        try:
+            await pipe.execute(raise_on_error=False)
+        except (RedisError, OSError) as exc:
+            still_cancelled()
+            self._control, self._stage_doc = {}, ""  # written again by the next pass
+            self._unreachable(exc)
+            return False
+        self._control, self._stage_doc = control, stage_doc
+        self.restored += 1
+        active = sum(1 for doc in control.values() if doc != _DEFAULT_CONTROL)
+        self.events.record(
+            self.elapsed(), "backend", state="restored", lost_data=lost, controls=len(control), faulted=active
+        )
+        return True
+
     # --- the monitor --------------------------------------------------------------------------------
 
     def _control_doc(self) -> dict[str, dict[str, str]]:
@@ -409,7 +522,26 @@ class RedisPipeline(Pipeline):
             return
         keys = self.keys
         queue = self.stream
+        if self._ask_server:
+            try:
+                server = await self._server(client)
+                restarted = self._server_id is not None and server != self._server_id
+                lost = restarted and not await client.exists(keys.run)
+            except (RedisError, OSError) as exc:  # down still, or loading its data
+                still_cancelled()
+                self._unreachable(exc)
+                return
+            self._server_id, self._ask_server = server, False
+            if restarted:  # with persistence it kept its data; what the processes read is written anyway
+                self.redis_restarts += 1
+                self.events.record(self.elapsed(), "backend", state="restarted", lost_data=lost)
+                if lost:
+                    self._came_back_empty()
+                if not await self._restore(client, lost=lost):
+                    return
+            self._reachable()  # ready again once what the processes read is back
         pipe = client.pipeline(transaction=False)
+        pipe.get(keys.run)  # the marker: gone when Redis lost this run's data
         recent = queue.recent
         if snapshot:
             queue.recent = set()
@@ -436,11 +568,30 @@ class RedisPipeline(Pipeline):
             pipe.set(keys.stage_control, stage_doc)
         try:
             replies = await pipe.execute(raise_on_error=False)
-        except (RedisError, OSError):
+        except (RedisError, OSError) as exc:
             if snapshot:
                 queue.recent |= recent
             still_cancelled()
+            self._unreachable(exc)
             return
+        marker, replies = replies[0], replies[1:]
+        if isinstance(marker, Exception) or marker is None:
+            if snapshot:
+                queue.recent |= recent
+            if isinstance(marker, Exception):  # loading its data, say: it answers, but cannot serve yet
+                self._unreachable(marker)
+                return
+            # Redis came back empty (it restarted between two passes, or was flushed): nothing read in this
+            # pass is booked; what the processes read is written back, and the next pass reads on.
+            self.redis_restarts += 1
+            self.events.record(self.elapsed(), "backend", state="restarted", lost_data=True)
+            self._came_back_empty()
+            with contextlib.suppress(RedisError, OSError):
+                self._server_id = await self._server(client)  # the process that answers now, for the next outage
+            if await self._restore(client, lost=True):
+                self._reachable()
+            return
+        self._reachable()
         if snapshot:
             held, replies = replies[0], replies[1:]
         results = replies[0]
@@ -478,11 +629,13 @@ class RedisPipeline(Pipeline):
         if isinstance(xlen, int):
             queue.observe(xlen - n_pending, n_pending, head_age)
         if isinstance(stats, dict):
+            self._stats_seen = stats
             self.lease.observe(lease if isinstance(lease, str) else None, stats)
             self.ledger.deduplicated = int(stats.get("deduplicated", 0))
             for w in workers:
                 w.dropped = int(stats.get(f"dropped:{w.agent.id}", 0))
         if isinstance(stage_stats, dict):
+            self._stage_stats_seen = stage_stats
             for key, value in stage_stats.items():
                 name, _, counter = key.rpartition(":")
                 stage = self.stages.get(name)
@@ -570,7 +723,7 @@ class RedisPipeline(Pipeline):
         try:
             await client.ping()
         except (RedisError, OSError) as exc:
-            url = self.settings.backend.url
+            url = redact_url(self.settings.backend.url)  # the server, never its password
             raise ConfigError([("configuration", "backend.url", f"cannot reach Redis at {url}: {exc}")]) from None
         self.offset = await server_offset(client, self.clock)
         await client.delete(*keys.wiped_at_start(), *(keys.control(w.agent.id) for w in self.workers))
@@ -602,9 +755,28 @@ class RedisPipeline(Pipeline):
         self.stream.reset_area()
         self.busy = _RemoteBusy(self.t0)
 
-    def _children_settings(self, path: Path) -> None:
+    def _children_settings(self, path: Path) -> Callable[[], None]:
+        """The settings file the local processes read, without the Redis password: a URL with credentials is
+        written redacted, and the real one reaches the processes only as their environment variable
+        CHAOSD_BACKEND__URL (which beats a file, as for every process), set here in the daemon's environment
+        until the run ends (call what this returns) so that every spawner started meanwhile inherits it.
+        The file stays in the run's private directory either way (mode 0700, removed at the end)."""
         data = self.settings.model_dump(mode="json", exclude={"api", "daemon", "storage"}, by_alias=True)
+        url = self.settings.backend.url
+        data["backend"]["url"] = redact_url(url)
         path.write_text(json.dumps(data))
+        if data["backend"]["url"] == url:
+            return lambda: None
+        before = os.environ.get(_URL_VARIABLE)
+        os.environ[_URL_VARIABLE] = url
+
+        def restore() -> None:
+            if before is None:
+                os.environ.pop(_URL_VARIABLE, None)
+            else:
+                os.environ[_URL_VARIABLE] = before
+
+        return restore
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Pipeline]:
@@ -613,11 +785,12 @@ class RedisPipeline(Pipeline):
             self.settings.backend.url, decode_responses=True, socket_connect_timeout=1.0, socket_timeout=5.0
         )
         tmp = tempfile.TemporaryDirectory(prefix="chaosd-redis-")
+        forget_url: Callable[[], None] = lambda: None  # noqa: E731
         try:
             await self._prepare(client)
             self._client = client
             path = Path(tmp.name) / "settings.json"
-            self._children_settings(path)
+            forget_url = self._children_settings(path)
             self.procs = LocalProcesses(path, Path(tmp.name), self.clock)
             for agent_id, role in self._roles.items():
                 self.procs.start(agent_id, role)
@@ -649,3 +822,4 @@ class RedisPipeline(Pipeline):
                 self.procs.close(_SHUTDOWN_GRACE)
             await client.aclose()
             tmp.cleanup()
+            forget_url()

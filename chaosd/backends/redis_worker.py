@@ -33,6 +33,10 @@ __all__ = ["RedisWorker"]
 _CONTROL_EVERY = 0.1  # seconds between heartbeats (which also read the control hash)
 _RETRY = 0.1  # seconds before trying Redis again after a connection error
 _STAGE_COUNTERS = ("degraded", "successes", "fallback_served")
+# Seconds a worker keeps the fault state it has when its control hash or the stage document is missing: Redis
+# came back empty, and the daemon writes them again within a poll. A fault in force is not lifted meanwhile;
+# a document still missing after this is taken as none (a daemon that is gone cleared it).
+_MISSING_HOLD = 1.0
 
 
 @dataclass(slots=True)
@@ -56,6 +60,7 @@ class _Control:
     exit: str = ""  # the instance the daemon asked to exit (kill_agent on a worker it did not start)
     stages: str = ""
     reported: dict[str, int] = field(default_factory=dict)
+    missing: dict[str, float] = field(default_factory=dict)  # document -> since when (clock time) it is missing
 
 
 class RedisWorker:
@@ -267,8 +272,23 @@ class RedisWorker:
                     deltas[key] = n
         return deltas
 
+    def _held(self, document: str, present: bool) -> bool:
+        """Whether to keep the current state because ``document`` is missing for less than ``_MISSING_HOLD``."""
+        missing = self.control.missing
+        if present:
+            missing.pop(document, None)
+            return False
+        since = missing.setdefault(document, self._clock.now())
+        return self._clock.now() - since < _MISSING_HOLD
+
     def _apply(self, control: dict[str, str], stages: str) -> None:
         c = self.control
+        hold_control = self._held("control", bool(control))
+        if not self._held("stages", bool(stages)) and stages != c.stages:
+            c.stages = stages
+            self._apply_stages(json.loads(stages) if stages else {})
+        if hold_control:
+            return
         c.slow = float(control.get("slow", 1.0))
         c.drop = float(control.get("drop", 0.0))
         c.paused = control.get("paused") == "1"
@@ -280,9 +300,6 @@ class RedisWorker:
             self._resume.clear()
         else:
             self._resume.set()
-        if stages != c.stages:
-            c.stages = stages
-            self._apply_stages(json.loads(stages) if stages else {})
 
     def _apply_stages(self, doc: dict[str, Any]) -> None:
         p = self.pipeline

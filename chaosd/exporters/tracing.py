@@ -128,7 +128,8 @@ class Tracing:
             self.tracer: trace.Tracer = trace.NoOpTracer()
             return
         self.enabled = True
-        self.provider = TracerProvider(resource=Resource.create({"service.name": name}))
+        # No exit hook: the SDK's would flush at interpreter exit with no bound; close() flushes, bounded.
+        self.provider = TracerProvider(resource=Resource.create({"service.name": name}), shutdown_on_exit=False)
         if processor is not None:
             self.provider.add_span_processor(processor)  # a caller's processor (tests): no queue to guard
         else:
@@ -233,14 +234,35 @@ class Tracing:
             open_span.end(end_time=at)
             del self._fault_spans[fault_id]
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> bool:
+        """End the open fault spans and shut the provider down, flushing what is queued; False when that did
+        not finish within ``timeout`` seconds (None: no bound). The flush runs on a daemon thread, so an
+        exporter stuck on a collector that never answers is left behind, not waited for at exit."""
         end = self.ns(self._clock.now())
         for span in self._fault_spans.values():
             span.add_event("daemon stopped", timestamp=end)
             span.end(end_time=end)
         self._fault_spans.clear()
-        if self.provider is not None:
-            self.provider.shutdown()
+        provider = self.provider
+        if provider is None:
+            return True
+        done = threading.Event()
+
+        def shut_down() -> None:
+            try:
+                provider.shutdown()
+            except Exception:  # an exporter's failure at shutdown is a log line, like its failures before
+                log.exception("tracing shutdown failed")
+            finally:
+                done.set()
+
+        threading.Thread(target=shut_down, name="chaosd-tracing-shutdown", daemon=True).start()
+        if done.wait(timeout):
+            return True
+        with self._lock:
+            waiting = self.in_queue
+        log.warning("tracing: the exporter did not finish within %.1f s; %d span(s) not exported", timeout, waiting)
+        return False
 
     # --- tasks (TaskTracer) -----------------------------------------------------------------------
 
