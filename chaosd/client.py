@@ -29,6 +29,7 @@ __all__ = [
     "COMMANDS",
     "EXIT_EXPECTATION",
     "EXIT_OK",
+    "EXIT_PLAN_FAILED",
     "EXIT_REJECTED",
     "EXIT_SERVER",
     "EXIT_UNREACHABLE",
@@ -47,13 +48,21 @@ EXIT_EXPECTATION = 3
 EXIT_UNREACHABLE = 4
 EXIT_REJECTED = 5
 EXIT_SERVER = 6
+EXIT_PLAN_FAILED = 7  # a survival or scenario run did not reach its end: failed (crashed) or stopped by another
 _EXIT_INTERRUPTED = 130  # Ctrl-C while only waiting: the shell's convention for SIGINT
 
 COMMANDS = ("inject", "faults", "revert", "abort", "release", "survival", "inspect", "scenario")
 DEFAULT_ADDR = "http://127.0.0.1:8686"
 _POLL_S = 1.0  # between status polls
 _LINE_EVERY_S = 10.0  # without a terminal: one progress line per this much run time (the server's elapsed_s)
-_ENDED = ("finished", "stopped")
+# A plan's states (chaosd/control.py PlanRun.state): running, then one of these, which it never leaves.
+_ENDED = ("finished", "stopped", "failed")
+_RUNNING = "running"
+PLAN_EXIT_CODES = (
+    "exit codes: 0 finished (a scenario: its expectations passed, or it had none); 3 a scenario's expectation"
+    " failed; 7 the run did not reach its end: it failed (crashed) or was stopped by someone else (another"
+    " client, the daemon shutting down); 4 unreachable; 5 rejected; 6 server error; 130 interrupted"
+)
 
 Out = Callable[[str], None]
 
@@ -91,8 +100,8 @@ class Client:
         """Send ``body`` as JSON (or ``raw`` bytes as ``content_type``); JSON answers are decoded, others are text."""
         data = raw if raw is not None else None if body is None else json.dumps(body, allow_nan=False).encode()
         headers = {"Accept": "application/json", "User-Agent": f"chaosd/{__version__}"}
-        if data is not None:
-            headers["Content-Type"] = content_type
+        if data is not None or method not in ("GET", "HEAD"):
+            headers["Content-Type"] = content_type  # a change declares it even with no body (docs/security.md)
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
@@ -203,7 +212,9 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--reason", help="recorded with the lever")
     sub.add_parser("release", parents=[common], help="release the safety lever")
 
-    p = sub.add_parser("survival", parents=[common], help="inject random faults until the duration ends")
+    p = sub.add_parser(
+        "survival", parents=[common], help="inject random faults until the duration ends", epilog=PLAN_EXIT_CODES
+    )
     p.add_argument("--duration", default="30m", help="how long to run (30m)")
     p.add_argument("--interval", default="10s", help="time between faults (10s)")
     p.add_argument("--actions", help="comma-separated subset of the catalogue (default: the daemon's)")
@@ -214,7 +225,9 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     scenario = sub.add_parser("scenario", help="run a scenario on the daemon")
     actions = scenario.add_subparsers(dest="scenario_command", metavar="SUBCOMMAND", required=True)
-    p = actions.add_parser("run", parents=[common], help="run a scenario file or a shipped scenario by name")
+    p = actions.add_parser(
+        "run", parents=[common], help="run a scenario file or a shipped scenario by name", epilog=PLAN_EXIT_CODES
+    )
     p.add_argument("file_or_name", metavar="FILE_OR_NAME", help="a scenario YAML file, or a shipped scenario's name")
     p.add_argument("--speed", default="1", help="compress delays and durations by this factor (1)")
     p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True, help="wait for the result")
@@ -424,6 +437,7 @@ def _survival(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
         body["overlap"] = True
     status = client.request("POST", "/api/v1/survival", body)
     live = _LiveLine(out, sys.stdout if sys.stdout.isatty() else None)
+    ours = False  # stopped by this client (Ctrl-C): the run ended as asked
     try:
         live.show(status)
         status = _follow(client, "/api/v1/survival", status, live.show)
@@ -431,10 +445,11 @@ def _survival(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
         live.end()
         out("interrupted: stopping survival")
         status = client.request("DELETE", "/api/v1/survival")
+        ours = True
     finally:
         live.end()
     out(f"survival {status['state']}: {_progress(status)}" + (f" · {status['reason']}" if status.get("reason") else ""))
-    return EXIT_OK
+    return _plan_exit(status, ours, err)
 
 
 def _inspect(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
@@ -481,7 +496,10 @@ def _scenario(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
         out(_expectation(e))
     passed = status.get("passed")
     verdict = "passed" if passed else "FAILED" if passed is False else "no verdict"
-    out(f"scenario {name} {status['state']}: {verdict} · {_progress(status)}")
+    reason = f" · {status['reason']}" if status.get("reason") and status["state"] != "finished" else ""
+    out(f"scenario {name} {status['state']}: {verdict} · {_progress(status)}{reason}")
+    if status["state"] != "finished":
+        return _plan_exit(status, False, err)
     return EXIT_EXPECTATION if passed is False else EXIT_OK
 
 
@@ -503,14 +521,27 @@ def _pause() -> None:
 
 
 def _follow(client: Client, path: str, status: Any, show: Callable[[Any], None]) -> Any:
-    """Poll ``path`` until the plan has ended; ``idle`` means the daemon no longer knows the run we started."""
-    while status.get("state") not in _ENDED:
-        if status.get("state") == "idle":
+    """Poll ``path`` until the plan has ended (any end state); ``idle`` means the daemon no longer knows the run
+    we started, and a state it does not document is a server error, never a reason to poll forever."""
+    while (state := status.get("state")) not in _ENDED:
+        if state == "idle":
             raise ClientError(EXIT_SERVER, f"chaosd at {client.base} reports nothing running ({path} is idle)")
+        if state != _RUNNING:
+            raise ClientError(EXIT_SERVER, f"chaosd at {client.base} answered an unknown plan state {state!r}")
         _pause()
         status = client.request("GET", path)
         show(status)
     return status
+
+
+def _plan_exit(status: Any, ours: bool, err: Out) -> int:
+    """The exit code of a plan that has ended: 0 if it reached its end (or this client stopped it), else 7."""
+    state = status.get("state")
+    if state == "finished" or (state == "stopped" and ours):
+        return EXIT_OK
+    why = status.get("reason") or state
+    err(f"chaosd: {status.get('kind') or 'the run'} {state} before its end: {why}")
+    return EXIT_PLAN_FAILED
 
 
 class _LiveLine:

@@ -5,7 +5,9 @@ Validated at start and frozen; components receive the parts they need.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -339,6 +341,37 @@ class DaemonConfig(_Model):
     shutdown_grace: Seconds = Field(default=5.0, gt=0, description="time the pipeline gets to stop")
 
 
+_HOST_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
+
+
+def _host_problem(raw: str) -> str | None:
+    """Why ``raw`` is not a host name or IP address for ``api.allowed_hosts`` (None: it is one)."""
+    name = raw.strip().lower()
+    if name == "*":
+        return None
+    if not name:
+        return "empty"
+    if "://" in name or "/" in name:
+        return "a host name, not a URL (e.g. chaosd.example.com)"
+    if "*" in name:
+        return 'the only wildcard is "*" alone (any host)'
+    bare = name.removeprefix("[").removesuffix("]")
+    if name.startswith("[") != name.endswith("]"):
+        return "unbalanced brackets around an IPv6 address"
+    try:
+        ipaddress.ip_address(bare)
+        return None
+    except ValueError:
+        if name.startswith("["):
+            return "not an IPv6 address"
+    if ":" in name:
+        return "no port: a name is allowed on every port"
+    labels = name.rstrip(".").split(".")
+    if len(name) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        return "not a host name (letters, digits, - and _ in dot-separated labels)"
+    return None
+
+
 class ApiConfig(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=8686, ge=0, le=65535)
@@ -353,6 +386,29 @@ class ApiConfig(_Model):
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=64 << 20, description="request body; larger get 413")
     request_timeout: Seconds = Field(default=10.0, gt=0, le=3600, description="first byte to response; then 408")
     idle_timeout: Seconds = Field(default=60.0, gt=0, le=86400, description="a connection with no request is closed")
+    allowed_hosts: tuple[str, ...] = Field(
+        default=(),
+        max_length=256,
+        description='Host header names answered besides loopback and api.host (any port); "*" = any (docs/security.md)',
+    )
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _host_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError('must be a list of host names, e.g. ["chaosd", "10.0.0.5"] (or ["*"] for any)')
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        names = []
+        for i, raw in enumerate(hosts):
+            problem = _host_problem(raw)
+            if problem is not None:
+                raise ValueError(f"entry {i} ({raw[:64]!r}): {problem}")
+            names.append(raw.strip().lower().removeprefix("[").removesuffix("]").rstrip("."))
+        return tuple(names)
 
     @model_validator(mode="before")
     @classmethod

@@ -264,8 +264,10 @@ class Controller:
 
     async def await_verdicts(self, fault_ids: Collection[int], timeout: float) -> None:
         """Until each fault has its verdict, woken by the verdict events themselves; or ``timeout`` seconds."""
-        injector = self.exp.injector
-        pending = {i for i in fault_ids if injector.get(i).outcome not in TERMINAL}
+        # Looked up among the faults in play, never by id in the memory window: a fault without its verdict
+        # may have left it (history.faults), and is still awaited.
+        wanted = set(fault_ids)
+        pending = {f.id for f in self.exp.injector.in_play if f.id in wanted and f.outcome not in TERMINAL}
         if not pending or timeout <= 0:
             return
         done = asyncio.Event()

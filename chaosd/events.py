@@ -1,13 +1,25 @@
-"""The flight recorder: lifecycle events with their clock time, bounded, with live subscribers."""
+"""The flight recorder: lifecycle events with their clock time, bounded, with live subscribers.
+
+Observers cannot crash what they observe: a subscriber (or a telemetry listener guarded by
+:meth:`Observers.guard`) that raises is logged once per observer and kind of error, counted in
+``observer_errors`` (``chaosd_observer_errors_total{observer}``), and kept subscribed. Unlike trio's
+instruments, which are removed on their first error, a raising observer stays: the history writer is
+one, and one bad event must not cost every later event's record (the count shows it keeps failing).
+"""
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["Event", "EventLog"]
+__all__ = ["Event", "EventLog", "Observers"]
+
+log = logging.getLogger("chaosd.events")
+_A = TypeVar("_A")
+MAX_OBSERVER_NAMES = 32  # the metric's label values: beyond this many observers, "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +28,53 @@ class Event:
     t: float  # seconds since the run started
     kind: str
     data: Mapping[str, Any] = field(default_factory=dict)
+    # The object the event is about (a fault's record), for in-process observers: never serialised, and
+    # there even when the object has left the bounded in-memory history (a fault older than history.faults).
+    about: Any = field(default=None, compare=False, repr=False)
+
+
+def observer_name(callback: Callable[..., Any]) -> str:
+    """A short, stable name for a callback: its qualified name without the ``<locals>`` noise."""
+    name = getattr(callback, "__qualname__", None) or type(callback).__qualname__
+    return str(name).replace("<locals>.", "")
+
+
+class Observers:
+    """Calls observers so that one that raises is logged (bounded), counted, and never fatal."""
+
+    def __init__(self) -> None:
+        self.errors: dict[str, int] = {}  # by observer name, at most MAX_OBSERVER_NAMES + 1 keys
+        self._logged: set[tuple[str, type[BaseException]]] = set()
+
+    def call(self, name: str, callback: Callable[[_A], None], arg: _A) -> None:
+        try:
+            callback(arg)
+        except Exception as exc:  # an observer's failure is its own, never its caller's
+            self.failed(name, exc)
+
+    def failed(self, name: str, exc: Exception) -> None:
+        if name not in self.errors and len(self.errors) >= MAX_OBSERVER_NAMES:
+            name = "other"
+        self.errors[name] = self.errors.get(name, 0) + 1
+        key = (name, type(exc))
+        if key not in self._logged:  # once per observer and kind of error: bounded log volume
+            self._logged.add(key)
+            log.error(
+                "observer %s raised %s (kept subscribed; further %s errors from it are only counted)",
+                name,
+                type(exc).__name__,
+                type(exc).__name__,
+                exc_info=exc,
+            )
+
+    def guard(self, callback: Callable[[_A], None], name: str | None = None) -> Callable[[_A], None]:
+        """``callback`` wrapped so that it never raises into its caller (for listeners kept elsewhere)."""
+        label = name or observer_name(callback)
+
+        def guarded(arg: _A) -> None:
+            self.call(label, callback, arg)
+
+        return guarded
 
 
 class EventLog:
@@ -24,22 +83,29 @@ class EventLog:
     def __init__(self, limit: int = 10_000) -> None:
         self._events: deque[Event] = deque(maxlen=limit)
         self._next_id = 1
-        self._subscribers: list[Callable[[Event], None]] = []
+        self._subscribers: list[tuple[str, Callable[[Event], None]]] = []
+        self.observers = Observers()
 
-    def record(self, t: float, kind: str, **data: Any) -> Event:
-        event = Event(self._next_id, t, kind, data)
+    def record(self, t: float, kind: str, *, about: Any = None, **data: Any) -> Event:
+        event = Event(self._next_id, t, kind, data, about)
         self._next_id += 1
-        self._events.append(event)
-        for subscriber in list(self._subscribers):
-            subscriber(event)
+        # The log keeps the event without its object: what it holds stays bounded by history.faults.
+        self._events.append(event if about is None else Event(event.id, t, kind, data))
+        for name, subscriber in list(self._subscribers):
+            self.observers.call(name, subscriber, event)
         return event
 
     def __len__(self) -> int:
         return len(self._events)
 
-    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
-        self._subscribers.append(callback)
-        return lambda: self._subscribers.remove(callback)
+    def subscribe(self, callback: Callable[[Event], None], name: str | None = None) -> Callable[[], None]:
+        entry = (name or observer_name(callback), callback)
+        self._subscribers.append(entry)
+        return lambda: self._subscribers.remove(entry)
+
+    @property
+    def subscriber_names(self) -> list[str]:
+        return [name for name, _ in self._subscribers]
 
     def events(self, kind: str | None = None) -> list[Event]:
         return [e for e in self._events if kind is None or e.kind == kind]

@@ -1,6 +1,9 @@
-"""Run history that survives restarts: runs, faults and events in one SQLite file (WAL mode).
+"""Run history that survives restarts: runs, faults and events in one SQLite file (rollback journal).
 
 Writes are queued and applied in order, in batches, by one writer thread; reads run in worker threads.
+The journal is TRUNCATE, not WAL: WAL maps its index (the -shm file) into memory, and a read-only, full
+or vanished file then kills the process with SIGBUS. Health is the storage's current state (the last
+write, a probe write, and whether the path still names the file that is open): see docs/storage.md.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chaosd.clock import unix_time
+from chaosd.clock import unix_time, wall_time
 from chaosd.errors import ChaosdError
 from chaosd.views import FaultView, RunBody, RunSummary
 
@@ -52,7 +55,16 @@ _MIGRATIONS = (
     ALTER TABLE runs RENAME COLUMN started_at TO started_unix;
     ALTER TABLE runs RENAME COLUMN ended_at TO ended_unix;
     """,
+    # One row a probe rewrites: a write that proves the storage takes writes now (readiness).
+    """
+    CREATE TABLE health (id INTEGER PRIMARY KEY CHECK (id = 1), probed_unix REAL NOT NULL);
+    """,
 )
+_PROBE = (
+    "INSERT INTO health (id, probed_unix) VALUES (1, ?)"
+    " ON CONFLICT (id) DO UPDATE SET probed_unix = excluded.probed_unix"
+)
+OPS = ("run_started", "run_finished", "fault_changed", "event", "probe")  # the metric's op label
 _RUN_STARTED = (
     "INSERT INTO runs (id, started_unix, status, config) VALUES (?, ?, 'running', ?) ON CONFLICT (id) DO UPDATE SET"
     " started_unix = excluded.started_unix, ended_unix = NULL, status = 'running', config = excluded.config,"
@@ -140,6 +152,7 @@ class _Write:
     sql: str
     args: _Row
     must_match: bool = False  # an UPDATE that changes no row is an error (finishing an unknown run)
+    seq: int = 0  # its place in the order of writes (see Storage.mark)
 
 
 @dataclass(slots=True)
@@ -160,7 +173,9 @@ class Storage:
     """History of runs, their faults and their events.
 
     Write calls only enqueue, and never raise: a write made before open() or after close(), or one that fails,
-    is logged and counted in ``write_errors``.
+    is logged and counted in ``write_errors`` (and by operation in ``errors_by_op``). Whether what a caller
+    wrote since :meth:`mark` is committed: :meth:`flush`, then :meth:`failed_since`. The current health:
+    :attr:`problem` (what is known without writing) and :meth:`probe` (a write, now).
     """
 
     def __init__(
@@ -172,6 +187,14 @@ class Storage:
         self.max_events = max_events
         self.aborted_at_open: list[str] = []
         self.write_errors = 0
+        self.errors_by_op: dict[str, int] = dict.fromkeys(OPS, 0)
+        self._seq = 0  # writes submitted so far (each gets the next number)
+        self._failed_seq = 0  # the number of the newest write that failed
+        self._failing: str | None = None  # why the newest write failed; None once one succeeds
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file the writer has open
+        self._logged: set[str] = set()  # health problems already logged (once each, until healthy again)
+        self._failing_logged = False
+        self._ok_at = wall_time()  # when a write last committed
         self._wall_clock = wall_clock
         self._queue: queue.SimpleQueue[_Write | _Flush | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # write_errors is counted on the loop's thread and on the writer's
@@ -214,6 +237,67 @@ class Storage:
     def alive(self) -> bool:
         """Open, and its writer thread still running (it is what makes writes land)."""
         return self._state == "open" and self._writer is not None and self._writer.is_alive()
+
+    @property
+    def problem(self) -> str | None:
+        """Why the storage is not healthy now, as far as is known without writing; None when it is."""
+        if self._state != "open":
+            return None if self._state == "closed" else f"storage is {self._state}"
+        if self._writer is None or not self._writer.is_alive():
+            return "the writer has stopped; history is no longer recorded"
+        moved = self._moved()
+        if moved is not None:
+            return moved
+        if self._failing is not None:
+            return f"writes fail: {self._failing}"
+        return None
+
+    def _moved(self) -> str | None:
+        """The path no longer names the file the writer has open (deleted, or replaced by another)."""
+        if self._identity is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            why = f"{self.path} was deleted while open; nothing written now is kept (restart chaosd)"
+        except OSError as exc:
+            why = f"{self.path} cannot be examined: {exc.strerror or exc}"
+        else:
+            if (st.st_dev, st.st_ino) == self._identity:
+                return None
+            why = f"{self.path} was replaced by another file while open (restart chaosd)"
+        self._log_once(why)
+        return why
+
+    def _log_once(self, why: str) -> None:
+        if why not in self._logged:
+            self._logged.add(why)
+            log.error("storage: %s", why)
+
+    @property
+    def unproven_s(self) -> float:
+        """Seconds since a write last committed: how stale "healthy" is without a probe."""
+        return wall_time() - self._ok_at
+
+    def mark(self) -> int:
+        """The number of writes submitted so far: what :meth:`failed_since` compares with."""
+        return self._seq
+
+    def failed_since(self, mark: int) -> bool:
+        """A write submitted after ``mark`` failed (call after :meth:`flush`: it has been tried by then)."""
+        return self._failed_seq > mark
+
+    async def probe(self) -> str | None:
+        """Write one row now, through the writer, in order after what is queued: None if it committed,
+        else why not. What readiness asks: the storage's health now, not its errors since the start."""
+        if (problem := self.problem) is not None and self._failing is None:
+            return problem  # not open, writer gone, or the file moved: a write would not tell more
+        mark = self.mark()
+        self._submit("probe", _PROBE, lambda: (self._wall_clock(),))
+        await self.flush()
+        if self.failed_since(mark):
+            return self.problem or "the probe write failed"
+        return self.problem
 
     async def flush(self) -> None:
         """Wait until everything enqueued so far is written (nothing to wait for unless the writer runs)."""
@@ -277,21 +361,34 @@ class Storage:
         return await self._read(sql, (run_id, after_id, limit), _event)
 
     def _submit(self, what: str, sql: str, values: Callable[[], _Row], *, must_match: bool = False) -> None:
+        self._seq += 1
+        seq = self._seq
         if self._state != "open":
-            self._count_error(f"{what}: storage is {self._state}", exc=False)
+            self._count_error(what, seq, f"storage is {self._state}", exc=False)
             return
         try:
             # Serialised now, on the caller's thread: the row holds the value as it was at the call.
             args = values()
         except Exception:
-            self._count_error(what)
+            self._count_error(what, seq, "its values cannot be stored", caller=True)
             return
-        self._queue.put(_Write(what, sql, args, must_match))
+        self._queue.put(_Write(what, sql, args, must_match, seq))
 
-    def _count_error(self, what: str, *, exc: bool = True) -> None:
+    def _count_error(
+        self, what: str, seq: int, why: str, *, exc: bool = True, caller: bool = False, failing: bool = False
+    ) -> None:
+        """``caller``: the caller's mistake (bad values), not the storage's; ``failing``: SQLite itself failed."""
         with self._lock:
             self.write_errors += 1
-        log.error("%s: write not stored: %s", self.path, what, exc_info=exc)
+            op = what if what in self.errors_by_op else "other"
+            self.errors_by_op[op] = self.errors_by_op.get(op, 0) + 1
+            self._failed_seq = max(self._failed_seq, seq)
+            if failing:
+                self._failing = why
+        if failing and self._failing_logged:
+            return  # a storage that keeps failing is logged once, then counted (and shown by /readyz)
+        self._failing_logged = failing
+        log.error("%s: write not stored: %s (%s)", self.path, what, why, exc_info=exc)
 
     def _prepare(self) -> tuple[sqlite3.Connection, list[str]]:
         if (problem := unwritable(self.path)) is not None:
@@ -300,9 +397,14 @@ class Storage:
         # Handed over to the writer thread, which is from then on its only user.
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")  # with WAL, a killed process loses no committed write
+            # A rollback journal maps nothing into memory: a full, read-only or vanished file is an error
+            # that a write returns, never a SIGBUS (WAL's -shm index is mmapped). A file left in WAL mode by
+            # an older chaosd is converted here. Cost: docs/storage.md.
+            db.execute("PRAGMA journal_mode = TRUNCATE")
+            db.execute("PRAGMA synchronous = NORMAL")  # a killed process loses no committed write
             db.execute("PRAGMA busy_timeout = 5000")
+            st = os.stat(self.path)
+            self._identity = (st.st_dev, st.st_ino)
             (version,) = db.execute("PRAGMA user_version").fetchone()
             if version > len(_MIGRATIONS):
                 raise ChaosdError(f"{self.path}: history schema v{version} is newer than this chaosd knows")
@@ -357,21 +459,40 @@ class Storage:
                 if isinstance(item, _Flush):
                     item.settle()
                 elif isinstance(item, _Write):
-                    self._count_error(f"{item.what}: the writer stopped", exc=False)
+                    self._count_error(item.what, item.seq, "the writer stopped", exc=False)
 
     def _commit(self, db: sqlite3.Connection, writes: list[_Write]) -> None:
         try:
             self._apply(db, writes)
-        except Exception:
+        except Exception as exc:
             if len(writes) == 1:
-                self._count_error(writes[0].what)
+                self._failed(writes[0], exc)
                 return
             # One bad write must not cost the rest of its batch: replay them, one transaction each.
             for write in writes:
                 try:
                     self._apply(db, [write])
-                except Exception:
-                    self._count_error(write.what)
+                except Exception as one:
+                    self._failed(write, one)
+                else:
+                    self._succeeded()
+        else:
+            self._succeeded()
+
+    def _failed(self, write: _Write, exc: Exception) -> None:
+        storage = isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError | OSError)
+        if isinstance(exc, sqlite3.IntegrityError):
+            storage = False  # the write's own mistake, not the storage's
+        why = str(exc) or type(exc).__name__
+        self._count_error(write.what, write.seq, why, exc=not storage, failing=storage)
+
+    def _succeeded(self) -> None:
+        self._ok_at = wall_time()
+        if self._failing is not None:
+            with self._lock:
+                self._failing = None
+            self._failing_logged = False
+            log.warning("%s: writes succeed again", self.path)
 
     def _apply(self, db: sqlite3.Connection, writes: list[_Write]) -> None:
         with _transaction(db):
@@ -385,7 +506,9 @@ class Storage:
         """Each read opens its own read-only connection in a worker thread and decodes the rows there."""
 
         def read() -> list[_T]:
-            with contextlib.closing(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            # Waits (busy timeout) while the writer commits: with a rollback journal, a commit locks readers out.
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5.0)) as db:
                 return [decode(row) for row in db.execute(sql, args)]
 
         return await asyncio.to_thread(read)

@@ -367,6 +367,7 @@ class StatusBody(TypedDict):
     detector: Annotated[str, Field(description="healthy, warning, overload, collapsed, stall or recovering")]
     throttle_factor: Share
     admission: AdmissionView
+    backend: Annotated[str | None, Field(description="what is wrong with the backend now (Redis unreachable); null")]
     telemetry: SnapshotView | None
     score: ScoreView
     faults_active: int

@@ -129,7 +129,7 @@ def test_a_slow_loris_is_answered_408_and_cut_after_the_request_timeout(daemon: 
     before = _state(daemon)
     timeouts = _metric(daemon, 'chaosd_api_refused_total{reason="request_timeout"}')
     with socket.create_connection(_addr(daemon), timeout=10) as s:
-        s.sendall(b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\nX-A: ")  # and never the rest of the head
+        s.sendall(b"GET /api/v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: ")  # and never the rest of the head
         started = time.monotonic()
         answer = _read_answer(s)
         waited = time.monotonic() - started
@@ -138,7 +138,7 @@ def test_a_slow_loris_is_answered_408_and_cut_after_the_request_timeout(daemon: 
     assert "request_timeout" in error["message"]
     assert REQUEST_TIMEOUT * 0.9 <= waited < REQUEST_TIMEOUT + 5  # cut by the deadline, not by the client
     # A body that trickles in: the head arrived, the body never does.
-    head = b"POST /api/v1/faults HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+    head = b"POST /api/v1/faults HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + TOKEN.encode()
     head += b'\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"action": '
     error = _assert_error(_exchange(daemon, head), 408)
     assert error["field"] == "body"
@@ -149,15 +149,15 @@ def test_a_slow_loris_is_answered_408_and_cut_after_the_request_timeout(daemon: 
 
 def test_oversized_headers_and_bodies_are_refused_with_431_and_413(daemon: Daemon) -> None:
     before = _state(daemon)
-    big_header = b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n"
+    big_header = b"GET /api/v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n"
     error = _assert_error(_exchange(daemon, big_header), 431)
     assert "8190" in error["message"]
-    long_line = b"GET /api/v1/status?" + b"a=1&" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    long_line = b"GET /api/v1/status?" + b"a=1&" * 5000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     _assert_error(_exchange(daemon, long_line), 431)
     code, body = daemon.request("POST", "/api/v1/faults", raw=b'{"action": "' + b"x" * 200_000 + b'"}')
     assert code == 413 and body["error"]["field"] == "body" and "65536" in body["error"]["message"]
-    announced = b"POST /api/v1/faults HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
-    announced += b"\r\nContent-Length: 50000000\r\n\r\n{"
+    announced = b"POST /api/v1/faults HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + TOKEN.encode()
+    announced += b"\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\n\r\n{"
     _assert_error(_exchange(daemon, announced), 413)
     assert daemon.get("/healthz")[0] == 200
     assert _state(daemon) == before
@@ -221,7 +221,7 @@ def test_two_hundred_sse_subscribers_that_never_read(daemon: Daemon) -> None:
         for _ in range(200):
             s = socket.create_connection(_addr(daemon), timeout=10)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            s.sendall(b"GET /api/v1/events?replay=1000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /api/v1/events?replay=1000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             streams.append(s)
         wait_for(
             lambda: _metric(daemon, 'chaosd_api_refused_total{reason="subscriber_limit"}') == refused + 100,

@@ -6,6 +6,8 @@ import argparse
 import io
 import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ import chaosd.client as client_module
 from chaosd.client import (
     EXIT_EXPECTATION,
     EXIT_OK,
+    EXIT_PLAN_FAILED,
     EXIT_REJECTED,
     EXIT_SERVER,
     EXIT_UNREACHABLE,
@@ -29,6 +32,7 @@ from chaosd.client import (
     add_client_commands,
     run_client_command,
 )
+from tests.daemon_harness import TOKEN, Daemon, wait_for
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,8 @@ class FakeDaemon:
     routes: dict[tuple[str, str], Route] = field(default_factory=dict)
     polls: int = 0
     scenario_passed: bool | None = True
+    end_state: str = "finished"  # how the plans end: finished, stopped or failed (chaosd/control.py PlanRun.state)
+    end_reason: str | None = None
 
     def __post_init__(self) -> None:
         self.routes.update(
@@ -139,7 +145,9 @@ class FakeDaemon:
 
     def _survival(self, seen: Seen) -> tuple[int, Any]:
         self.polls += 1
-        return 200, self._plan("finished" if self.polls >= 3 else "running", 6.0 * self.polls)
+        if self.polls >= 3:
+            return 200, self._plan(self.end_state, 6.0 * self.polls, self.end_reason)
+        return 200, self._plan("running", 6.0 * self.polls)
 
     def _scenario(self, state: str) -> dict[str, Any]:
         done = state == "finished"
@@ -156,11 +164,12 @@ class FakeDaemon:
             "expectations": expectations if done else [],
             "passed": self.scenario_passed if done else None,
             "score": {"total": 75.0, "grade": "C"},
+            "reason": None if state in ("running", "finished") else self.end_reason,
         }
 
     def _scenario_current(self, seen: Seen) -> tuple[int, Any]:
         self.polls += 1
-        return 200, self._scenario("finished" if self.polls >= 2 else "running")
+        return 200, self._scenario(self.end_state if self.polls >= 2 else "running")
 
 
 class _Server(ThreadingHTTPServer):
@@ -506,3 +515,73 @@ def test_a_survival_that_vanishes_is_a_server_error_not_an_endless_poll(daemon: 
     assert code == EXIT_SERVER
     assert "idle" in err[0]
     assert len(daemon.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "code"),
+    [
+        ("finished", None, EXIT_OK),  # the negative control: a run that reached its end
+        ("failed", "RuntimeError: plan crashed", EXIT_PLAN_FAILED),
+        ("stopped", "daemon shutting down", EXIT_PLAN_FAILED),  # not by this client
+    ],
+)
+def test_survival_ends_on_every_end_state_with_a_code_that_says_which(
+    daemon: FakeDaemon, state: str, reason: str | None, code: int
+) -> None:
+    daemon.end_state, daemon.end_reason = state, reason
+    got, out, err = _cli("survival", "--addr", daemon.addr)
+    assert got == code
+    assert [(r.method, r.path) for r in daemon.requests[1:]] == [("GET", "/api/v1/survival")] * 3  # then it stops
+    assert out[-1].startswith(f"survival {state}: elapsed 0:00:18")
+    assert err == ([] if code == EXIT_OK else [f"chaosd: the run {state} before its end: {reason}"])
+
+
+@pytest.mark.parametrize(
+    ("state", "code"), [("finished", EXIT_OK), ("failed", EXIT_PLAN_FAILED), ("stopped", EXIT_PLAN_FAILED)]
+)
+def test_scenario_wait_ends_on_every_end_state_with_a_code_that_says_which(
+    daemon: FakeDaemon, state: str, code: int
+) -> None:
+    daemon.end_state, daemon.end_reason = state, None if state == "finished" else f"{state} for the test"
+    got, out, err = _cli("scenario", "run", "baseline", "--addr", daemon.addr)
+    assert got == code
+    assert [(r.method, r.path) for r in daemon.requests[1:]] == [("GET", "/api/v1/scenarios/current")] * 2
+    verdict = "passed" if state == "finished" else "no verdict"
+    assert out[-1].startswith(f"scenario my_storm {state}: {verdict}")
+    assert (err == []) == (code == EXIT_OK)
+
+
+def test_an_unknown_plan_state_is_a_server_error_not_an_endless_poll(daemon: FakeDaemon) -> None:
+    daemon.routes["GET", "/api/v1/survival"] = lambda _: (200, {"state": "exploded"})
+    code, _, err = _cli("survival", "--addr", daemon.addr)
+    assert code == EXIT_SERVER
+    assert "unknown plan state 'exploded'" in err[0]
+    assert len(daemon.requests) == 2
+
+
+def test_the_plan_exit_codes_are_in_the_help() -> None:
+    parser = argparse.ArgumentParser(prog="chaosd")
+    sub = parser.add_subparsers(dest="command")
+    add_client_commands(sub)
+    survival = sub.choices["survival"].format_help()
+    assert "7 the run did not reach its end" in " ".join(survival.split())
+
+
+def test_a_real_daemon_survival_stopped_by_another_client_ends_this_one_with_exit_7(tmp_path: Path) -> None:
+    daemon = Daemon(tmp_path)
+    try:
+        argv = [sys.executable, "-m", "chaosd", "survival", "--addr", daemon.base, "--token", TOKEN, "--duration", "5m"]
+        client = subprocess.Popen(argv, env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: daemon.get("/api/v1/survival")[1]["state"] == "running", 15, "survival to start")
+            assert client.poll() is None  # the negative control: it polls while the run goes on
+            assert daemon.request("DELETE", "/api/v1/survival")[0] == 200
+            out, err = client.communicate(timeout=15)
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+        assert client.returncode == EXIT_PLAN_FAILED, (out, err)
+        assert "survival stopped" in out and "stopped by request" in err
+    finally:
+        daemon.kill()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sqlite3
 import subprocess
@@ -198,11 +199,11 @@ def test_writes_only_enqueue_even_while_the_database_is_locked(tmp_path: Path) -
 
     async def body(s: Storage) -> None:
         # Another connection holds the write lock: a write call that waited for the database would hang here.
-        blocker.execute("BEGIN EXCLUSIVE")
+        blocker.execute("BEGIN IMMEDIATE")
         s.run_started("r", 1.0, {})
         for i in range(1, 10_001):
             s.event("r", i, i / 100, "tick", {"i": i})
-        assert await s.events("r", limit=20_000) == []  # WAL readers are not blocked; nothing committed yet
+        assert await s.events("r", limit=20_000) == []  # readers are not blocked by a writer; nothing committed yet
         blocker.execute("ROLLBACK")
         await s.flush()
         events = await s.events("r", limit=20_000)
@@ -253,6 +254,8 @@ def test_failed_writes_are_counted_and_later_writes_still_land(
         s.event("r", 3, 0.3, "tick", {"i": 3})
         await s.flush()
         assert s.write_errors == 4
+        assert s.errors_by_op == {"run_started": 0, "run_finished": 2, "fault_changed": 1, "event": 1, "probe": 0}
+        assert s.problem is None  # the callers' mistakes, not the storage's: it is healthy
         s.run_finished("r", 9.0, "finished", {"score": None})
         await s.flush()
         assert [e["id"] for e in await s.events("r")] == [2, 3]
@@ -274,3 +277,93 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
             await Storage(path).open()
 
     asyncio.run(main())
+
+
+def test_a_deleted_or_replaced_file_is_reported_and_a_mark_says_whether_writes_since_committed(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+
+    async def body(s: Storage) -> None:
+        mark = s.mark()
+        s.run_started("r", 1.0, {})
+        await s.flush()
+        assert (s.problem, await s.probe(), s.failed_since(mark)) == (None, None, False)  # the negative control
+        mark = s.mark()
+        s.run_finished("ghost", 2.0, "finished", None)  # fails in the writer
+        await s.flush()
+        assert s.failed_since(mark) and not s.failed_since(s.mark())
+        path.unlink()
+        assert s.problem is not None and "was deleted" in s.problem
+        assert await s.probe() == s.problem
+        path.write_bytes(b"")
+        assert s.problem is not None and "was replaced" in s.problem
+
+    _with_storage(path, body)
+
+
+def test_a_file_an_older_chaosd_left_in_wal_mode_is_converted_and_maps_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("CREATE TABLE t (x)")
+
+    async def body(s: Storage) -> None:
+        s.run_started("r", 1.0, {})
+        await s.flush()
+        maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else ""
+        assert str(path) not in maps  # no -shm mapped: a full or read-only disk cannot raise SIGBUS
+        assert not path.with_name("h.db-shm").exists() and not path.with_name("h.db-wal").exists()
+
+    _with_storage(path, body)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        # No longer WAL (which a file remembers); rollback modes are per connection, so a new one says "delete".
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root (CI is root)")
+def test_a_probe_tells_a_full_disk_now_and_healthy_again_once_freed(tmp_path: Path) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+
+        async def body(s: Storage) -> None:
+            s.run_started("r", 1.0, {})
+            assert await s.probe() is None  # the negative control
+            fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            os.close(fd)
+            assert (await s.probe() or "") == "writes fail: database or disk is full"
+            assert s.errors_by_op["probe"] == 1
+            for i in range(1, 201):  # events keep failing: logged once, counted each
+                s.event("r", i, float(i), "tick", {"pad": "x" * 200})
+            await s.flush()
+            assert s.problem == "writes fail: database or disk is full"
+            (mnt / "filler").unlink()
+            assert await s.probe() is None
+            assert s.problem is None
+
+        with caplog_errors() as records:
+            _with_storage(mnt / "h.db", body)
+        failing = [r for r in records if "database or disk is full" in r.getMessage()]
+        assert len(failing) == 1
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+@contextlib.contextmanager
+def caplog_errors() -> Any:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.ERROR)
+    logger = logging.getLogger("chaosd.storage")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)

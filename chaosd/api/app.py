@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -34,17 +33,19 @@ from chaosd.api.keys import (
     STORAGE,
     TRACING,
 )
-from chaosd.api.routes import check_query, routes
-from chaosd.api.server import HttpStats, error_body, request_ended, request_started
+from chaosd.api.routes import UNDO, check_query, declared_body_type, routes
+from chaosd.api.server import HostPolicy, HttpStats, error_body, own_origin, request_ended, request_started
 from chaosd.api.sse import Broker
 from chaosd.arena.mount import add_arena
 from chaosd.clock import unix_time
-from chaosd.config import Settings
+from chaosd.config import ApiConfig, Settings
 from chaosd.control import Controller
 from chaosd.errors import ChaosdError, ConfigError, FaultError
 from chaosd.events import Event
-from chaosd.exporters.metrics import make_registry
+from chaosd.exporters.metrics import StorageCollector, make_registry
 from chaosd.exporters.tracing import Tracing
+from chaosd.faults import FaultRecord
+from chaosd.redact import redacted_settings
 from chaosd.report import write_report
 from chaosd.storage import Storage
 
@@ -59,7 +60,15 @@ def _error(status: int, message: str, field: str | None = None) -> web.Response:
 
 
 # Answers the front door counts as refusals (a 429 is counted by the event broker that gives it).
-_REFUSED = {400: "bad_request", 401: "unauthorized", 408: "request_timeout", 413: "body_too_large"}
+_REFUSED = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "cross_origin",
+    408: "request_timeout",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    421: "wrong_host",
+}
 
 
 @web.middleware
@@ -76,13 +85,56 @@ async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
     return response
 
 
+# Safety actions are never refused for storage's sake: a full disk must not keep a fault running. They are
+# carried out, and answered 503 (saying so) when what they changed could not be stored.
+_SAFETY = frozenset(
+    {
+        ("DELETE", "/api/v1/faults"),
+        ("DELETE", "/api/v1/faults/{id}"),
+        ("POST", "/api/v1/lever"),
+        ("DELETE", "/api/v1/survival"),
+        ("DELETE", "/api/v1/scenarios/current"),
+    }
+)
+
+
+def _unstored(message: str) -> web.Response:
+    return _error(503, message, "storage")
+
+
 @web.middleware
 async def durable(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A change acknowledged to a client is in storage first: a fault answered 201 survives ``kill -9``."""
+    """A change is answered 2xx only once it is committed to storage: a fault answered 201 survives ``kill -9``.
+
+    Storage known to fail (the last write, or the file gone) refuses a change before it is made (503, nothing
+    changed) unless a probe write succeeds now. A change whose writes fail is undone (the handler's
+    ``UNDO`` steps: a fault injected is reverted at once) and answered 503: the state is as before.
+    """
+    if request.method not in ("POST", "DELETE") or STORAGE not in request.app:
+        return await handler(request)
+    resource = request.match_info.route.resource
+    if resource is None or request.match_info.http_exception is not None:
+        return await handler(request)
+    storage = request.app[STORAGE]
+    safety = (request.method, resource.canonical) in _SAFETY
+    if not safety and storage.problem is not None and (why := await storage.probe()) is not None:
+        return _unstored(f"storage cannot record changes, nothing was changed: {why}")
+    mark = storage.mark()
+    undo: list[Callable[[], Awaitable[object]]] = []
+    request[UNDO] = undo
     response = await handler(request)
-    if request.method in ("POST", "DELETE") and response.status < 300 and STORAGE in request.app:
-        await request.app[STORAGE].flush()
-    return response
+    if response.status >= 300:
+        return response
+    await storage.flush()
+    if storage.alive and not storage.failed_since(mark):
+        return response
+    why = storage.problem or "a write failed"
+    if safety:
+        return _unstored(f"done (a safety action is never refused), but not recorded in storage: {why}")
+    for step in reversed(undo):
+        await step()
+    await storage.flush()
+    return _unstored(f"not recorded in storage, so undone: {why}")
 
 
 @web.middleware
@@ -137,6 +189,37 @@ def _auth(token: str | None) -> Middleware:
     return auth
 
 
+_CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})  # DELETE takes no body: see docs/security.md
+
+
+def _browser_guard(api: ApiConfig) -> Middleware:
+    """What a web page in the user's browser must not do (docs/security.md): reach the daemon under another
+    host name (DNS rebinding: 421), send it a change from another origin (403), or send a change as a form or
+    text/plain, the types a page may post anywhere without a CORS preflight (415)."""
+    hosts = HostPolicy(api)
+
+    @web.middleware
+    async def browser_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        host = request.headers.get("Host")
+        if not hosts.allows(host):
+            return _error(421, "not a host name this daemon answers to (loopback, api.host, api.allowed_hosts)", "Host")
+        if request.method in _CHANGES and request.match_info.http_exception is None:
+            site = request.headers.get("Sec-Fetch-Site", "").strip().lower()
+            if site in ("cross-site", "same-site"):
+                return _error(403, f"a change sent by a page of another site is refused ({site})", "Sec-Fetch-Site")
+            origin = request.headers.get("Origin")
+            if origin is not None and not own_origin(origin, host):
+                return _error(403, "a change sent by a page of another origin is refused", "Origin")
+            if request.method in _WITH_BODY and not declared_body_type(request.content_type):
+                sent = request.headers.get("Content-Type", "")[:100] or "none"
+                message = f"a change is sent as application/json, with or without a body (sent: {sent})"
+                return _error(415, message, "Content-Type")
+        return await handler(request)
+
+    return browser_guard
+
+
 def _cause(exc: BaseException) -> str:
     """What went wrong, from inside the task groups that wrap it."""
     if isinstance(exc, BaseExceptionGroup):
@@ -151,8 +234,11 @@ def _storage_ctx(path: str) -> Callable[[web.Application], AsyncIterator[None]]:
         for run_id in storage.aborted_at_open:
             log.warning("run %s did not end cleanly: marked aborted, with its active faults", run_id)
         app[STORAGE] = storage
+        collector = StorageCollector(storage)
+        app[REGISTRY].register(collector)
         yield
         await storage.close()
+        app[REGISTRY].unregister(collector)
 
     return ctx
 
@@ -168,12 +254,14 @@ def _experiment_ctx(settings: Settings, report_path: Path) -> Callable[[web.Appl
         exp = ctl.exp
         storage = app[STORAGE]
         run_id = app[RUN_ID]
-        storage.run_started(run_id, app[STARTED], json.loads(settings.model_dump_json()))
+        storage.run_started(run_id, app[STARTED], redacted_settings(settings))
 
         def persist(event: Event) -> None:
             storage.event(run_id, event.id, event.t, event.kind, dict(event.data))
-            if event.kind == "fault" and "id" in event.data:
-                storage.fault_changed(run_id, exp.injector.get(int(event.data["id"])).as_dict())
+            # The record travels with its event: a fault that has left the memory window (history.faults)
+            # still has its verdict stored. Never looked up by id: what is gone from memory would raise.
+            if event.kind == "fault" and isinstance(event.about, FaultRecord):
+                storage.fault_changed(run_id, event.about.as_dict())
 
         exp.events.subscribe(persist)
         next_score = [5.0]
@@ -265,7 +353,7 @@ def build_app(
     The pipeline runs from the runner's setup until its cleanup; cleanup stops it (``app[STOP]``).
     """
     api = settings.api
-    middlewares: list[Middleware] = [front, errors, _auth(api.token_value()), durable]
+    middlewares: list[Middleware] = [front, _browser_guard(api), errors, _auth(api.token_value()), durable]
     if tracing is not None and tracing.enabled:
         middlewares.insert(1, _traced(tracing))
     app = web.Application(client_max_size=api.max_body_bytes, middlewares=middlewares)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -25,6 +25,7 @@ from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.injector import check_labels, matches
+from chaosd.redact import redacted
 from chaosd.report import rounded
 from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name, scenario_names
 from chaosd.views import (
@@ -42,10 +43,17 @@ from chaosd.views import (
 )
 from chaosd.wire import MAX_WAIT_S, STATES
 
-__all__ = ["QUERY_PARAMS", "check_query", "routes"]
+__all__ = ["QUERY_PARAMS", "UNDO", "check_query", "routes"]
 
 M = TypeVar("M", bound=BaseModel)
 routes = web.RouteTableDef()
+# Steps that take back what a mutation did, run (newest first) when its writes did not reach storage.
+UNDO = "chaosd.undo"
+
+
+def _undo(request: web.Request, step: Callable[[], Awaitable[object]]) -> None:
+    if UNDO in request:
+        request[UNDO].append(step)
 
 
 def _ok(body: Any, status: int = 200) -> web.Response:
@@ -91,17 +99,24 @@ def _is_json(content_type: str) -> bool:
     return content_type in _JSON_TYPES or (content_type.startswith("application/") and content_type.endswith("+json"))
 
 
+def declared_body_type(content_type: str) -> bool:
+    """Whether a change declares a type some route takes: JSON, or YAML (an uploaded scenario). A form or
+    text/plain, what a web page may send anywhere without a CORS preflight, never is (docs/security.md)."""
+    return _is_json(content_type) or content_type in _YAML_TYPES
+
+
 def _unsupported(request: web.Request, takes: str) -> FaultError:
     sent = request.headers.get("Content-Type", "")[:100] or "none"
     return FaultError("Content-Type", f"this route takes {takes} (sent: {sent})", status=415)
 
 
 async def _body(request: web.Request, model: type[M], *, optional: bool = False) -> M:
+    # Declared even with no body: an empty POST without it is what a page of any site may send unasked.
+    if not _is_json(request.content_type):
+        raise _unsupported(request, "a JSON body (Content-Type: application/json), declared even when empty")
     raw = await _read(request)
     if not raw.strip() and optional:
         return model()
-    if not _is_json(request.content_type):
-        raise _unsupported(request, "a JSON body (Content-Type: application/json)")
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -125,11 +140,24 @@ def _failed_parts(request: web.Request) -> list[str]:
     return problems
 
 
+_PROBE_AFTER_S = 1.0  # readiness trusts a write committed this recently; else it writes a probe
+
+
+def _degraded_parts(request: web.Request) -> list[str]:
+    """Parts that do not work now but may come back (a full disk freed): serving goes on, changes are refused."""
+    storage = request.app[STORAGE]
+    if request.app[STOP].is_set() or not storage.alive or (problem := storage.problem) is None:
+        return []
+    return [f"storage: {problem}"]
+
+
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
     problems = _failed_parts(request)
-    body: HealthBody = {"status": "failed" if problems else "ok", "problems": problems}
-    return _ok(body, 503 if problems else 200)
+    degraded = _degraded_parts(request)
+    state = "failed" if problems else "degraded" if degraded else "ok"
+    body: HealthBody = {"status": state, "problems": problems + degraded}
+    return _ok(body, 503 if problems else 200)  # degraded is alive: restarting would not give the disk room
 
 
 @routes.get("/readyz")
@@ -137,10 +165,16 @@ async def readyz(request: web.Request) -> web.Response:
     ctl = request.app[CONTROLLER]
     problems = _failed_parts(request) + ctl.problems
     storage = request.app[STORAGE]
-    if storage.write_errors:
-        problems.append(f"storage: {storage.write_errors} write error(s)")
+    # The storage's health now: a probe write when the last write failed or none committed for a second, never
+    # the errors since the start (a freed disk is ready again at the next probe).
+    stale = storage.problem is not None or storage.unproven_s > _PROBE_AFTER_S
+    checked = storage.alive and not request.app[STOP].is_set() and stale
+    if checked and (problem := await storage.probe()) is not None:
+        problems.append(f"storage: {problem}")
     if TRACING in request.app and (failing := request.app[TRACING].failing()) is not None:
         problems.append(failing)
+    if (backend := getattr(ctl.exp.pipeline, "backend_health", None)) is not None and (down := backend()):
+        problems.append(down)  # the Redis runtime: unreachable now, and why
     if ctl.exp.telemetry.latest is None:
         problems.append("pipeline: no telemetry yet")
     if ctl.stopping:
@@ -194,6 +228,7 @@ async def status(request: web.Request) -> web.Response:
             "capacity_per_s": snap.capacity_rate if snap is not None else 0.0,
             "shed_per_s": snap.shed_rate if snap is not None else 0.0,
         },
+        "backend": backend() if (backend := getattr(p, "backend_health", None)) is not None else None,
         "telemetry": snap.as_dict() if snap is not None else None,
         "score": exp.live_score().as_dict(),
         "faults_active": len(exp.injector.active()),
@@ -217,7 +252,14 @@ async def actions(request: web.Request) -> web.Response:
 @routes.post("/api/v1/faults")
 async def inject(request: web.Request) -> web.Response:
     body = await _body(request, InjectRequest)
-    record = request.app[CONTROLLER].inject(body.action, body.target, dict(body.params), body.ttl, dict(body.labels))
+    ctl = request.app[CONTROLLER]
+    record = ctl.inject(body.action, body.target, dict(body.params), body.ttl, dict(body.labels))
+
+    async def take_back() -> None:
+        if record.active:
+            ctl.exp.injector.revert(record.id, why="unstored")
+
+    _undo(request, take_back)
     response = _ok(record.as_dict(), 201)
     response.headers["Location"] = f"/api/v1/faults/{record.id}"
     return response
@@ -335,7 +377,15 @@ async def revert(request: web.Request) -> web.Response:
 @routes.post("/api/v1/windows")
 async def open_window(request: web.Request) -> web.Response:
     body = await _body(request, WindowRequest, optional=True)
-    window = request.app[CONTROLLER].open_window(body.name)
+    ctl = request.app[CONTROLLER]
+    window = ctl.open_window(body.name)
+
+    async def take_back() -> None:
+        if window.open:
+            ctl.close_window(window.id)
+        ctl.windows.pop(window.id, None)
+
+    _undo(request, take_back)
     response = _ok(window.summary(), 201)
     response.headers["Location"] = f"/api/v1/windows/{window.id}"
     return response
@@ -355,7 +405,17 @@ async def window(request: web.Request) -> web.Response:
 
 @routes.delete("/api/v1/windows/{id}")
 async def close_window(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROLLER].close_window(_path_id(request, "window")))
+    ctl = request.app[CONTROLLER]
+    window = ctl.window(_path_id(request, "window"))
+    report = ctl.close_window(window.id)
+
+    async def take_back() -> None:  # open again, counting on as if it had never closed
+        window.ended_at = window.until_fault = window.final = None
+        if window.book is not None:
+            ctl.exp.injector.books.append(window.book)
+
+    _undo(request, take_back)
+    return _ok(report)
 
 
 @routes.post("/api/v1/lever")
@@ -367,7 +427,14 @@ async def pull_lever(request: web.Request) -> web.Response:
 
 @routes.delete("/api/v1/lever")
 async def release_lever(request: web.Request) -> web.Response:
+    injector = request.app[CONTROLLER].exp.injector
+    reason = injector.lever
     request.app[CONTROLLER].release_lever()
+
+    async def take_back() -> None:  # pulled again, as it was (no fault got in meanwhile: same request)
+        injector.lever = reason
+
+    _undo(request, take_back)
     answer: LeverBody = {"lever": None}
     return _ok(answer)
 
@@ -379,9 +446,17 @@ async def release_lever(request: web.Request) -> web.Response:
 async def start_survival(request: web.Request) -> web.Response:
     body = await _body(request, SurvivalRequest, optional=True)
     ctl = request.app[CONTROLLER]
+    previous = ctl.survival
     run = ctl.start_survival(
         body.interval, body.duration, tuple(body.actions) if body.actions else None, overlap=body.overlap
     )
+
+    async def take_back() -> None:
+        run.reason = "not recorded in storage"
+        await ctl.stop_plan(run, "survival")
+        ctl.survival = previous  # GET /api/v1/survival answers what it did before
+
+    _undo(request, take_back)
     return _ok(ctl.plan_status(run), 201)
 
 
@@ -431,7 +506,16 @@ async def run_scenario(request: web.Request) -> web.Response:
         body = await _body(request, ScenarioRunRequest)
         path = resolve_scenario_name(body.name)  # only a name, only inside the scenario directories
         scenario, source, speed = load_scenario(path), str(path.name), body.speed
+    previous = ctl.scenario
     run = ctl.start_scenario(scenario, speed, source)
+
+    async def take_back() -> None:
+        run.reason = "not recorded in storage"
+        await ctl.stop_plan(run, "scenario")
+        ctl.revert_faults(run)
+        ctl.scenario = previous
+
+    _undo(request, take_back)
     return _ok(ctl.plan_status(run), 201)
 
 
@@ -503,7 +587,8 @@ async def run(request: web.Request) -> web.Response:
     found = await request.app[STORAGE].run(run_id, after, limit)
     if found is None:
         raise FaultError("id", f"no run {run_id!r}", status=404)
-    return _ok(found)
+    # Stored redacted since this version; a run an older one stored is redacted on the way out.
+    return _ok({**found, "config": redacted(found.get("config"))})
 
 
 @routes.get("/api/v1/events")

@@ -22,7 +22,16 @@ from aiohttp.http_exceptions import LineTooLong
 from chaosd.config import ApiConfig
 from chaosd.exporters.metrics import REFUSAL_REASONS
 
-__all__ = ["FrontDoor", "HttpStats", "error_body", "request_ended", "request_started"]
+__all__ = [
+    "BROWSER_REFUSALS",
+    "FrontDoor",
+    "HostPolicy",
+    "HttpStats",
+    "error_body",
+    "own_origin",
+    "request_ended",
+    "request_started",
+]
 
 log = logging.getLogger("chaosd.api")
 _LINGER = 1.0  # seconds a refused client gets to read its answer after we stop writing
@@ -33,7 +42,7 @@ class HttpStats:
 
     def __init__(self, subscribers: Callable[[], int] = lambda: 0, sse_refused: Callable[[], int] = lambda: 0) -> None:
         self.connections = 0
-        self._refused = dict.fromkeys(REFUSAL_REASONS, 0)
+        self._refused = dict.fromkeys((*REFUSAL_REASONS, *BROWSER_REFUSALS), 0)
         self._subscribers = subscribers
         self._sse_refused = sse_refused
 
@@ -47,6 +56,55 @@ class HttpStats:
     @property
     def subscribers(self) -> int:
         return self._subscribers()
+
+
+# What a browser-borne request is refused for (docs/security.md), counted in chaosd_api_refused_total{reason}:
+# a Host this daemon does not answer to (421, DNS rebinding), a mutation from another origin (403), and a
+# mutation without a JSON content type (415, the "simple request" a page may send without a preflight).
+BROWSER_REFUSALS = ("wrong_host", "cross_origin", "unsupported_media_type")
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
+
+
+def _host_name(authority: str) -> str:
+    """The name in a Host header (or an allow-list entry): lower case, no port, no brackets, no final dot."""
+    name = authority.strip().lower()
+    if name.startswith("["):
+        name = name[1:].partition("]")[0]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    return name.rstrip(".")
+
+
+class HostPolicy:
+    """The Host names the daemon answers to: a browser's request names the site it came from, so a page on
+    evil.example whose name resolves to 127.0.0.1 (DNS rebinding) says ``Host: evil.example`` and is refused.
+
+    Always loopback (``localhost``, ``127.0.0.1``, ``[::1]``), ``api.host`` unless it is a wildcard, and
+    ``api.allowed_hosts``; any port. A daemon bound to a wildcard with no ``allowed_hosts`` answers any Host:
+    it is reached by names it cannot know (a container's service name, a DNS name, the address a Prometheus
+    target gives), and off loopback a token is required, so a page without it changes nothing.
+    """
+
+    def __init__(self, api: ApiConfig) -> None:
+        listed = {_host_name(h) for h in api.allowed_hosts}
+        bound = _host_name(api.host) if api.host.strip() not in WILDCARDS else None
+        self.any = "*" in listed or (bound is None and not api.allowed_hosts)
+        self.names = frozenset(LOOPBACK_NAMES | listed | ({bound} if bound else set()))
+
+    def allows(self, host_header: str | None) -> bool:
+        """Whether a request with this Host header is answered (none at all: a non-browser HTTP/1.0 client)."""
+        if self.any or host_header is None:
+            return True
+        return _host_name(host_header) in self.names
+
+
+def own_origin(origin: str, host_header: str | None) -> bool:
+    """Whether ``Origin`` is the daemon's own: http or https (a TLS proxy in front) and the request's Host."""
+    scheme, sep, authority = origin.strip().lower().partition("://")
+    if not sep or scheme not in ("http", "https") or host_header is None:
+        return False  # "null" (a sandboxed frame, a file: page) and anything else is another origin
+    return authority == host_header.strip().lower()
 
 
 def error_body(status: int, message: str, field: str | None = None) -> dict[str, Any]:

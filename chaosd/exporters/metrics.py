@@ -25,12 +25,19 @@ from prometheus_client.registry import Collector
 
 from chaosd import __version__
 from chaosd.events import Event
-from chaosd.faults import CATALOGUE
+from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.histogram import LogHistogram
 from chaosd.runner import Experiment
 from chaosd.telemetry.detector import DetectorState
 
-__all__ = ["REFUSAL_REASONS", "ExperimentCollector", "MetricsRegistry", "ServerStats", "make_registry"]
+__all__ = [
+    "REFUSAL_REASONS",
+    "ExperimentCollector",
+    "MetricsRegistry",
+    "ServerStats",
+    "StorageCollector",
+    "make_registry",
+]
 
 RECOVERY_HISTOGRAM = "chaosd_fault_recovery_seconds"
 RECOVERY_DOC = "Recovery time (mechanism: from injection; service: heal or restore clock)"
@@ -125,8 +132,8 @@ class _FaultSeries:
         elif state == "recovered" and isinstance(seconds := data.get("recovery_s"), int | float):
             self._observe((action, "service"), float(seconds))  # the fault's own clock: heal or restore
         elif state == "mechanism_recovered":
-            record = self._exp.injector.faults.get(int(data["id"]))
-            if record is not None and record.mechanism_recovered_at is not None:
+            record = event.about  # the fault's record, even once it has left the memory window
+            if isinstance(record, FaultRecord) and record.mechanism_recovered_at is not None:
                 self._observe((action, "mechanism"), record.mechanism_recovered_at - record.injected_at)
 
     def histogram(self, name: str, doc: str) -> HistogramMetricFamily:
@@ -302,8 +309,52 @@ class ExperimentCollector(Collector):
         exported, dropped = self._spans()
         yield CounterMetricFamily("chaosd_spans_exported", "Spans handed to the exporter", value=exported)
         yield CounterMetricFamily("chaosd_spans_dropped", "Spans dropped", value=dropped)
+        observers = exp.events.observers
+        errors = CounterMetricFamily(
+            "chaosd_observer_errors",
+            "Errors raised by event subscribers and telemetry listeners (logged once, never fatal)",
+            labels=["observer"],
+        )
+        for name in sorted({*observers.errors, *exp.events.subscriber_names}):
+            errors.add_metric([name], float(observers.errors.get(name, 0)))
+        yield errors
         if self._server is not None:
             yield from _server_families(self._server)
+
+
+class StorageHealth(Protocol):
+    """What the storage collector reads from the history store (chaosd.storage.Storage)."""
+
+    @property
+    def errors_by_op(self) -> Mapping[str, int]:
+        """Failed writes by operation; every operation is present, at 0 until one fails."""
+        ...
+
+    @property
+    def problem(self) -> str | None:
+        """Why it does not take writes now, or None."""
+        ...
+
+
+class StorageCollector(Collector):
+    """The history store's health: errors by operation, and whether it takes writes now."""
+
+    def __init__(self, storage: StorageHealth) -> None:
+        self.storage = storage
+
+    def collect(self) -> Iterator[Metric]:
+        storage = self.storage
+        errors = CounterMetricFamily(
+            "chaosd_storage_errors", "Writes to the history store that failed, by operation", labels=["op"]
+        )
+        for op, count in sorted(dict(storage.errors_by_op).items()):  # a fixed set of ops (chaosd.storage.OPS)
+            errors.add_metric([op], float(count))
+        yield errors
+        yield GaugeMetricFamily(
+            "chaosd_storage_up",
+            "1 while the history store takes writes (last write committed, file still in place)",
+            value=0.0 if storage.problem is not None else 1.0,
+        )
 
 
 def _server_families(server: ServerStats) -> Iterator[Metric]:

@@ -125,7 +125,7 @@ class FaultRecord:
     memo: dict[str, Any] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)  # the injector's caller's: selects its faults
     reverted_at: float | None = None
-    reverted_by: str | None = None  # "ttl" | "revert" | "lever" | "shutdown"
+    reverted_by: str | None = None  # "ttl" | "revert" | "lever" | "shutdown" | "unstored" (storage failed)
     mechanism_recovered_at: float | None = None
     service_recovered_at: float | None = None
     outcome: str = "active"  # active → recovering → recovered | failed | unmeasured
@@ -313,7 +313,9 @@ class Injector:
         self.faults.append(record)
         self._pending.append(record)
         self._join_incident(record)
-        self._events.record(now, "fault", id=record.id, action=action, state="injected", targets=list(targets))
+        self._events.record(
+            now, "fault", about=record, id=record.id, action=action, state="injected", targets=list(targets)
+        )
         return record
 
     def _join_incident(self, record: FaultRecord) -> None:
@@ -333,11 +335,11 @@ class Injector:
             self.incidents.append(incident)
         record.incident = incident.id
 
-    def revert(self, fault_id: int) -> FaultRecord:
+    def revert(self, fault_id: int, why: str = "revert") -> FaultRecord:
         record = self.get(fault_id)
         if not record.active:
             raise FaultError("id", f"fault {fault_id} already ended ({record.reverted_by})", status=409)
-        self._revert(record, "revert")
+        self._revert(record, why)
         return record
 
     def revert_matching(
@@ -391,7 +393,9 @@ class Injector:
         record.reverted_by = why
         if record.outcome == "active":
             record.outcome = "recovering"
-        self._events.record(record.reverted_at, "fault", id=record.id, action=record.action, state="reverted", by=why)
+        self._events.record(
+            record.reverted_at, "fault", about=record, id=record.id, action=record.action, state="reverted", by=why
+        )
 
     # --- observation --------------------------------------------------------------------------
 
@@ -466,7 +470,9 @@ class Injector:
             lifted = not record.active or record.lifted_at is not None
             if healed or (lifted and spec.restored(self.rt, record.targets, record.memo)):
                 record.mechanism_recovered_at = s.t
-                self._events.record(s.t, "fault", id=record.id, action=record.action, state="mechanism_recovered")
+                self._events.record(
+                    s.t, "fault", about=record, id=record.id, action=record.action, state="mechanism_recovered"
+                )
         within = self._within(s, record.baseline)
         end = record.reverted_at if record.reverted_at is not None else record.injected_at + record.ttl
         if within is None:
@@ -502,9 +508,11 @@ class Injector:
             # Shared incidents are judged as one (see the incident): the fault has no time of its own then.
             if (seconds := record.recovery_s) is not None:
                 self.recovery_by_action.setdefault(record.action, Sum()).add(seconds)
-            self._events.record(now, "fault", id=record.id, action=record.action, state=outcome, recovery_s=seconds)
+            self._events.record(
+                now, "fault", about=record, id=record.id, action=record.action, state=outcome, recovery_s=seconds
+            )
         else:
-            self._events.record(now, "fault", id=record.id, action=record.action, state=outcome)
+            self._events.record(now, "fault", about=record, id=record.id, action=record.action, state=outcome)
         incident = self.incidents.get(record.incident) if record.action != "resume_agent" else None
         if incident is not None and record in incident.members and not incident.open:
             for book in (self.book, *self.books):

@@ -54,8 +54,9 @@ class Telemetry:
         self._listeners: list[Callable[[Snapshot], None]] = []
         self._ring.append(self._read())
 
-    def listen(self, callback: Callable[[Snapshot], None]) -> None:
-        self._listeners.append(callback)
+    def listen(self, callback: Callable[[Snapshot], None], name: str | None = None) -> None:
+        """Call ``callback`` with every snapshot; one that raises is logged and counted (as ``name``), never fatal."""
+        self._listeners.append(self.pipeline.events.observers.guard(callback, name))
 
     def _read(self) -> _Reading:
         p = self.pipeline
