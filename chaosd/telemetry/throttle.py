@@ -76,17 +76,18 @@ class Throttle:
     # --- capacity ----------------------------------------------------------------------------------------
 
     def _capacity(self, state: DetectorState, s: Snapshot) -> ThrottleAction | None:
-        ages = self._ages
         if state is DetectorState.STALL:
             # The pause is the host's, not the pipeline's, and the window's rates are its artefact. If the bound
             # was not binding before it, admit all the queue holds: what the pause leaves beyond the bound drains
             # after it, refusing only while it does. If it was (an overload the pause interrupts), keep it: lifted,
             # the queue would fill past the deadline and the overload would become a collapse.
-            ages.clear()
+            # The pause's head ages are its artefact too: left out, not counted, so the standing queue's clock
+            # is not reset by a host that keeps pausing the process.
             if not self._binding:
                 self.limit = self.queue_capacity
             return None
         self._binding = s.shed_rate > 0 or s.queue_depth >= self.limit
+        ages = self._ages
         ages.append(s.head_age)
         if s.mean_service <= 0:
             self.limit = self.queue_capacity  # nothing takes time: no capacity to keep to
