@@ -57,6 +57,23 @@ def _seed(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r} (0 to 65535; 0 picks a free one)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r} (0 to 65535; 0 picks a free one)")
+    return value
+
+
+def _host(text: str) -> str:
+    host = text.strip()
+    if not host or "/" in host or " " in host:
+        raise argparse.ArgumentTypeError(f"not a host name or address: {text!r}")
+    return host.removeprefix("[").removesuffix("]")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chaosd",
@@ -67,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the daemon in real time until SIGINT/SIGTERM (default)")
     serve.add_argument("--config", type=Path, help="TOML config file (default: built-in defaults)")
+    serve.add_argument("--host", type=_host, help="listen on this address (overrides api.host and CHAOSD_API__HOST)")
+    serve.add_argument(
+        "--port", type=_port, help="listen on this port, 0 for a free one (overrides api.port and CHAOSD_API__PORT)"
+    )
 
     run = sub.add_parser("run", help="run an experiment offline (virtual time) and write its report")
     run.add_argument("scenario", nargs="?", help="scenario file, or the name of a shipped one")
@@ -319,7 +340,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from chaosd.config import load_settings  # noqa: PLC0415
         from chaosd.daemon import serve  # noqa: PLC0415 - aiohttp only for the daemon
 
-        return serve(load_settings(args.config), _out)
+        settings = load_settings(args.config)
+        listen = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+        if listen:  # the command line beats the file and the environment
+            settings = settings.model_copy(update={"api": settings.api.model_copy(update=listen)})
+        source = ", ".join(f"--{k}" if k in listen else f"api.{k}" for k in ("host", "port"))
+        return serve(settings, _out, source=source)
     except ConfigError as exc:
         return _fail(exc.lines())
     except FaultError as exc:

@@ -38,6 +38,8 @@ __all__ = [
     "ClientError",
     "add_client_commands",
     "await_verdict",
+    "daemon_address",
+    "environment_token",
     "run_client_command",
     "selector",
 ]
@@ -53,6 +55,8 @@ _EXIT_INTERRUPTED = 130  # Ctrl-C while only waiting: the shell's convention for
 
 COMMANDS = ("inject", "faults", "revert", "abort", "release", "survival", "inspect", "scenario")
 DEFAULT_ADDR = "http://127.0.0.1:8686"
+ADDRESS_ORDER = f"first of: --addr, --host/--port, $CHAOSD_URL, {DEFAULT_ADDR}"
+UNREACHABLE_HINT = "give the daemon's address with --addr URL (or --host/--port) or set CHAOSD_URL"
 _POLL_S = 1.0  # between status polls
 _LINE_EVERY_S = 10.0  # without a terminal: one progress line per this much run time (the server's elapsed_s)
 # A plan's states (chaosd/control.py PlanRun.state): running, then one of these, which it never leaves.
@@ -79,10 +83,16 @@ class ClientError(ChaosdError):
 class Client:
     """One daemon address and its token; ``request`` returns the decoded answer or raises ``ClientError``."""
 
-    def __init__(self, addr: str, token: str | None, timeout: float = 10.0) -> None:
-        self.base, host = _base_url(addr)
+    def __init__(
+        self, addr: str, token: str | None, timeout: float = 10.0, *, source: str = "--addr", hint: str = ""
+    ) -> None:
+        """``source`` names where ``addr`` came from (in a refusal of it, and as ``(from …)`` when unreachable);
+        ``hint`` says how to give another address when this one cannot be reached."""
+        self.base, host = _base_url(addr, source)
         self.token = token or None
         self.timeout = timeout
+        self._origin = "" if source == "--addr" or not source else f" ({_ORIGINS.get(source, f'from {source}')})"
+        self._hint = hint
         # A proxy from the environment must not intercept a daemon on this machine.
         handlers = [urllib.request.ProxyHandler({})] if is_loopback(host) else []
         self._opener = urllib.request.build_opener(*handlers)
@@ -134,17 +144,23 @@ class Client:
 
     def _unreachable(self, exc: BaseException) -> str:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        where = self.base + self._origin
+        hint = f"; {self._hint}" if self._hint else ""
         if isinstance(reason, TimeoutError):
-            return f"no answer from chaosd at {self.base} within {self.timeout:g} s"
+            return f"no answer from chaosd at {where} within {self.timeout:g} s{hint}"
         if isinstance(reason, ConnectionRefusedError):
-            return f"cannot reach chaosd at {self.base}: connection refused (is the daemon running?)"
+            return f"cannot reach chaosd at {where}: connection refused (is the daemon running?){hint}"
         if isinstance(reason, http.client.HTTPException):
-            return f"cannot talk to chaosd at {self.base}: not an HTTP answer ({type(reason).__name__})"
+            return f"cannot talk to chaosd at {where}: not an HTTP answer ({type(reason).__name__}){hint}"
         text = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
-        return f"cannot reach chaosd at {self.base}: {text}"
+        return f"cannot reach chaosd at {where}: {text}{hint}"
 
 
-def _base_url(addr: str) -> tuple[str, str]:
+# Where an address came from, as the unreachable message says it ("--addr" says nothing: the user just typed it).
+_ORIGINS = {"--host/--port": "from --host/--port", "default": "the default address"}
+
+
+def _base_url(addr: str, source: str = "--addr") -> tuple[str, str]:
     text = addr.strip()
     if "://" not in text:
         text = "http://" + text
@@ -155,8 +171,62 @@ def _base_url(addr: str) -> tuple[str, str]:
     except ValueError:
         host = None
     if parts.scheme not in ("http", "https") or not host or parts.query or parts.fragment:
-        raise ClientError(EXIT_USAGE, f"--addr: not a daemon address: {addr!r} (use host:port or http://host:port)")
+        raise ClientError(EXIT_USAGE, f"{source}: not a daemon address: {addr!r} (use host:port or http://host:port)")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", "")), host
+
+
+def daemon_address(addr: str | None, host: str | None, port: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
+    """The daemon's address and where it came from: ``addr`` (``--addr``), else ``host``/``port`` (either may be
+    left out: the default's is used), else ``$CHAOSD_URL`` (or the older ``$CHAOSD_ADDR``), else the default.
+
+    Raises ``ClientError`` (exit 2) naming ``--host`` or ``--port`` when one is not usable, even beside ``--addr``.
+    """
+    given = None
+    if host is not None or port is not None:
+        default = urllib.parse.urlsplit(DEFAULT_ADDR)
+        name = default.hostname if host is None else host.strip()
+        if not name or any(c in name for c in "/?#@ "):
+            raise ClientError(EXIT_USAGE, f"--host: not a host name or address: {host!r} (a URL goes in --addr)")
+        name = name.removeprefix("[").removesuffix("]")
+        if ":" in name:  # an IPv6 address
+            name = f"[{name}]"
+        given = f"http://{name}:{default.port if port is None else _port_number(port)}"
+    if addr:
+        return addr, "--addr"
+    if given is not None:
+        return given, "--host/--port"
+    for variable in ("CHAOSD_URL", "CHAOSD_ADDR"):
+        if environ.get(variable):
+            return environ[variable], variable
+    return DEFAULT_ADDR, "default"
+
+
+def _port_number(text: str) -> int:
+    try:
+        number = int(text.strip())
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 65535:
+        raise ClientError(EXIT_USAGE, f"--port: not a port number: {text!r} (1 to 65535)")
+    return number
+
+
+def environment_token(environ: Mapping[str, str]) -> str | None:
+    """The token from ``$CHAOSD_API__TOKEN``, ``$CHAOSD_TOKEN`` or the file ``$CHAOSD_API__TOKEN_FILE`` names;
+    None when none is set. Raises ``ClientError`` (exit 2) when that file cannot be read."""
+    token = environ.get("CHAOSD_API__TOKEN") or environ.get("CHAOSD_TOKEN")
+    if token:
+        return token
+    path = environ.get("CHAOSD_API__TOKEN_FILE")
+    return _read_token(path, "CHAOSD_API__TOKEN_FILE") if path else None
+
+
+def _read_token(path: str, source: str) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise ClientError(EXIT_USAGE, f"{source}: cannot read {path!r} ({why})") from None
 
 
 def _error_detail(body: bytes) -> str:
@@ -175,7 +245,11 @@ def _error_detail(body: bytes) -> str:
 def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the client subcommands on chaosd's parser; values are checked by ``run_client_command``."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--addr", help=f"daemon address (default: $CHAOSD_ADDR or {DEFAULT_ADDR})")
+    common.add_argument(
+        "--addr", metavar="URL", help=f"daemon address, http://HOST:PORT or HOST:PORT ({ADDRESS_ORDER})"
+    )
+    common.add_argument("--host", help="daemon host, instead of --addr (with --port; default 127.0.0.1)")
+    common.add_argument("--port", help="daemon port, instead of --addr (with --host; default 8686)")
     common.add_argument(
         "--token", help="API bearer token (default: $CHAOSD_API__TOKEN or $CHAOSD_TOKEN); others can see it in ps"
     )
@@ -291,19 +365,18 @@ def run_client_command(args: argparse.Namespace, out: Out, err: Out) -> int:
     if handler is None:
         err(f"chaosd: error: {args.command!r} is not a client command")
         return EXIT_USAGE
-    addr = getattr(args, "addr", None) or os.environ.get("CHAOSD_ADDR") or DEFAULT_ADDR
-    token = (
-        getattr(args, "token", None) or os.environ.get("CHAOSD_API__TOKEN") or os.environ.get("CHAOSD_TOKEN") or None
-    )
-    token_file = getattr(args, "token_file", None) or (None if token else os.environ.get("CHAOSD_API__TOKEN_FILE"))
-    if token_file:
-        try:
-            token = Path(token_file).read_text().strip() or None
-        except (OSError, UnicodeDecodeError) as exc:
-            err(f"chaosd: error: --token-file: cannot read {token_file!r} ({getattr(exc, 'strerror', None) or exc})")
-            return EXIT_USAGE
+    addr = DEFAULT_ADDR
     try:
-        return handler(Client(addr, token), args, out, err)
+        addr, source = daemon_address(
+            getattr(args, "addr", None), getattr(args, "host", None), getattr(args, "port", None), os.environ
+        )
+        token = getattr(args, "token", None) or None
+        token_file = getattr(args, "token_file", None)
+        if token is None and token_file:
+            token = _read_token(token_file, "--token-file")
+        elif token is None:
+            token = environment_token(os.environ)
+        return handler(Client(addr, token, source=source, hint=UNREACHABLE_HINT), args, out, err)
     except ClientError as exc:
         err(f"chaosd: error: {exc.message}")
         return exc.code

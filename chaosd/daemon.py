@@ -39,7 +39,7 @@ from chaosd.storage import unwritable
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.wire import is_loopback
 
-__all__ = ["check_bind", "serve"]
+__all__ = ["banner", "check_bind", "serve"]
 
 log = logging.getLogger("chaosd")
 
@@ -86,6 +86,30 @@ def check_bind(settings: Settings) -> None:
         )
 
 
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # every address: shown as the one that works on this machine
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def banner(settings: Settings, host: str, port: int) -> list[str]:
+    """Where to look once the daemon listens: the Arena, /metrics, the OpenAPI document, and a first command.
+
+    A wildcard bind is shown as loopback, the address that works on this machine.
+    """
+    base = _url(_WILDCARDS.get(host, host), port)
+    command = f"chaosd inject kill_leader --addr {base}"
+    if settings.api.token is not None:  # the client reads the same variables as the daemon
+        command += "  (with the token in CHAOSD_API__TOKEN, or --token-file FILE)"
+    return [
+        f"chaosd:   arena    {base}/arena",
+        f"chaosd:   metrics  {base}/metrics",
+        f"chaosd:   openapi  {base}/api/v1/openapi.json",
+        f"chaosd:   try      {command}",
+    ]
+
+
 def backend_note(experiment: Experiment) -> str:
     """What the status line adds while the backend cannot serve (the Redis runtime: unreachable), else ''."""
     health = getattr(experiment.pipeline, "backend_health", None)
@@ -104,7 +128,7 @@ def _raise_fd_limit(wanted: int) -> int:
     return soft
 
 
-async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
+async def _serve(settings: Settings, out: Callable[[str], None], source: str) -> int:
     loop = asyncio.get_running_loop()
     clock = LoopClock(loop)
     stop = asyncio.Event()
@@ -157,7 +181,7 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
             addresses = await door.bind(settings.api.host, settings.api.port)
         except OSError as exc:  # a gaierror (no such host) has its own strerror; errno -2 has no text
             why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
-            out(f"chaosd: cannot listen on {settings.api.host}:{settings.api.port} (api.host, api.port): {why}")
+            out(f"chaosd: cannot listen on {settings.api.host}:{settings.api.port} ({source}): {why}")
             return 2
         try:  # storage opens first: an unwritable history stops the daemon before the pipeline starts
             await runner.setup()
@@ -167,7 +191,9 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
             return 2
         await door.serve()
         for host, port in addresses:
-            out(f"chaosd: listening on http://{host}:{port} (run {run_id})")
+            out(f"chaosd: listening on {_url(host, port)} (run {run_id})")
+        for line in banner(settings, *addresses[0]):
+            out(line)
         out(f"chaosd: pipeline running in real time (offered {settings.load.rate:g} tasks/s); Ctrl-C stops")
         if settings.api.token is None:  # only possible on loopback: check_bind refuses anything else
             out(
@@ -212,14 +238,15 @@ async def _serve(settings: Settings, out: Callable[[str], None]) -> int:
     return 0
 
 
-def serve(settings: Settings, out: Callable[[str], None]) -> int:
-    """Run the daemon on a real-time loop; returns the process exit code."""
+def serve(settings: Settings, out: Callable[[str], None], *, source: str = "api.host, api.port") -> int:
+    """Run the daemon on a real-time loop; returns the process exit code. ``source`` names where the listening
+    address came from, for the message when it cannot be bound."""
     check_bind(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loop = new_event_loop(virtual=False)
     asyncio.set_event_loop(loop)
     try:
-        return loop.run_until_complete(_serve(settings, out))
+        return loop.run_until_complete(_serve(settings, out, source))
     finally:
         asyncio.set_event_loop(None)
         loop.close()

@@ -11,24 +11,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import ROOT, TOKEN, Daemon, ready_daemon
+from daemon_harness import ROOT, TOKEN, Daemon, free_port, ready_daemon
 
-from chaosd.chaostoolkit import discover
+from chaosd.chaostoolkit import actions, discover
+from chaosd.chaostoolkit._daemon import ActivityFailed
+from chaosd.chaostoolkit._daemon import daemon as daemon_for
 
 EXAMPLE = ROOT / "examples" / "chaostoolkit" / "kill-the-leader.json"
+LABEL = "label=experiment=ctk-kill-the-leader"
 
 
-@pytest.fixture(scope="module")
+# One daemon at a time (two cores): each test that needs one starts its own.
+@pytest.fixture
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     yield from ready_daemon(tmp_path_factory.mktemp("ctk"))
 
 
-def _chaos_run(daemon: Daemon, tmp: Path, name: str) -> dict[str, Any]:
+@pytest.fixture
+def tokenless_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    yield from ready_daemon(tmp_path_factory.mktemp("ctk-open"), env={"CHAOSD_API__TOKEN": None})
+
+
+def _chaos_run(daemon: Daemon, tmp: Path, name: str, token: str | None = TOKEN) -> dict[str, Any]:
+    """``chaos run`` of the example, unchanged, with only CHAOSD_URL (and the token, if any) in the environment."""
     chaos = shutil.which("chaos")
     assert chaos is not None, "chaostoolkit is a test dependency"
     journal = tmp / f"{name}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHAOSD_")}
-    env.update(CHAOSD_ADDR=daemon.base, CHAOSD_API__TOKEN=TOKEN, PYTHONPATH=str(ROOT))
+    env.update(CHAOSD_URL=daemon.base, PYTHONPATH=str(ROOT))
+    if token is not None:
+        env["CHAOSD_API__TOKEN"] = token
     done = subprocess.run(
         [
             *(chaos, "--no-version-check", "--log-file", str(tmp / f"{name}.log"), "run"),
@@ -82,6 +94,72 @@ def test_the_example_experiment_runs_completed_and_rolls_back_only_its_own_fault
     assert again["id"] != killed["id"]
     assert daemon.get(f"/api/v1/faults/{other['id']}")[1]["reverted_at"] is None
     daemon.request("DELETE", "/api/v1/faults?label=tenant=other")
+    # The token was needed: without it the daemon refuses a change, and the activity fails saying why.
+    with pytest.raises(ActivityFailed, match=r"rejected \(401\)"):
+        actions.pull_lever(configuration={"chaosd_addr": daemon.base})
+    assert daemon.get("/api/v1/status")[1]["lever"] is None
+
+
+@pytest.mark.slow  # tens of seconds of real time
+def test_the_example_runs_unchanged_against_a_daemon_without_a_token(tokenless_daemon: Daemon, tmp_path: Path) -> None:
+    assert any("no api.token" in line for line in tokenless_daemon.drain())  # the daemon really has none
+    journal = _chaos_run(tokenless_daemon, tmp_path, "open", token=None)
+    assert journal["status"] == "completed" and journal["deviated"] is False
+    assert journal["steady_states"]["before"]["steady_state_met"] is True
+    assert journal["steady_states"]["after"]["steady_state_met"] is True
+    method = {r["activity"]["name"]: r for r in journal["run"]}
+    assert method["kill-the-leader"]["output"]["action"] == "kill_leader"
+    assert method["the-service-recovered"]["output"] == "recovered"
+    assert [r["status"] for r in journal["rollbacks"]] == ["succeeded"]
+    faults = tokenless_daemon.get(f"/api/v1/faults?{LABEL}")[1]["faults"]
+    assert len(faults) == 1 and faults[0]["reverted_at"] is not None
+
+
+@pytest.fixture
+def _no_chaosd_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("CHAOSD_URL", "CHAOSD_ADDR", "CHAOSD_API__TOKEN", "CHAOSD_TOKEN", "CHAOSD_API__TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_with_no_token_anywhere_the_extension_sends_none(_no_chaosd_env: pytest.MonkeyPatch) -> None:
+    for secrets in (None, {}, {"token": ""}):  # "" is what an empty secret resolves to
+        client = daemon_for(None, secrets).client
+        assert (client.base, client.token) == ("http://127.0.0.1:8686", None)
+
+
+def test_the_address_and_token_come_from_configuration_and_secrets_else_the_environment(
+    _no_chaosd_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    env = _no_chaosd_env
+    env.setenv("CHAOSD_URL", "127.0.0.1:9001")
+    env.setenv("CHAOSD_ADDR", "127.0.0.1:9002")  # the older name: CHAOSD_URL wins
+    env.setenv("CHAOSD_API__TOKEN", "from-the-environment")
+    client = daemon_for({}, None).client
+    assert (client.base, client.token) == ("http://127.0.0.1:9001", "from-the-environment")
+    client = daemon_for({"chaosd_addr": "http://127.0.0.1:9003"}, {"token": "from-the-secrets"}).client
+    assert (client.base, client.token) == ("http://127.0.0.1:9003", "from-the-secrets")
+    env.delenv("CHAOSD_API__TOKEN")
+    (tmp_path / "token").write_text("from-a-file\n")
+    env.setenv("CHAOSD_API__TOKEN_FILE", str(tmp_path / "token"))
+    assert daemon_for({}, {}).client.token == "from-a-file"
+    env.setenv("CHAOSD_API__TOKEN_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ActivityFailed, match="CHAOSD_API__TOKEN_FILE: cannot read"):
+        daemon_for({}, {})
+    env.setenv("CHAOSD_URL", "ftp://127.0.0.1:1")
+    with pytest.raises(ActivityFailed, match="CHAOSD_URL: not a daemon address"):
+        daemon_for({}, {"token": "t"})
+
+
+def test_an_unreachable_daemon_fails_the_activity_naming_the_address_and_how_to_set_another(
+    _no_chaosd_env: pytest.MonkeyPatch,
+) -> None:
+    addr = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ActivityFailed) as failed:
+        actions.release_lever(configuration={"chaosd_addr": addr})
+    message = str(failed.value)
+    assert f"cannot reach chaosd at {addr} (from configuration chaosd_addr): connection refused" in message
+    assert "chaosd_addr or CHAOSD_URL" in message
 
 
 def test_discovery_lists_every_action_and_probe() -> None:

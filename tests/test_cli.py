@@ -192,3 +192,32 @@ def test_shipped_config_documents_every_key_with_its_default() -> None:
         for key in getattr(model, "model_fields", {}):
             documented_key = f"\n{key} =" in text or f"# {key} =" in text or f"[[{section}.{key}]]" in text
             assert documented_key, f"[{section}] {key} is not documented"
+
+
+@pytest.mark.parametrize("argv", [["--port", "eighty"], ["--port", "70000"], ["serve", "--port", "-5"]])
+def test_a_bad_daemon_port_exits_2_naming_the_option(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --port: not a port number" in err and "0 to 65535" in err, err
+
+
+def test_a_bad_daemon_host_exits_2_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--host", "http://127.0.0.1", "--port", "0"])
+    assert exc.value.code == 2
+    assert "argument --host: not a host name or address" in capsys.readouterr().err
+
+
+def test_a_bad_client_port_exits_2_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(["faults", "--port", "eighty"], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("chaosd: error: --port: not a port number: 'eighty'"), err
+
+
+def test_the_daemon_help_names_host_and_port(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--host HOST" in text and "--port PORT" in text and "overrides api.port and CHAOSD_API__PORT" in text

@@ -234,7 +234,7 @@ def daemon(request: pytest.FixtureRequest) -> FakeDaemon:
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("CHAOSD_ADDR", "CHAOSD_API__TOKEN", "CHAOSD_TOKEN"):
+    for name in ("CHAOSD_URL", "CHAOSD_ADDR", "CHAOSD_API__TOKEN", "CHAOSD_TOKEN", "CHAOSD_API__TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(client_module, "_POLL_S", 0.01)  # the fake daemon answers at once; no need to wait 1 s
 
@@ -292,6 +292,83 @@ def test_address_and_token_come_from_the_environment(daemon: FakeDaemon, monkeyp
     assert _cli("release", "--token", "flag")[0] == EXIT_OK
     assert [r.headers["authorization"] for r in daemon.requests] == ["Bearer fallback", "Bearer primary", "Bearer flag"]
     assert all((r.method, r.path) == ("DELETE", "/api/v1/lever") for r in daemon.requests)
+
+
+def test_host_and_port_instead_of_addr(daemon: FakeDaemon) -> None:
+    port = daemon.addr.rsplit(":", 1)[1]
+    assert _cli("release", "--host", "127.0.0.1", "--port", port) == (
+        EXIT_OK,
+        ["lever released: faults may be injected again"],
+        [],
+    )
+    assert _cli("release", "--port", port)[0] == EXIT_OK  # the host defaults to 127.0.0.1
+    assert _cli("release", "--host", "[127.0.0.1]", "--port", port)[0] == EXIT_OK  # brackets, as in a URL, are fine
+    assert [(r.method, r.path) for r in daemon.requests] == [("DELETE", "/api/v1/lever")] * 3
+    assert {r.headers["host"] for r in daemon.requests} == {f"127.0.0.1:{port}"}
+
+
+def test_chaosd_url_is_read_when_no_address_is_given(daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAOSD_URL", daemon.addr)
+    monkeypatch.setenv("CHAOSD_ADDR", "127.0.0.1:1")  # the older name: CHAOSD_URL wins
+    assert _cli("release")[0] == EXIT_OK
+    assert len(daemon.requests) == 1
+
+
+def test_addr_beats_host_and_port_which_beat_chaosd_url(
+    daemon: FakeDaemon, closed_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = daemon.addr.rsplit(":", 1)[1]
+    monkeypatch.setenv("CHAOSD_URL", f"http://127.0.0.1:{closed_port}")
+    assert _cli("release", "--port", port)[0] == EXIT_OK  # --host/--port over CHAOSD_URL
+    assert _cli("release", "--addr", daemon.addr, "--port", str(closed_port))[0] == EXIT_OK  # --addr over both
+    assert len(daemon.requests) == 2
+    code, _, err = _cli("release")  # and CHAOSD_URL when neither is given
+    assert code == EXIT_UNREACHABLE and f"127.0.0.1:{closed_port}" in err[0]
+
+
+def test_the_help_gives_the_order_in_which_the_address_is_chosen() -> None:
+    parser = argparse.ArgumentParser(prog="chaosd")
+    sub = parser.add_subparsers(dest="command")
+    add_client_commands(sub)
+    text = " ".join(sub.choices["inject"].format_help().split())
+    assert "first of: --addr, --host/--port, $CHAOSD_URL, http://127.0.0.1:8686" in text
+    assert "--host HOST" in text and "--port PORT" in text
+
+
+@pytest.mark.parametrize(
+    ("how", "origin"),
+    [
+        ("--addr", ""),
+        ("--port", " (from --host/--port)"),
+        ("CHAOSD_URL", " (from CHAOSD_URL)"),
+        ("default", " (the default address)"),
+    ],
+)
+def test_an_unreachable_daemon_names_the_address_tried_and_how_to_give_another(
+    closed_port: int, monkeypatch: pytest.MonkeyPatch, how: str, origin: str
+) -> None:
+    addr = f"http://127.0.0.1:{closed_port}"
+    argv = ["faults"]
+    if how == "--addr":
+        argv += ["--addr", addr]
+    elif how == "--port":
+        argv += ["--port", str(closed_port)]
+    elif how == "CHAOSD_URL":
+        monkeypatch.setenv("CHAOSD_URL", addr)
+    else:  # never the real default: a daemon may be listening there
+        monkeypatch.setattr(client_module, "DEFAULT_ADDR", addr)
+    code, out, err = _cli(*argv)
+    assert (code, out) == (EXIT_UNREACHABLE, [])
+    assert err == [
+        f"chaosd: error: cannot reach chaosd at {addr}{origin}: connection refused (is the daemon running?); "
+        "give the daemon's address with --addr URL (or --host/--port) or set CHAOSD_URL"
+    ]
+
+
+def test_a_bad_chaosd_url_exits_2_naming_it(daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAOSD_URL", "ftp://127.0.0.1:1")
+    code, _, err = _cli("faults")
+    assert code == EXIT_USAGE and err[0].startswith("chaosd: error: CHAOSD_URL: not a daemon address")
 
 
 def test_a_rejected_request_exits_5_with_the_field_and_message(daemon: FakeDaemon) -> None:
@@ -360,6 +437,11 @@ def test_a_daemon_that_never_answers_times_out_with_exit_4() -> None:
         (["revert", "seven"], "ID"),
         (["faults", "--addr", "ftp://127.0.0.1:1"], "--addr"),
         (["faults", "--addr", "127.0.0.1:99999"], "--addr"),
+        (["faults", "--port", "http"], "--port"),
+        (["faults", "--port", "0"], "--port"),  # a client needs the daemon's real port
+        (["faults", "--port", "65536"], "--port"),
+        (["faults", "--host", "http://127.0.0.1"], "--host"),
+        (["faults", "--host", ""], "--host"),
     ],
 )
 def test_bad_input_exits_2_naming_the_flag_and_sends_nothing(daemon: FakeDaemon, argv: list[str], flag: str) -> None:

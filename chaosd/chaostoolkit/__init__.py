@@ -2,9 +2,10 @@
 
 Reference it from an experiment as a Python provider, e.g. ``{"type": "python", "module":
 "chaosd.chaostoolkit.actions", "func": "inject_fault", "arguments": {"action": "kill_leader"}}``. The
-daemon's address comes from the configuration key ``chaosd_addr`` (default ``http://127.0.0.1:8686``);
-its token from the secrets scope the activity names (key ``token``). ``chaos discover chaosd`` lists
-the activities. See ``examples/chaostoolkit/`` and docs/chaostoolkit.md.
+daemon's address comes from the configuration key ``chaosd_addr``, else ``$CHAOSD_URL``, else
+``http://127.0.0.1:8686``; its token from the secrets scope the activity names (key ``token``), else
+``$CHAOSD_API__TOKEN`` as the ``chaosd`` client reads it, else none (a daemon without a token). ``chaos
+discover chaosd`` lists the activities. See ``examples/chaostoolkit/`` and docs/chaostoolkit.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,24 @@
-"""The daemon an activity talks to: address from the configuration, token from the secrets."""
+"""The daemon an activity talks to.
+
+Its address: the configuration key ``chaosd_addr``, else ``$CHAOSD_URL`` (or the older ``$CHAOSD_ADDR``), else
+``http://127.0.0.1:8686``. Its token: ``token`` in the secrets scope the activity names, else the environment the
+``chaosd`` client reads (``$CHAOSD_API__TOKEN``, ``$CHAOSD_TOKEN``, the file ``$CHAOSD_API__TOKEN_FILE``), else
+none: a daemon without ``api.token`` is sent no Authorization header.
+"""
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from chaosd.client import Client, ClientError, await_verdict, selector
+from chaosd.client import Client, ClientError, await_verdict, daemon_address, environment_token, selector
 
 __all__ = ["ActivityFailed", "Daemon", "daemon", "query"]
 
-DEFAULT_ADDR = "http://127.0.0.1:8686"
+CONFIG_KEY = "chaosd_addr"
+_HINT = f"set the experiment's configuration key {CONFIG_KEY} or CHAOSD_URL"
 
 
 class ActivityFailed(Exception):
@@ -18,9 +26,17 @@ class ActivityFailed(Exception):
 
 
 def daemon(configuration: Mapping[str, Any] | None, secrets: Mapping[str, Any] | None) -> Daemon:
-    addr = (configuration or {}).get("chaosd_addr") or DEFAULT_ADDR
-    token = (secrets or {}).get("token")
-    return Daemon(Client(str(addr), str(token) if token else None))
+    configured = (configuration or {}).get(CONFIG_KEY)
+    secret = (secrets or {}).get("token")
+    try:
+        if configured:
+            addr, source = str(configured), f"configuration {CONFIG_KEY}"
+        else:
+            addr, source = daemon_address(None, None, None, os.environ)
+        token = str(secret) if secret else environment_token(os.environ)
+        return Daemon(Client(addr, token, source=source, hint=_HINT))
+    except ClientError as exc:
+        raise ActivityFailed(f"chaosd: {exc.message}") from None
 
 
 def query(labels: Mapping[str, str] | None = None, actions: list[str] | None = None) -> str:
