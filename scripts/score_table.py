@@ -1,4 +1,4 @@
-"""Regenerate the README's score table: every shipped scenario and survival on the default config.
+"""Regenerate the score table in docs/score.md: every shipped scenario and survival on the default config.
 
 Runs `chaosd run` on every scenario in `scenarios/` (by name, with its own seed), survival with the 13 ARES
 actions, survival with every action, and the two negative controls (supervisor off, non-idempotent sink) on
@@ -6,10 +6,10 @@ survival with the ARES actions; two runs at a time, each with its own report. Pr
 
 Usage: python scripts/score_table.py [--write] [--readme PATH] [--out DIR] [--only NAME[,NAME]] [--duration D]
 
---write replaces what lies between the README's `<!-- score-table:begin -->` and `<!-- score-table:end -->`
-markers and nothing else. The runs see no CHAOSD_* variable from the calling shell: the table is of the
-default config, plus the negative controls' own overrides. Any failed run (including a scenario that misses
-its own `expect:`) makes the script exit 1, naming the run, and leaves the README alone.
+--write replaces what lies between the `<!-- score-table:begin -->` and `<!-- score-table:end -->` markers of
+docs/score.md (or of the file --readme names) and nothing else. The runs see no CHAOSD_* variable from the calling
+shell: the table is of the default config, plus the negative controls' own overrides. Any failed run (including a
+scenario that misses its own `expect:`) makes the script exit 1, naming the run, and leaves the file alone.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "score.md"  # the file that holds the markers (--readme)
 BEGIN = "<!-- score-table:begin -->"
 END = "<!-- score-table:end -->"
 SCENARIO_SUFFIXES = (".yaml", ".yml", ".json")
@@ -218,8 +218,8 @@ def replace_between_markers(text: str, content: str, where: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="replace the table between the README's markers")
-    parser.add_argument("--readme", type=Path, default=README, help="the file --write rewrites (README.md)")
+    parser.add_argument("--write", action="store_true", help="replace the table between the markers of docs/score.md")
+    parser.add_argument("--readme", type=Path, default=README, help="the file --write rewrites (docs/score.md)")
     parser.add_argument("--out", type=Path, help="where the reports go (a new temporary directory)")
     parser.add_argument("--only", help="comma-separated runs to make (default: all); see the table's run column")
     parser.add_argument("--duration", help="simulated time for every run selected, e.g. 60s (default: own/30m)")

@@ -1,4 +1,4 @@
-"""Regenerate the README's validation table: `chaosd run` on every shipped scenario, fixed seeds.
+"""Regenerate the validation table of docs/validation.md: `chaosd run` on every shipped scenario, fixed seeds.
 
 Usage: python scripts/validation_table.py [--out DIR]   (prints a Markdown table; reports go to DIR)
 """

@@ -1,4 +1,4 @@
-"""scripts/score_table.py: the README's score table is made from the runs' own reports, and nothing else moves."""
+"""scripts/score_table.py: docs/score.md's score table is made from the runs' own reports, and nothing else moves."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "score_table.py"
+SCORE_DOC = ROOT / "docs" / "score.md"  # the file that holds the markers: the script's default
 BEGIN = b"<!-- score-table:begin -->"
 END = b"<!-- score-table:end -->"
 DASH = "—"
@@ -39,9 +40,18 @@ def mean_on(faults: list[dict[str, Any]], clock: str) -> float | None:
     return sum(times) / len(times) if times else None
 
 
+def test_the_default_file_is_the_one_that_holds_the_markers() -> None:
+    done = score_table("--help")
+    assert done.returncode == 0, done.stderr
+    assert "(docs/score.md)" in done.stdout  # --readme's default, as --help shows it
+    split(SCORE_DOC.read_bytes())  # exactly one begin marker and one end marker, in that order
+    readme = (ROOT / "README.md").read_bytes()
+    assert BEGIN not in readme and END not in readme  # the table moved; --write must not find a second one
+
+
 def test_write_replaces_only_the_table_with_the_reports_numbers(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    shutil.copyfile(ROOT / "README.md", readme)
+    readme = tmp_path / "score.md"
+    shutil.copyfile(SCORE_DOC, readme)
     before = readme.read_bytes()
     out = tmp_path / "reports"
 
@@ -102,8 +112,8 @@ def test_write_replaces_only_the_table_with_the_reports_numbers(tmp_path: Path) 
 
 
 def test_a_failed_run_exits_non_zero_and_writes_nothing(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    shutil.copyfile(ROOT / "README.md", readme)
+    readme = tmp_path / "score.md"
+    shutil.copyfile(SCORE_DOC, readme)
     before = readme.read_bytes()
 
     done = score_table("--only", "baseline", "--duration", "bogus", "--readme", str(readme), "--write")
