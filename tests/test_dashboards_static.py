@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-__all__ = ["DASHBOARDS", "DATASOURCE", "iter_panels", "panel_queries"]
+__all__ = ["DASHBOARDS", "DATASOURCE", "PROVISIONED_UID", "iter_panels", "panel_queries"]
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD_DIR = ROOT / "dashboards"
@@ -25,7 +25,10 @@ DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))
 PROVISIONING = DASHBOARD_DIR / "provisioning"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 RULES_FILE = ROOT / "config" / "prometheus" / "rules.yml"
-DATASOURCE = {"type": "prometheus", "uid": "chaosd-prometheus"}
+# Every panel, target, annotation and query variable reads the dashboard's datasource variable, so that the
+# dashboards import into any Grafana; the variable's default is the datasource dashboards/provisioning/ creates.
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+PROVISIONED_UID = "chaosd-prometheus"
 INSTANCE_MATCHER = 'instance=~"$instance"'
 GRID_WIDTH = 24
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -198,6 +201,11 @@ def test_dashboard_identity_and_variable(path: Path) -> None:
     assert dashboard["schemaVersion"] == 39
     assert dashboard["panels"], "no panels"
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert list(variables)[:2] == ["datasource", "instance"], "the datasource variable first: instance reads it"
+    source = variables["datasource"]
+    assert (source["type"], source["query"]) == ("datasource", "prometheus")
+    assert source["current"]["value"] == PROVISIONED_UID, "the provisioned datasource is the default"
+    assert source["includeAll"] is False and source["multi"] is False
     instance = variables["instance"]
     query = instance["query"]["query"] if isinstance(instance["query"], dict) else instance["query"]
     assert query == "label_values(chaosd_build_info, instance)"
@@ -222,8 +230,10 @@ def test_uids_and_titles_unique() -> None:
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=_ids(DASHBOARDS))
-def test_every_panel_target_and_annotation_uses_the_provisioned_datasource(path: Path) -> None:
+def test_every_panel_target_and_annotation_uses_the_datasource_variable(path: Path) -> None:
     dashboard = _load(path)
+    # No datasource named by its uid anywhere (only the variable's default is the provisioned uid).
+    assert '"uid": "chaosd-prometheus"' not in path.read_text(encoding="utf-8")
     wrong = [
         f"panel {p.get('id')} {p.get('title')!r}: {p.get('datasource')}"
         for p in iter_panels(dashboard["panels"])
@@ -239,6 +249,11 @@ def test_every_panel_target_and_annotation_uses_the_provisioned_datasource(path:
         f"annotation {a.get('name')!r}: {a.get('datasource')}"
         for a in dashboard.get("annotations", {}).get("list", [])
         if a.get("datasource") != DATASOURCE
+    ]
+    wrong += [
+        f"variable {v.get('name')!r}: {v.get('datasource')}"
+        for v in dashboard["templating"]["list"]
+        if v.get("type") == "query" and v.get("datasource") != DATASOURCE
     ]
     assert not wrong, "\n".join(wrong)
 
@@ -393,7 +408,10 @@ def test_promtool_check_catches_a_broken_query(promtool: str, tmp_path: Path) ->
 def test_datasource_provisioning_matches_the_dashboards() -> None:
     data = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yml").read_text(encoding="utf-8"))
     (source,) = data["datasources"]
-    assert source["uid"] == DATASOURCE["uid"]
+    assert source["uid"] == PROVISIONED_UID
+    for path in DASHBOARDS:
+        variable = next(v for v in _load(path)["templating"]["list"] if v["name"] == "datasource")
+        assert variable["current"]["value"] == source["uid"], path.name
     assert source["type"] == DATASOURCE["type"]
     assert source["url"] == "http://prometheus:9090"
     assert source["isDefault"] is True

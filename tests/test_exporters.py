@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import threading
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import pytest
+import yaml
 from conftest import settings
+from daemon_harness import ROOT, Daemon
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.trace import ReadableSpan
@@ -22,13 +27,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.exporters import tracing as tracing_module
 from chaosd.exporters.metrics import (
     AGENT_KINDS,
     AGENT_STATES,
+    ENDINGS,
     FAIL_REASONS,
+    OUTCOMES,
     RECOVERY_BUCKETS,
     REFUSAL_REASONS,
     REJECT_REASONS,
@@ -49,12 +57,16 @@ class FakeServer:
 
 
 def _run_with(
-    plan: Any, duration: float = 40.0, tracing: Tracing | None = None, server: FakeServer | None = None
+    plan: Any,
+    duration: float = 40.0,
+    tracing: Tracing | None = None,
+    server: FakeServer | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> tuple[Experiment, bytes]:
     loop = new_event_loop(virtual=True)
     try:
         clock = LoopClock(loop)
-        exp = Experiment(settings({"load": {"rate": 150.0}}), clock, warmup=0.0)
+        exp = Experiment(settings({"load": {"rate": 150.0}, **(overrides or {})}), clock, warmup=0.0)
         registry = make_registry(exp, tracing.counts if tracing is not None else None, server=server)
         if tracing is not None:
             tracing.attach(exp)
@@ -108,6 +120,9 @@ def test_exposition_names_types_labels_and_preinitialised_values() -> None:
         "chaosd_offered_rate": "gauge",
         "chaosd_service_rate": "gauge",
         "chaosd_tasks": "counter",
+        "chaosd_tasks_ended": "counter",
+        "chaosd_tasks_in_flight": "gauge",
+        "chaosd_worker_busy_seconds": "counter",
         "chaosd_tasks_rejected": "counter",
         "chaosd_tasks_failed": "counter",
         "chaosd_tasks_lost": "gauge",
@@ -421,3 +436,144 @@ def test_the_served_recovery_histograms_are_rendered_again_when_a_fault_recovers
     assert before[key] == 0 and after[key] == 1  # the recovery is served, not the kept text from before it
     assert after == _recovery_samples(rendered)  # the same series and values as rendering everything afresh
     assert len(after) == len(CATALOGUE) * 2 * (len(RECOVERY_BUCKETS) + 3)
+
+
+# ---------------------------------------------------------------------------------------------- task accounting
+
+
+async def _spike_and_failures(exp: Experiment) -> None:
+    """Failures (mcp_disconnect), degraded completions (llm_failure: the plan stage given up on), then a load
+    spike: late tasks, and refusals once the small queue is full; scraped while tasks are still in flight."""
+    t0 = exp.pipeline.t0
+    await exp.clock.sleep_until(t0 + 5.0)
+    exp.injector.inject("mcp_disconnect", ttl=4.0)
+    exp.injector.inject("llm_failure", ttl=4.0)
+    await exp.clock.sleep_until(t0 + 12.0)
+    exp.injector.inject("load_spike", params={"factor": 8.0}, ttl=6.0)
+    await exp.clock.sleep_until(t0 + 17.0)
+
+
+def test_task_outcomes_add_up_on_a_scrape() -> None:
+    """The identities docs/metrics.md states (section "Task accounting"), on one scrape of a run."""
+    overrides = {"throttle": {"policy": "none"}, "queue": {"capacity": 1000}}  # the spike fills the queue
+    exp, text = _run_with(_spike_and_failures, duration=20.0, overrides=overrides)
+    families = {f.name: f for f in text_string_to_metric_families(text.decode())}
+
+    def by(family: str, label: str) -> dict[str, float]:
+        return {s.labels[label]: s.value for s in families[family].samples if s.name.endswith("_total")}
+
+    tasks, ended = by("chaosd_tasks", "outcome"), by("chaosd_tasks_ended", "outcome")
+    assert set(tasks) == set(OUTCOMES) and set(ended) == set(ENDINGS)
+    in_flight = families["chaosd_tasks_in_flight"].samples[0].value
+    lost = families["chaosd_tasks_lost"].samples[0].value
+    # Every outcome the identities split into happened in this run: none of them holds by being 0.
+    assert all(ended[o] > 0 for o in ENDINGS), ended
+    assert in_flight > 0
+    assert tasks["offered"] == tasks["accepted"] + tasks["rejected"]
+    assert tasks["accepted"] == tasks["completed"] + tasks["failed"] + in_flight
+    assert 0 <= lost <= in_flight
+    assert tasks["late"] <= tasks["completed"]
+    assert ended["good"] + ended["late"] + ended["degraded"] == tasks["completed"]
+    assert (ended["late"], ended["failed"], ended["rejected"]) == (tasks["late"], tasks["failed"], tasks["rejected"])
+    assert sum(ended.values()) + in_flight == tasks["offered"]  # a partition: sum() is meaningful
+    assert sum(by("chaosd_tasks_rejected", "reason").values()) == tasks["rejected"]
+    assert sum(by("chaosd_tasks_failed", "reason").values()) == tasks["failed"]
+    # The goodput counter is the one the detector's goodput gauge is computed from.
+    assert ended["good"] == exp.pipeline.ledger.good > 0
+    busy = families["chaosd_worker_busy_seconds"].samples[0].value
+    workers = len(exp.pipeline.workers)
+    assert 0 < busy <= workers * 17.0 + 1e-6  # at most every worker busy since the start (scraped at 17 s)
+
+
+def test_recovery_buckets_are_log_spaced_from_10_ms_to_10_min_with_the_alert_threshold_an_edge() -> None:
+    _, text = _run_with(_kill_then_wait)
+    samples = _recovery_samples(text)
+    key = (("action", "kill_leader"), ("kind", "mechanism"))
+    edges = sorted(
+        float(dict(labels)["le"])
+        for name, labels in samples
+        if name == "chaosd_fault_recovery_seconds_bucket"
+        and dict(labels)["action"] == "kill_leader"
+        and dict(labels)["kind"] == "mechanism"
+        and dict(labels)["le"] != "+Inf"
+    )
+    assert edges == sorted(RECOVERY_BUCKETS)
+    assert edges[0] == 0.01 and edges[-1] == 600.0
+    assert max(b / a for a, b in itertools.pairwise(edges)) <= 1.5 + 1e-9
+    rules = yaml.safe_load((ROOT / "config" / "prometheus" / "rules.yml").read_text(encoding="utf-8"))
+    slow = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "ChaosdSlowRecovery")
+    threshold = re.search(r">\s*([0-9.]+)\s*$", slow["expr"])
+    assert threshold is not None and float(threshold.group(1)) in edges
+    count = samples[("chaosd_fault_recovery_seconds_count", key)]
+    assert count == 1 and samples[("chaosd_fault_recovery_seconds_bucket", (*key, ("le", "600.0")))] == count
+
+
+# ---------------------------------------------------------------------------------------------- docs/metrics.md
+
+METRICS_DOC = ROOT / "docs" / "metrics.md"
+_DOC_ROW = re.compile(r"^\|\s*`([a-z_:][a-z0-9_:]*)`\s*\|\s*(gauge|counter|histogram)([^|]*)\|([^|]*)\|", re.MULTILINE)
+_DOC_VALUES = re.compile(r"`(\w+)` = ([^;`(]*)")
+_VALUE = re.compile(r"[A-Za-z0-9_+]+")
+
+
+@dataclass(frozen=True)
+class _Documented:
+    type: str
+    one_of: bool  # "gauge (1)": a single series of the listed ones (the current policy), not all of them
+    values: dict[str, set[str]]  # label → the closed list of values the table gives
+
+
+def _documented(path: Path = METRICS_DOC) -> dict[str, _Documented]:
+    rows = {}
+    for match in _DOC_ROW.finditer(path.read_text(encoding="utf-8")):
+        name, kind, note, labels = match.groups()
+        values = {}
+        for label, listed in _DOC_VALUES.findall(labels):
+            items = [item.strip() for item in listed.split(",")]
+            if all(_VALUE.fullmatch(item) for item in items):  # "orchestrator-0 …" and the like are not lists
+                values[label] = set(items)
+        rows[name] = _Documented(kind, note.strip() == "(1)", values)
+    return rows
+
+
+def _exposed_name(family_type: str, name: str) -> str:
+    return name + "_total" if family_type == "counter" else name
+
+
+def test_the_documented_rows_are_parsed() -> None:
+    rows = _documented()
+    assert rows["chaosd_tasks_total"] == _Documented("counter", False, {"outcome": set(OUTCOMES)})
+    assert rows["chaosd_tasks_failed_total"].values == {"reason": set(FAIL_REASONS)}
+    assert rows["chaosd_fault_recovery_seconds"].values == {"kind": {"mechanism", "service"}}
+    assert rows["chaosd_agents"].values == {"kind": set(AGENT_KINDS), "state": set(AGENT_STATES)}
+    assert rows["chaosd_admission_info"].one_of
+    assert "replica" not in rows["chaosd_leader"].values  # "orchestrator-0 … (one per …)" is not a list
+    assert rows["process_open_fds"].type == "gauge"
+
+
+def test_docs_list_every_series_a_real_daemon_exports_and_nothing_else(tmp_path: Path) -> None:
+    daemon = Daemon(tmp_path)
+    try:
+        with urllib.request.urlopen(daemon.base + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    finally:
+        daemon.terminate()
+        daemon.kill()
+    documented = _documented()
+    exported = {_exposed_name(f.type, f.name): f for f in text_string_to_metric_families(text) if f.type != "unknown"}
+    assert len(exported) == len(list(text_string_to_metric_families(text))), "a family of unknown type"
+    undocumented = sorted(set(exported) - set(documented))
+    assert not undocumented, f"exported, not in docs/metrics.md: {undocumented}"
+    missing = sorted(name for name in documented if name.startswith("chaosd_") and name not in exported)
+    assert not missing, f"in docs/metrics.md, not exported: {missing}"
+    problems = []
+    for name, family in exported.items():
+        row = documented[name]
+        if row.type != family.type:
+            problems.append(f"{name}: documented as a {row.type}, exported as a {family.type}")
+        samples: list[Sample] = family.samples
+        for label, listed in row.values.items():
+            seen = {s.labels[label] for s in samples if label in s.labels}
+            if not (seen <= listed if row.one_of else seen == listed):
+                problems.append(f"{name}{{{label}}}: documented {sorted(listed)}, exported {sorted(seen)}")
+    assert not problems, "\n".join(problems)

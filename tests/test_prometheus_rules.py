@@ -115,3 +115,17 @@ def test_rules_use_only_documented_metrics() -> None:
     histogram_parts = re.compile(r"_(bucket|sum|count)$")
     undocumented = {m for m in used if m not in documented and histogram_parts.sub("", m) not in documented}
     assert not undocumented, f"metrics not in docs/metrics.md: {sorted(undocumented)}"
+
+
+def test_the_recovery_buckets_in_the_rule_tests_are_the_exported_edges() -> None:
+    """The synthetic recovery histograms rules_test.yml feeds ChaosdSlowRecovery use the daemon's own bucket
+    edges, and the alert's threshold is one of them (else histogram_quantile interpolates across it)."""
+    from chaosd.exporters.metrics import RECOVERY_BUCKETS  # noqa: PLC0415 - the only test that needs chaosd
+
+    edges = {repr(b) for b in RECOVERY_BUCKETS} | {"+Inf"}
+    used = set(re.findall(r'chaosd_fault_recovery_seconds_bucket\{[^}]*\ble="([^"]+)"', RULES_TEST.read_text()))
+    assert used and used <= edges, sorted(used - edges)
+    alerts = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r]
+    slow = next(r for r in alerts if r["alert"] == "ChaosdSlowRecovery")
+    threshold = re.search(r">\s*([0-9.]+)\s*$", slow["expr"])
+    assert threshold is not None and float(threshold.group(1)) in RECOVERY_BUCKETS

@@ -42,9 +42,21 @@ __all__ = [
 RECOVERY_HISTOGRAM = "chaosd_fault_recovery_seconds"
 RECOVERY_DOC = "Recovery time (mechanism: from injection; service: heal or restore clock)"
 
+# chaosd_tasks_total{outcome}: overlapping counts (offered = accepted + rejected; late ⊂ completed).
 OUTCOMES = ("offered", "accepted", "completed", "late", "failed", "rejected")
-REJECT_REASONS = ("queue_full", "dropped", "shed", "throttled", "partitioned")
-FAIL_REASONS = ("timeout", "error", "tool_timeout", "llm_error", "mcp_disconnected", "node_removed", "no_route")
+# chaosd_tasks_ended_total{outcome}: a partition of the offered tasks that have an outcome (each counted once).
+ENDINGS = ("good", "late", "degraded", "failed", "rejected")
+REJECT_REASONS = ("queue_full", "dropped", "shed", "throttled", "partitioned", "unavailable")
+FAIL_REASONS = (
+    "timeout",
+    "error",
+    "tool_timeout",
+    "llm_error",
+    "mcp_disconnected",
+    "node_removed",
+    "no_route",
+    "handler_error",
+)
 AGENT_KINDS = ("worker", "producer", "orchestrator")
 AGENT_STATES = ("running", "slow", "paused", "partitioned", "dead")
 GRADES = ("A+", "A", "B", "C", "D", "F")
@@ -58,7 +70,17 @@ REFUSAL_REASONS = (
     "bad_request",
     "unauthorized",
 )
-RECOVERY_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 60.0, 120.0, 600.0)  # 10 s is the slow-recovery alert
+# Recovery buckets: the E6 preferred numbers (1, 1.5, 2.2, 3.3, 4.7, 6.8 per decade, ≈ ×1.47 and at most ×1.5
+# a step) from 10 ms to 10 min. 10 s, the slow-recovery alert's threshold, is an edge.
+# fmt: off
+RECOVERY_BUCKETS = (
+    0.01, 0.015, 0.022, 0.033, 0.047, 0.068,
+    0.1, 0.15, 0.22, 0.33, 0.47, 0.68,
+    1.0, 1.5, 2.2, 3.3, 4.7, 6.8,
+    10.0, 15.0, 22.0, 33.0, 47.0, 68.0,
+    100.0, 150.0, 220.0, 330.0, 470.0, 600.0,
+)
+# fmt: on
 
 # Exported latency buckets: internal edges LOW·1.05^i for i = 141, 145, … (0.97 ms … ~37 s).
 _FIRST_EDGE = math.floor(math.log(1e-3 / LogHistogram.low) / math.log(LogHistogram.factor))
@@ -184,10 +206,37 @@ class ExperimentCollector(Collector):
             yield GaugeMetricFamily(name, doc, value=float(getattr(snap, attr)) if snap is not None else 0.0)
 
         total = p.ledger.total
-        tasks = CounterMetricFamily("chaosd_tasks", "Tasks by outcome", labels=["outcome"])
+        tasks = CounterMetricFamily(
+            "chaosd_tasks", "Tasks by outcome, overlapping (offered = accepted + rejected)", labels=["outcome"]
+        )
         for outcome in OUTCOMES:
             tasks.add_metric([outcome], float(getattr(total, outcome)))
         yield tasks
+        ended = CounterMetricFamily(
+            "chaosd_tasks_ended",
+            "Offered tasks by their one outcome (good, late, degraded, failed, rejected): these add up",
+            labels=["outcome"],
+        )
+        ending = {
+            "good": p.ledger.good,
+            "late": total.late,
+            "degraded": total.degraded,
+            "failed": total.failed,
+            "rejected": total.rejected,
+        }
+        for outcome in ENDINGS:
+            ended.add_metric([outcome], float(ending[outcome]))
+        yield ended
+        yield GaugeMetricFamily(
+            "chaosd_tasks_in_flight",
+            "Accepted tasks without an outcome yet (lost ones included)",
+            value=len(p.ledger.in_flight),
+        )
+        yield CounterMetricFamily(
+            "chaosd_worker_busy_seconds",
+            "Worker-seconds spent serving tasks (the integral of the busy workers)",
+            value=p.busy.area_at(p.clock.now()),
+        )
         rejected = CounterMetricFamily("chaosd_tasks_rejected", "Tasks refused at admission", labels=["reason"])
         for reason in sorted({*REJECT_REASONS, *total.rejected_by}):
             rejected.add_metric([reason], float(total.rejected_by.get(reason, 0)))
@@ -370,8 +419,8 @@ def _server_families(server: ServerStats) -> Iterator[Metric]:
 
 
 class _RecoveryHistograms(Collector):
-    """The per-action recovery histograms: 34 series, about 400 of a scrape's 670 samples, that change only
-    when a fault recovers."""
+    """The per-action recovery histograms: 34 series of 30 buckets, about 1,100 of a scrape's 1,400 samples,
+    that change only when a fault recovers."""
 
     def __init__(self, series: _FaultSeries) -> None:
         self.series = series
