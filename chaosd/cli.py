@@ -104,10 +104,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--overlap", action="store_true", help="survival: faults last 2×interval and stack (default: one at a time)"
     )
-    post = sub.add_parser("report", help="write a run report's post-mortem as one self-contained HTML file")
+    post = sub.add_parser(
+        "report",
+        help="print a run report's summary (did it heal, why, what to fix), or write it as one HTML page",
+        description="Print the text summary of a JSON run report; with --html, write its post-mortem as one "
+        "self-contained HTML page instead (to --out/-o PATH, default FILE with .html).",
+    )
     post.add_argument("file", type=Path, help="a JSON run report (chaosd run --report, or the daemon's)")
-    post.add_argument("--html", action="store_true", required=True, help="HTML output (the only format)")
-    post.add_argument("--out", type=Path, help="where to write it (default: FILE with .html)")
+    post.add_argument("--html", action="store_true", help="write the HTML post-mortem instead of printing the summary")
+    post.add_argument("-o", "--out", type=Path, help="with --html: where to write it (default: FILE with .html)")
     worker = sub.add_parser("worker", help="run a worker (or orchestrator replica) process for backend.kind = redis")
     worker.add_argument("--config", type=Path, help="TOML config file (the daemon's: the same [backend] section)")
     worker.add_argument("--settings-json", type=Path, help=argparse.SUPPRESS)  # the daemon's own children
@@ -299,6 +304,25 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    """``chaosd report FILE``: the text summary; ``--html [-o PATH]``: the HTML post-mortem."""
+    from chaosd.arena.postmortem import load_report, write_postmortem  # noqa: PLC0415 - only for this command
+
+    if args.out is not None and not args.html:
+        return _fail(["--out: only with --html (the summary is printed)"])
+    if args.html:
+        _out(f"chaosd: wrote {write_postmortem(args.file, args.out)}")
+        return 0
+    from chaosd.report import render_summary  # noqa: PLC0415
+
+    report = load_report(args.file)
+    try:
+        _out(render_summary(report))
+    except (KeyError, TypeError, ValueError) as exc:  # JSON, with a timeline, but not a run report's shape
+        return _fail([f"{args.file}: not a run report ({type(exc).__name__}: {exc})"])
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
@@ -312,10 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("chaosd: interrupted", file=sys.stderr, flush=True)
                 return EXIT_INTERRUPTED
         if args.command == "report":
-            from chaosd.arena.postmortem import write_postmortem  # noqa: PLC0415 - only for this command
-
-            _out(f"chaosd: wrote {write_postmortem(args.file, args.out)}")
-            return 0
+            return _report(args)
         if args.command == "worker":
             from chaosd.backends.redis_process import (  # noqa: PLC0415
                 default_id,

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,6 +23,8 @@ from chaosd import __version__
 from chaosd.clock import wall_time
 from chaosd.durations import parse_duration
 from chaosd.errors import ChaosdError
+from chaosd.humanize import action_rows, cause_rows, fixes, judged_line, seconds, table, time_causes, value
+from chaosd.humanize import rate as rate_per_s
 from chaosd.wire import MAX_WAIT_S, TERMINAL, is_loopback
 
 __all__ = [
@@ -287,7 +289,17 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     sub.add_parser("release", parents=[common], help="release the safety lever")
 
     p = sub.add_parser(
-        "survival", parents=[common], help="inject random faults until the duration ends", epilog=PLAN_EXIT_CODES
+        "survival",
+        parents=[common],
+        help="inject random faults until the duration ends, printing each fault and its verdict; `survival stop`",
+        epilog=PLAN_EXIT_CODES,
+    )
+    p.add_argument(
+        "verb",
+        nargs="?",
+        choices=("stop",),
+        metavar="stop",
+        help="stop the running survival instead (DELETE /api/v1/survival: its active faults are reverted)",
     )
     p.add_argument("--duration", default="30m", help="how long to run (30m)")
     p.add_argument("--interval", default="10s", help="time between faults (10s)")
@@ -305,6 +317,7 @@ def add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("file_or_name", metavar="FILE_OR_NAME", help="a scenario YAML file, or a shipped scenario's name")
     p.add_argument("--speed", default="1", help="compress delays and durations by this factor (1)")
     p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True, help="wait for the result")
+    actions.add_parser("stop", parents=[common], help="stop the running scenario (DELETE /api/v1/scenarios/current)")
 
 
 def _duration(flag: str, text: str) -> float:
@@ -412,7 +425,9 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
     if outcome == "recovered":
         took = fault.get("recovery_s")
         how = (
-            f" in {took:g} s ({fault.get('clock')} clock)" if isinstance(took, int | float) else " (with its incident)"
+            f" in {seconds(took)} ({fault.get('clock')} clock)"
+            if isinstance(took, int | float)
+            else " (with its incident)"
         )
         out(f"fault {fault['id']} recovered{how}")
         return EXIT_OK
@@ -461,7 +476,7 @@ def _faults(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
         (str(f["id"]), f["action"], _targets(f), f["outcome"], _secs(f.get("injected_at")), _secs(f.get("recovery_s")))
         for f in faults
     ]
-    for line in _table(("id", "action", "targets", "outcome", "injected_at", "recovery_s"), rows, "<<<<>>"):
+    for line in table(("id", "action", "targets", "outcome", "injected_at", "recovery_s"), rows, "<<<<>>"):
         out(line)
     return EXIT_OK
 
@@ -497,6 +512,10 @@ def _release(client: Client, args: argparse.Namespace, out: Out, err: Out) -> in
 
 
 def _survival(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    if args.verb == "stop":
+        status = client.request("DELETE", "/api/v1/survival")
+        out(_stopped("survival", status))
+        return EXIT_OK
     body: dict[str, Any] = {}
     for flag, text in (("--interval", args.interval), ("--duration", args.duration)):
         if _duration(flag, text) <= 0:
@@ -510,10 +529,16 @@ def _survival(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
         body["overlap"] = True
     status = client.request("POST", "/api/v1/survival", body)
     live = _LiveLine(out, sys.stdout if sys.stdout.isatty() else None)
+    watch = _FaultWatch(client, live.note)
     ours = False  # stopped by this client (Ctrl-C): the run ended as asked
-    try:
+
+    def show(status: Any) -> None:
+        watch.update(status)
         live.show(status)
-        status = _follow(client, "/api/v1/survival", status, live.show)
+
+    try:
+        show(status)
+        status = _follow(client, "/api/v1/survival", status, show)
     except KeyboardInterrupt:
         live.end()
         out("interrupted: stopping survival")
@@ -521,6 +546,8 @@ def _survival(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
         ours = True
     finally:
         live.end()
+    watch.update(status)
+    watch.end()
     out(f"survival {status['state']}: {_progress(status)}" + (f" · {status['reason']}" if status.get("reason") else ""))
     return _plan_exit(status, ours, err)
 
@@ -535,7 +562,21 @@ def _inspect(client: Client, args: argparse.Namespace, out: Out, err: Out) -> in
     return EXIT_OK
 
 
+def _stopped(kind: str, status: Any) -> str:
+    """The answer to a stop: the plan's state, progress and reason, and the faults reverted with it."""
+    name = f" {status['name']}" if kind == "scenario" and status.get("name") else ""
+    reason = f" · {status['reason']}" if status.get("reason") else ""
+    log = status.get("log") or []
+    last = log[-1] if log and isinstance(log[-1], dict) else {}
+    reverted = last.get("reverted") if last.get("action") == "stop" else None
+    faults = f" · reverted fault(s) {', '.join(map(str, reverted))}" if reverted else ""
+    return f"{kind}{name} {status['state']}: {_progress(status)}{reason}{faults}"
+
+
 def _scenario(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
+    if args.scenario_command == "stop":
+        out(_stopped("scenario", client.request("DELETE", "/api/v1/scenarios/current")))
+        return EXIT_OK
     try:
         speed = float(args.speed)
     except ValueError:
@@ -560,11 +601,15 @@ def _scenario(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
     out(f"scenario {name} started (speed {speed:g}×)")
     if not args.wait:
         return EXIT_OK
+    watch = _FaultWatch(client, out)
     try:
-        status = _follow(client, "/api/v1/scenarios/current", status, lambda _: None)
+        watch.update(status)
+        status = _follow(client, "/api/v1/scenarios/current", status, watch.update)
+        watch.update(status)
     except KeyboardInterrupt:
-        err(f"chaosd: stopped waiting; scenario {name} still runs (DELETE /api/v1/scenarios/current stops it)")
+        err(f"chaosd: stopped waiting; scenario {name} still runs (chaosd scenario stop stops it)")
         return _EXIT_INTERRUPTED
+    watch.end()
     for e in status.get("expectations") or []:
         out(_expectation(e))
     passed = status.get("passed")
@@ -617,6 +662,66 @@ def _plan_exit(status: Any, ours: bool, err: Out) -> int:
     return EXIT_PLAN_FAILED
 
 
+class _FaultWatch:
+    """One line per fault a plan injected and per verdict, as they happen: the fault ids come from the plan's
+    ``log``, each verdict from its fault's record (``GET /api/v1/faults/{id}``) until it has one."""
+
+    def __init__(self, client: Client, out: Out) -> None:
+        self._client = client
+        self._out = out
+        self._seen: set[tuple[Any, ...]] = set()
+        self._open: dict[int, Mapping[str, Any]] = {}
+
+    def update(self, status: Any) -> None:
+        start = float(status.get("started_at") or 0.0)
+        for entry in status.get("log") or []:
+            if not isinstance(entry, dict):
+                continue
+            fault_id = entry.get("fault")
+            at = f"t={seconds(max(0.0, float(entry.get('at') or 0.0) - start))}"
+            if isinstance(fault_id, int):
+                if ("fault", fault_id) in self._seen:
+                    continue
+                self._seen.add(("fault", fault_id))
+                self._open[fault_id] = entry
+                target = _targets(entry) if entry.get("targets") or entry.get("target") else "?"
+                self._out(f"{at}  fault {fault_id} injected: {entry.get('action', '?')} on {target}")
+            elif entry.get("action") == "skip" and ("skip", entry.get("at")) not in self._seen:
+                self._seen.add(("skip", entry.get("at")))
+                self._out(f"{at}  {entry.get('reason') or 'skipped'}")
+            elif entry.get("error") and ("error", entry.get("at"), entry.get("action")) not in self._seen:
+                self._seen.add(("error", entry.get("at"), entry.get("action")))
+                self._out(f"{at}  {entry.get('action', '?')} not injected: {entry['error']}")
+        for fault_id in list(self._open):
+            try:
+                fault = self._client.request("GET", f"/api/v1/faults/{fault_id}")
+            except ClientError as exc:
+                if exc.code != EXIT_REJECTED:  # unreachable, a server error: the run's own poll says so
+                    raise
+                del self._open[fault_id]  # aged out of the daemon's memory
+                self._out(f"fault {fault_id}: no longer listed by the daemon; no verdict seen")
+                continue
+            if fault.get("outcome") in TERMINAL:
+                del self._open[fault_id]
+                self._out(_verdict(fault))
+
+    def end(self) -> None:
+        for fault_id, entry in sorted(self._open.items()):
+            self._out(f"fault {fault_id} ({entry.get('action', '?')}): no verdict yet when the run ended")
+        self._open.clear()
+
+
+def _verdict(fault: Mapping[str, Any]) -> str:
+    outcome = fault["outcome"]
+    what = f"fault {fault['id']} {outcome}"
+    action = fault.get("action", "?")
+    if outcome == "recovered":
+        took = fault.get("recovery_s")
+        how = f" in {seconds(float(took))}" if isinstance(took, int | float) else " (with its incident)"
+        return f"{what}{how} ({action})"
+    return f"{what} ({action}): {_VERDICT_HINTS.get(str(outcome), str(outcome))}"
+
+
 class _LiveLine:
     """One progress line: redrawn in place on a terminal, else a new line every 10 s of the run's elapsed time."""
 
@@ -638,6 +743,14 @@ class _LiveLine:
             self._out(line)
             self._last = elapsed
 
+    def note(self, line: str) -> None:
+        """A line of its own (a fault, a verdict): above the progress line, which the next status redraws."""
+        if self._tty is not None and self._width:
+            self._tty.write("\r" + " " * self._width + "\r")
+            self._tty.flush()
+            self._width = 0
+        self._out(line)
+
     def end(self) -> None:
         if self._tty is not None and self._width:
             self._tty.write("\n")
@@ -649,78 +762,53 @@ class _LiveLine:
 
 
 def _inspect_lines(report: Any) -> list[str]:
-    """The inspect summary: score, recovery rate, fault counts, mean and p95 recovery per action, causes."""
+    """The inspect summary: score, recovery as the score judges it, fault counts, mean and p95 recovery per
+    action, count causes with their shares and time causes apart, what to fix."""
     faults = report.get("faults") or []
     summary = report.get("faults_summary") or {}
     score = report.get("score")
     injected = summary.get("injected", len(faults))
-    recovered = summary.get("recovered", sum(1 for f in faults if f.get("recovered")))
+    recovered = summary.get("recovered", sum(1 for f in faults if f.get("outcome") == "recovered"))
     failed = summary.get("failed", sum(1 for f in faults if f.get("outcome") == "failed"))
-    rate = f"{recovered / injected:.0%} ({recovered} of {injected})" if injected else "n/a (no faults injected)"
+    pending = summary.get("pending", sum(1 for f in faults if f.get("outcome") not in TERMINAL))
+    rate = judged_line(summary, faults) if injected else "n/a (no faults injected)"
     lines = [
-        f"score      {score['total']:.1f} ({score['grade']})" if score else "score      - (not scored yet)",
+        f"score      {score['total']:.1f} ({score['grade']})" if score and score.get("total") is not None
+        else "score      - (not scored yet)",
         f"recovery   {rate}",
-        f"faults     {injected} total · {recovered} recovered · {failed} failed",
-    ]
+        f"faults     {injected} total · {recovered} recovered · {failed} failed · {pending} pending",
+    ]  # fmt: skip
     collapse, admission = report.get("collapse"), report.get("throttle")
     if collapse:
         lines.append(
             f"detector   {collapse['final_state']} now · {collapse.get('alarms', collapse['count'])} alarm(s), "
-            f"{collapse['count']} collapsed · {collapse.get('time_overloaded_s', 0.0):.1f} s overloaded, "
-            f"{collapse['time_collapsed_s']:.1f} s collapsed · {collapse.get('stalls', 0)} stall(s)"
+            f"{collapse['count']} collapsed · {seconds(collapse.get('time_overloaded_s', 0.0))} overloaded, "
+            f"{seconds(collapse['time_collapsed_s'])} collapsed · {collapse.get('stalls', 0)} stall(s)"
         )
     if admission:
         policy = admission.get("policy", "aimd" if admission["enabled"] else "none")
         if policy == "capacity":
-            detail = f"limit {admission['limit']} waiting · capacity {admission['capacity_per_s']:.1f}/s · "
+            detail = f"limit {admission['limit']} waiting · capacity {rate_per_s(admission['capacity_per_s'])} · "
         elif policy == "aimd":
             detail = f"factor {admission['final_factor']:.3f} (lowest {admission['lowest_factor']:.3f}) · "
         else:
             detail = ""
         lines.append(f"admission  {policy} · {detail}refused {admission['refused']}")
-    times: dict[str, list[float]] = {}
-    counts: dict[str, int] = {}
-    for f in faults:
-        counts[f["action"]] = counts.get(f["action"], 0) + 1
-        bucket = times.setdefault(f["action"], [])
-        if f.get("recovery_s") is not None:
-            bucket.append(float(f["recovery_s"]))
-    if counts:
-        rows = [
-            (
-                action,
-                str(counts[action]),
-                str(len(times[action])),
-                f"{sum(times[action]) / len(times[action]):.2f} s" if times[action] else "-",
-                f"{_p95(times[action]):.2f} s" if times[action] else "-",
-            )
-            for action in sorted(counts)
-        ]
+    rows = action_rows(faults)
+    if rows:
         lines.append("recovery time by action")
-        lines.extend("  " + r for r in _table(("action", "faults", "recovered", "mean", "p95"), rows, "<>>>>"))
+        lines.extend("  " + r for r in table(("action", "faults", "recovered", "mean", "p95"), rows, "<>>>>"))
     diagnostics = report.get("diagnostics") or []
-    if diagnostics:
+    causes = cause_rows(diagnostics)
+    if causes:
         lines.append("diagnostics by cause")
-        causes = [(d["cause"], str(d["count"]), f"{d['share']:.1%}") for d in diagnostics]
-        lines.extend("  " + r for r in _table(("cause", "count", "share"), causes, "<>>"))
+        lines.extend("  " + r for r in table(("cause", "count", "share"), causes, "<>>"))
+    lines.extend("  " + line for line in time_causes(diagnostics))
+    todo = fixes(report)
+    if todo:
+        lines.append("what to fix")
+        lines.extend(f"  - {line}" for line in todo)
     return lines
-
-
-def _p95(values: Sequence[float]) -> float:
-    """Nearest rank: the smallest time at least 95 % of the values are within — always an observed value."""
-    if not values:
-        raise ValueError("p95 of no values")
-    ordered = sorted(values)
-    return ordered[(95 * len(ordered) + 99) // 100 - 1]  # ceil(0.95·n) in integers: no float rounding at the edge
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str) -> list[str]:
-    table = [tuple(header), *(tuple(r) for r in rows)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    return [
-        "  ".join(c.ljust(w) if a == "<" else c.rjust(w) for c, w, a in zip(r, widths, align, strict=True)).rstrip()
-        for r in table
-    ]
 
 
 def _json(value: Any) -> str:
@@ -758,4 +846,5 @@ def _expectation(e: Any) -> str:
     if not isinstance(e, dict):
         return f"  expect     {e}"
     mark = "pass" if e.get("passed") else "FAIL"
-    return f"  expect     {mark}: {e.get('expect', '?')} {e.get('wanted', '')} (measured {e.get('actual')})"
+    wanted = value(e["wanted"]) if "wanted" in e else ""
+    return f"  expect     {mark}: {e.get('expect', '?')} {wanted} (measured {value(e.get('actual'))})"

@@ -11,6 +11,19 @@ import numpy as np
 import numpy.typing as npt
 
 from chaosd.histogram import percentiles
+from chaosd.humanize import (
+    action_rows,
+    cause_rows,
+    fixes,
+    judged_line,
+    millis,
+    number,
+    rate,
+    seconds,
+    table,
+    time_causes,
+    value,
+)
 
 __all__ = ["latency_block", "render_summary", "rounded", "write_report"]
 
@@ -56,59 +69,66 @@ def write_report(report: Mapping[str, Any], path: Path) -> None:
     tmp.replace(path)
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
-
-
 def _latency(block: Mapping[str, Any]) -> str:
-    return f"mean {_ms(block['mean'])} · p50 {_ms(block['p50'])} · p95 {_ms(block['p95'])} · p99 {_ms(block['p99'])}"
+    return (
+        f"mean {millis(block['mean'])} · p50 {millis(block['p50'])} · p95 {millis(block['p95'])} · "
+        f"p99 {millis(block['p99'])}"
+    )
 
 
 def render_summary(r: Mapping[str, Any]) -> str:
+    """The run's text summary: what was offered and done, did it heal (faults, per action), why (causes, time
+    causes apart), what to fix. Every number goes through :mod:`chaosd.humanize`'s rounding."""
     t = r["tasks"]
     q = r["queue"]
     w = r["latency"]["wait"]
     s = r["latency"]["sojourn"]
     c = r["collapse"]
     th = r["throttle"]
+    diagnostics = r.get("diagnostics") or []
     # The audit names the first few duplicated task ids in the `duplicated` diagnostics entry.
-    named = next((d.get("examples") for d in r.get("diagnostics", ()) if d["cause"] == "duplicated"), None)
+    named = next((d.get("examples") for d in diagnostics if d["cause"] == "duplicated"), None)
+    ld = r["load"]
     lines = [
         f"chaosd run: {r['scenario'] or 'config load'} · seed {r['seed']} · {r['clock']} clock · "
-        f"{r['duration_s']:g} s (warm-up {r['warmup_s']:g} s excluded)",
-        f"  load       offered ρ {r['load']['offered_rho']:.3f} · {r['load']['base_rate']:g} tasks/s base, "
-        f"{r['load']['peak_rate']:g} peak (ρ {r['load']['peak_rho']:.3f}) · utilisation {r['utilisation']:.3f}",
+        f"{seconds(r['duration_s'])} (warm-up {seconds(r['warmup_s'])} excluded)",
+        f"  load       offered ρ {ld['offered_rho']:.3f} · {number(ld['base_rate'])} tasks/s base, "
+        f"{number(ld['peak_rate'])} peak (ρ {ld['peak_rho']:.3f}) · utilisation {r['utilisation']:.3f}",
         f"  tasks      offered {t['offered']} · accepted {t['accepted']} · completed {t['completed']} · "
         f"failed {t['failed']} · rejected {t['rejected']} · in flight {t['in_flight']} · "
         f"lost {t['lost']} · duplicated {t['duplicated']}"
         + (f" (first task ids: {', '.join(map(str, named))})" if named else ""),
-        f"  throughput {r['throughput']['completed_per_s']:.1f}/s completed · "
-        f"{r['throughput']['goodput_per_s']:.1f}/s goodput",
+        f"  throughput {rate(r['throughput']['completed_per_s'])} completed · "
+        f"{rate(r['throughput']['goodput_per_s'])} goodput",
         f"  queue      mean depth {q['mean_depth']:.2f} · max {q['max_depth']} of {q['capacity']}"
         + (f" (+{q['max_over_capacity']} over capacity)" if q.get("max_over_capacity") else "")
         + (f" · up to {q['max_blocked']} producer(s) blocked" if q.get("max_blocked") else ""),
         f"  wait       {_latency(w)} · over {w['count']} started after warm-up",
         f"  sojourn    {_latency(s)} · over {s['count']} completed after warm-up",
-        f"  detector   {c['alarms']} alarm(s), {c['count']} collapsed · {c['time_overloaded_s']:.1f} s overloaded, "
-        f"{c['time_collapsed_s']:.1f} s collapsed, {c['stalls']} stall(s) ({c['time_stalled_s']:.1f} s) · "
+        f"  detector   {c['alarms']} alarm(s), {c['count']} collapsed · {seconds(c['time_overloaded_s'])} overloaded, "
+        f"{seconds(c['time_collapsed_s'])} collapsed, {c['stalls']} stall(s) ({seconds(c['time_stalled_s'])}) · "
         f"final state {c['final_state']}",
     ]
     for e in c["episodes"]:
-        cleared = "not cleared by the end" if e["cleared_at"] is None else f"cleared at {e['cleared_at']:.1f} s"
+        cleared = "not cleared by the end" if e["cleared_at"] is None else f"cleared at {seconds(e['cleared_at'])}"
         lines.append(
-            f"             {e['kind']} detected at {e['detected_at']:.1f} s ({e['reason']}), {cleared} · "
-            f"{e['duration_s']:.1f} s"
+            f"             {e['kind']} detected at {seconds(e['detected_at'])} ({e['reason']}), {cleared} · "
+            f"{seconds(e['duration_s'])}"
         )
     if "score" in r:
         sc = r["score"]
         fs = r["faults_summary"]
         lines.append(
-            f"  faults     {fs['injected']} injected · {fs['recovered']} recovered · {fs['failed']} failed · "
-            f"{fs.get('unmeasured', 0)} unmeasured · {fs['pending']} pending"
+            f"  faults     {fs['injected']} injected · {judged_line(fs)} · {fs['failed']} failed"
             + (f" · lever pulled: {fs['lever']}" if fs["lever"] else "")
         )
-        for action, mean in fs["mean_recovery_s_by_action"].items():
-            lines.append(f"             {action}: mean recovery {mean:.2f} s")
+        rows = action_rows(r.get("faults") or [])
+        if rows:
+            listed = fs.get("faults_listed", len(r.get("faults") or []))
+            note = f" (the newest {listed} of {fs['injected']})" if listed < fs["injected"] else ""
+            lines.append(f"  by action{note}")
+            header = ("action", "faults", "recovered", "mean recovery", "p95 recovery")
+            lines.extend("    " + row for row in table(header, rows, "<>>>>"))
         if sc["total"] is None:
             lines.append(f"  score      none yet: nothing measured (formula v{sc['version']})")
         else:
@@ -116,13 +136,18 @@ def render_summary(r: Mapping[str, Any]) -> str:
                 f"  score      {sc['total']:.1f} ({sc['grade']}) · availability {_dim(sc['availability'])} · "
                 f"recovery {_dim(sc['recovery'])} · consistency {_dim(sc['consistency'])} · formula v{sc['version']}"
             )
-        top = ", ".join(f"{d['cause']} {d['count']} ({d['share']:.0%})" for d in r["diagnostics"][:4])
+        top = ", ".join(f"{cause} {count} ({share})" for cause, count, share in cause_rows(diagnostics)[:4])
         if top:
             lines.append(f"  causes     {top}")
+        for line in time_causes(diagnostics):
+            lines.append(f"             {line}")
         for e in r.get("expectations", []):
             mark = "pass" if e["passed"] else "FAIL"
-            lines.append(f"  expect     {mark}: {e['expect']} {e['wanted']} (measured {e['actual']})")
+            lines.append(f"  expect     {mark}: {e['expect']} {value(e['wanted'])} (measured {value(e['actual'])})")
     lines.append(_admission(th))
+    todo = fixes(r)
+    lines.append("  what to fix" + ("" if todo else "  nothing stands out"))
+    lines.extend(f"    - {line}" for line in todo)
     return "\n".join(lines)
 
 
@@ -131,7 +156,7 @@ def _admission(th: Mapping[str, Any]) -> str:
     if policy == "capacity":
         return (
             f"  admission  capacity · limit {th['limit']} waiting (lowest {th['lowest_limit']}) · measured capacity "
-            f"{th['capacity_per_s']:.1f}/s · target wait {th['target_s']:g} s · refused {th['refused']}"
+            f"{rate(th['capacity_per_s'])} · target wait {seconds(th['target_s'])} · refused {th['refused']}"
         )
     if policy == "aimd":
         return (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,58 @@ def test_the_daemon_help_names_host_and_port(capsys: pytest.CaptureFixture[str])
         main(["serve", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--host HOST" in text and "--port PORT" in text and "overrides api.port and CHAOSD_API__PORT" in text
+
+
+# --- chaosd report FILE ----------------------------------------------------------------------------------------
+
+GOLDEN = ROOT / "tests" / "golden"
+_LONG_DECIMALS = re.compile(r"\d\.\d{4,}")  # the rounding policy (chaosd/humanize.py) never prints these
+
+
+@pytest.mark.parametrize(("scenario", "seed"), [("leader_assassination", "7"), ("retry_storm", "42")])
+def test_report_prints_the_golden_summary(
+    scenario: str, seed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``chaosd report FILE`` on a shipped scenario's report (fixed seed, virtual time: the same bytes every run)
+    prints exactly tests/golden/report_<scenario>.txt.
+
+    After an intended change to the summary (or to the run itself), regenerate the golden files with
+    ``CHAOSD_REGENERATE_GOLDEN=1 python -m pytest tests/test_cli.py -k golden`` and review their diff; by hand:
+    ``python -m chaosd run SCENARIO --seed SEED --report /tmp/r.json --quiet`` then
+    ``python -m chaosd report /tmp/r.json > tests/golden/report_SCENARIO.txt``.
+    """
+    for name in [n for n in os.environ if n.startswith("CHAOSD_") and n != "CHAOSD_REGENERATE_GOLDEN"]:
+        monkeypatch.delenv(name)
+    report = tmp_path / "r.json"
+    assert _run(["run", scenario, "--seed", seed, "--report", str(report), "--quiet"], capsys)[0] == 0
+    code, out, err = _run(["report", str(report)], capsys)
+    assert (code, err) == (0, "")
+    golden = GOLDEN / f"report_{scenario}.txt"
+    if os.environ.get("CHAOSD_REGENERATE_GOLDEN"):
+        golden.write_text(out)
+    assert out == golden.read_text()
+    assert not _LONG_DECIMALS.search(out), _LONG_DECIMALS.findall(out)
+    assert "True" not in out and "False" not in out
+    assert "what to fix" in out
+
+
+def test_report_html_writes_the_page_to_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "r.json"
+    assert (
+        _run(["run", "baseline", "--duration", "20", "--warmup", "2", "--report", str(report), "--quiet"], capsys)[0]
+        == 0
+    )
+    page = tmp_path / "page.html"
+    code, out, _ = _run(["report", str(report), "--html", "-o", str(page)], capsys)
+    assert (code, out) == (0, f"chaosd: wrote {page}\n")
+    assert page.read_text().startswith("<!doctype html>") or "<html" in page.read_text()
+    code, out, err = _run(["report", str(report), "--out", str(page)], capsys)
+    assert (code, out) == (2, "")
+    assert err == "chaosd: error: --out: only with --html (the summary is printed)\n"
+
+
+def test_report_help_says_it_prints_the_summary_and_writes_html_with_out(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Print the text summary" in text and "-o OUT, --out OUT" in text and "--html" in text

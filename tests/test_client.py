@@ -102,6 +102,8 @@ class FakeDaemon:
     scenario_passed: bool | None = True
     end_state: str = "finished"  # how the plans end: finished, stopped or failed (chaosd/control.py PlanRun.state)
     end_reason: str | None = None
+    # GET /api/v1/faults/{id}: the answers for each id, in turn (the last one repeats).
+    fault_answers: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.routes.update(
@@ -123,8 +125,23 @@ class FakeDaemon:
                 ("GET", "/api/v1/report"): lambda _: (200, _report()),
                 ("POST", "/api/v1/scenarios/run"): lambda _: (201, self._scenario("running")),
                 ("GET", "/api/v1/scenarios/current"): self._scenario_current,
+                ("DELETE", "/api/v1/scenarios/current"): lambda _: (
+                    200,
+                    {**self._scenario("stopped"), "reason": "stopped by request"},
+                ),
             }
         )
+
+    def route(self, method: str, path: str) -> Route | None:
+        if method == "GET" and path.startswith("/api/v1/faults/") and (method, path) not in self.routes:
+            fault_id = int(path.rsplit("/", 1)[1])
+            if fault_id in self.fault_answers:
+                return lambda _: (200, self._fault_answer(fault_id))
+        return self.routes.get((method, path))
+
+    def _fault_answer(self, fault_id: int) -> dict[str, Any]:
+        answers = self.fault_answers[fault_id]
+        return answers.pop(0) if len(answers) > 1 else answers[0]
 
     def sent(self, method: str | None = None) -> list[Seen]:
         return [r for r in self.requests if method is None or r.method == method]
@@ -197,7 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
         seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         fake = self.server.fake
         fake.requests.append(seen)
-        route = fake.routes.get((self.command, urlsplit(self.path).path))
+        route = fake.route(self.command, urlsplit(self.path).path)
         status, payload = (
             route(seen) if route else (404, {"error": {"status": 404, "field": None, "message": "no route"}})
         )
@@ -488,15 +505,47 @@ def test_inspect_prints_the_score_counts_and_mean_and_p95_per_action(daemon: Fak
     assert code == EXIT_OK
     assert daemon.requests[0].path == "/api/v1/report"
     assert out[0] == "score      83.3 (B)"
-    assert out[1] == "recovery   91% (21 of 23)"
-    assert out[2] == "faults     23 total · 21 recovered · 2 failed"
+    assert out[1] == "recovery   recovered 21 of 23 judged, 91.3%"
+    assert out[2] == "faults     23 total · 21 recovered · 2 failed · 0 pending"
     rows = {line.split()[0]: line.split()[1:] for line in out if line.startswith("  ")}
     assert rows["action"] == ["faults", "recovered", "mean", "p95"]
-    assert rows["kill_worker"] == ["21", "20", "10.50", "s", "19.00", "s"]  # nearest rank: the 19th of 20
-    assert rows["latency_spike"] == ["1", "1", "0.50", "s", "0.50", "s"]
+    assert rows["kill_worker"] == ["21", "20", "10.5", "s", "19.0", "s"]  # nearest rank: the 19th of 20
+    assert rows["latency_spike"] == ["1", "1", "0.5", "s", "0.5", "s"]
     assert rows["partition_mcp"] == ["1", "0", "-", "-"]
     assert rows["failed:timeout"] == ["30", "60.0%"]
     assert rows["lost"] == ["20", "40.0%"]
+    assert out[out.index("what to fix") + 1].startswith("  - lost tasks (lost 20)")
+
+
+def test_inspect_counts_pending_faults_apart_and_time_causes_in_seconds(daemon: FakeDaemon) -> None:
+    """The score's rate is over judged faults: pending ones are not 'not recovered'; seconds are not a count."""
+    report = {
+        "score": {"total": 97.0, "grade": "A+"},
+        "faults": [
+            _fault(1, "kill_worker", recovery_s=3.11697, recovered=True, outcome="recovered"),
+            _fault(2, "kill_worker", recovery_s=0.015033, recovered=True, outcome="recovered"),
+            _fault(3, "kill_leader", recovery_s=1.0, recovered=True, outcome="recovered"),
+            _fault(4, "kill_leader", outcome="active"),
+            _fault(5, "kill_leader", outcome="recovering"),
+        ],
+        "faults_summary": {"injected": 5, "recovered": 3, "failed": 0, "pending": 2, "unmeasured": 0, "lever": None},
+        "diagnostics": [
+            {"cause": "collapsed_s", "count": 69, "share": 0.69, "episodes": 1, "final_state": "healthy"},
+            {"cause": "late", "count": 31, "share": 0.31},
+        ],
+    }
+    daemon.routes["GET", "/api/v1/report"] = lambda _: (200, report)
+    code, out, _ = _cli("inspect", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    assert out[1] == "recovery   recovered 3 of 3 judged, 100.0% (2 pending)"
+    assert out[2] == "faults     5 total · 3 recovered · 0 failed · 2 pending"
+    rows = {line.split()[0]: line.split()[1:] for line in out if line.startswith("  ")}
+    assert rows["kill_worker"] == ["2", "2", "1.6", "s", "3.1", "s"]  # 0.1 s from 1 s up
+    assert rows["kill_leader"] == ["3", "1", "1.0", "s", "1.0", "s"]
+    assert rows["late"] == ["31", "100.0%"]  # the share of the counted problems: seconds are not among them
+    assert "collapsed_s" not in rows
+    assert "  time collapsed 69 s (1 episode(s), final state healthy)" in out
+    assert not any("3.11697" in line or "0.015033" in line for line in out)
 
 
 def test_inspect_json_prints_the_report(daemon: FakeDaemon) -> None:
@@ -657,7 +706,10 @@ def test_a_real_daemon_survival_stopped_by_another_client_ends_this_one_with_exi
         try:
             wait_for(lambda: daemon.get("/api/v1/survival")[1]["state"] == "running", 15, "survival to start")
             assert client.poll() is None  # the negative control: it polls while the run goes on
-            assert daemon.request("DELETE", "/api/v1/survival")[0] == 200
+            stop = [sys.executable, "-m", "chaosd", "survival", "stop", "--addr", daemon.base, "--token", TOKEN]
+            stopped = subprocess.run(stop, env=daemon.env, capture_output=True, text=True, timeout=30, check=False)
+            assert stopped.returncode == EXIT_OK, (stopped.stdout, stopped.stderr)
+            assert stopped.stdout.startswith("survival stopped: ") and "stopped by request" in stopped.stdout
             out, err = client.communicate(timeout=15)
         finally:
             if client.poll() is None:
@@ -667,3 +719,97 @@ def test_a_real_daemon_survival_stopped_by_another_client_ends_this_one_with_exi
         assert "survival stopped" in out and "stopped by request" in err
     finally:
         daemon.kill()
+
+
+def test_survival_prints_each_fault_and_its_verdict_as_they_happen(daemon: FakeDaemon) -> None:
+    """The fault ids come from the status's log, each verdict from the fault's record, rounded for reading."""
+    injected = {"at": 12.04, "action": "kill_worker", "target": "worker-2", "ok": True, "fault": 1}
+    skipped = {"at": 22.0, "action": "skip", "ok": False, "reason": "skipped: previous fault still recovering"}
+    second = {"at": 32.0, "action": "kill_leader", "target": "orchestrator-0", "ok": True, "fault": 2}
+    logs = [[injected], [injected, skipped, second], [injected, skipped, second]]
+
+    def survival(seen: Seen) -> tuple[int, Any]:
+        code, status = daemon._survival(seen)
+        return code, {**status, "started_at": 2.0, "log": logs[min(daemon.polls, 3) - 1]}
+
+    daemon.routes["GET", "/api/v1/survival"] = survival
+    daemon.fault_answers = {
+        1: [_fault(1, "kill_worker"), _fault(1, "kill_worker", outcome="recovered", recovery_s=3.11697)],
+        2: [_fault(2, "kill_leader", outcome="failed")],
+    }
+    code, out, _ = _cli("survival", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    events = [line for line in out if not line.startswith("survival ")]
+    assert events == [
+        "t=10.0 s  fault 1 injected: kill_worker on worker-2",
+        "t=20.0 s  skipped: previous fault still recovering",
+        "t=30.0 s  fault 2 injected: kill_leader on orchestrator-0",
+        "fault 1 recovered in 3.1 s (kill_worker)",
+        "fault 2 failed (kill_leader): the service did not come back within recovery.limit of the fault's end",
+    ]
+    asked = [r.path for r in daemon.requests if r.path.startswith("/api/v1/faults/")]
+    assert asked == ["/api/v1/faults/1", "/api/v1/faults/1", "/api/v1/faults/2"]  # none once it has its verdict
+
+
+def test_survival_ending_before_a_verdict_says_so(daemon: FakeDaemon) -> None:
+    entry = {"at": 3.0, "action": "kill_worker", "target": "worker-1", "ok": True, "fault": 9}
+    daemon.routes["GET", "/api/v1/survival"] = lambda seen: (200, {**daemon._survival(seen)[1], "log": [entry]})
+    daemon.fault_answers = {9: [_fault(9, "kill_worker", outcome="recovering")]}
+    code, out, _ = _cli("survival", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    assert "fault 9 (kill_worker): no verdict yet when the run ended" in out
+
+
+def test_survival_stop_and_scenario_stop_send_delete_with_the_token(daemon: FakeDaemon) -> None:
+    daemon.routes["DELETE", "/api/v1/survival"] = lambda _: (
+        200,
+        {**daemon._plan("stopped", 30.0, "stopped by request"), "log": [{"action": "stop", "reverted": [4, 5]}]},
+    )
+    code, out, _ = _cli("survival", "stop", "--addr", daemon.addr, "--token", "t")
+    assert code == EXIT_OK
+    assert out == [
+        "survival stopped: elapsed 0:00:30 · actions 5 · score 91.0 (A) · stopped by request · reverted fault(s) 4, 5"
+    ]
+    code, out, _ = _cli("scenario", "stop", "--addr", daemon.addr, "--token", "t")
+    assert code == EXIT_OK
+    assert out == ["scenario my_storm stopped: elapsed 0:00:00 · actions 0 · score 75.0 (C) · stopped by request"]
+    assert [(r.method, r.path, r.headers["authorization"]) for r in daemon.requests] == [
+        ("DELETE", "/api/v1/survival", "Bearer t"),
+        ("DELETE", "/api/v1/scenarios/current", "Bearer t"),
+    ]
+
+
+def test_survival_stop_with_nothing_to_stop_is_rejected(daemon: FakeDaemon) -> None:
+    daemon.routes["DELETE", "/api/v1/survival"] = lambda _: (
+        404,
+        {"error": {"status": 404, "field": "survival", "message": "no survival has run"}},
+    )
+    code, _, err = _cli("survival", "stop", "--addr", daemon.addr)
+    assert code == EXIT_REJECTED
+    assert err == ["chaosd: error: rejected (404): survival: no survival has run"]
+
+
+def test_survival_with_an_unknown_verb_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _cli("survival", "halt")
+    assert exited.value.code == EXIT_USAGE
+    assert "invalid choice: 'halt'" in capsys.readouterr().err
+
+
+def test_scenario_run_prints_each_fault_and_its_verdict_too(daemon: FakeDaemon) -> None:
+    log = [
+        {"at": 1.5, "action": "kill_leader", "target": None, "targets": ["orchestrator-0"], "ok": True, "fault": 4},
+        {"at": 2.0, "action": "kill_agent", "target": "nobody", "ok": False, "error": "target: no agent 'nobody'"},
+    ]
+    daemon.routes["GET", "/api/v1/scenarios/current"] = lambda seen: (
+        200,
+        {**daemon._scenario_current(seen)[1], "started_at": 0.5, "log": log},
+    )
+    daemon.fault_answers = {4: [_fault(4, "kill_leader", outcome="recovered", recovery_s=0.04213)]}
+    code, out, _ = _cli("scenario", "run", "leader_assassination", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    assert out[1:4] == [
+        "t=1.0 s  fault 4 injected: kill_leader on orchestrator-0",
+        "t=1.5 s  kill_agent not injected: target: no agent 'nobody'",
+        "fault 4 recovered in 0.0421 s (kill_leader)",
+    ]

@@ -10,6 +10,7 @@ import pytest
 from conftest import mmc, settings
 
 from chaosd.clock import LoopClock, new_event_loop
+from chaosd.humanize import fixes, percent, seconds, value
 from chaosd.report import render_summary
 from chaosd.runner import Experiment, run_offline
 from chaosd.scenario import find_scenario, load_scenario, settings_for
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _run(
     overlay: dict[str, Any], duration: float, warmup: float, fault: tuple[float, str, dict[str, Any]] | None
-) -> dict:
+) -> dict[str, Any]:
     """Run ``overlay`` in virtual time; ``fault`` is (at, action, inject keywords)."""
     loop = new_event_loop(virtual=True)
     try:
@@ -31,7 +32,7 @@ def _run(
                 await exp.clock.sleep_until(exp.pipeline.t0 + at)
                 exp.injector.inject(action, **kwargs)
 
-        async def main() -> dict:
+        async def main() -> dict[str, Any]:
             exp = Experiment(settings(overlay), clock, warmup=warmup)
             return await exp.run(duration, plan=plan)
 
@@ -40,7 +41,7 @@ def _run(
         loop.close()
 
 
-def _scenario(name: str, duration: float | None = None, *, throttle: bool = True) -> dict:
+def _scenario(name: str, duration: float | None = None, *, throttle: bool = True) -> dict[str, Any]:
     path = find_scenario(str(ROOT / "scenarios" / f"{name}.yaml"))
     scenario = load_scenario(path)
     cfg = settings_for(scenario, path, None)
@@ -129,7 +130,66 @@ def test_time_collapsed_is_the_sum_of_the_episodes(duration: float | None, clear
     # Seconds in each alarm state are within the alarms' time (which also holds their recovering seconds).
     assert c["time_collapsed_s"] > 0 and c["time_collapsed_s"] + c["time_overloaded_s"] <= c["time_alarmed_s"] + 0.1
     summary = render_summary(report)
-    assert f"{c['time_collapsed_s']:.1f} s collapsed" in summary
-    assert f"{c['time_overloaded_s']:.1f} s overloaded" in summary
+    assert f"{seconds(c['time_collapsed_s'])} collapsed" in summary
+    assert f"{seconds(c['time_overloaded_s'])} overloaded" in summary
     assert f"{'cleared at' if cleared else 'not cleared by the end'}" in summary
-    assert f"· {last['duration_s']:.1f} s" in summary
+    assert f"· {seconds(last['duration_s'])}" in summary
+    # The diagnostics' collapsed_s is seconds: printed as a time, never as a share of the counted problems.
+    assert f"time collapsed {round(c['time_collapsed_s'])} s" in summary
+    assert "collapsed_s" not in summary
+
+
+# --- the rounding policy ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("x", "shown"),
+    [(3.11697, "3.1 s"), (0.015033, "0.015 s"), (0.25, "0.25 s"), (0.0, "0 s"), (207.0, "207.0 s"), (1.0, "1.0 s")],
+)
+def test_seconds_are_shown_to_a_tenth_or_three_significant_digits_below_one(x: float, shown: str) -> None:
+    assert seconds(x) == shown
+
+
+def test_values_booleans_and_shares_read_as_text() -> None:
+    assert (value(True), value(False), value(None), value(1.23456), value(3)) == ("yes", "no", "-", "1.23", "3")
+    assert percent(0.922218) == "92.2%"
+
+
+def test_what_to_fix_names_its_evidence_and_is_empty_when_nothing_stands_out() -> None:
+    quiet: dict[str, Any] = {"diagnostics": [{"cause": "late", "count": 1}], "queue": {"mean_depth": 0.2}}
+    assert fixes(quiet) == []
+    loud: dict[str, Any] = {
+        "diagnostics": [
+            {"cause": "agents_dead", "count": 2, "agents": ["worker-1", "worker-2"]},
+            {"cause": "refused:queue_full", "count": 50},
+            {"cause": "failed:no_route", "count": 7},
+            {"cause": "late", "count": 30},
+            {"cause": "duplicated", "count": 3, "examples": [11, 12, 13]},
+            {"cause": "lost", "count": 1},
+        ],
+        "runtime": {"restarts": 0, "gave_up": []},
+        "throttle": {"policy": "none"},
+        "queue": {"mean_depth": 40.0, "capacity": 100},
+        "tasks": {"lost": 1},
+    }
+    found = fixes(loud)
+    assert len(found) == 6
+    assert "agents_dead: worker-1, worker-2" in found[0] and "supervisor.enabled = true" in found[0]
+    assert "refused:queue_full 50; throttle.policy none" in found[1]
+    assert "failed:no_route 7" in found[2] and "alternate" in found[2]
+    assert "late 30; queue.mean_depth 40 of 100" in found[3]
+    assert "duplicated 3; first task ids 11, 12, 13" in found[4] and "idempotent" in found[4]
+    assert found[5].startswith("lost tasks (lost 1)")
+    supervised = {**loud, "runtime": {"restarts": 5, "gave_up": ["worker-2"]}}
+    assert "gave up on worker-2" in fixes(supervised)[0]
+
+
+def test_the_summary_s_recovery_rate_is_the_score_s_and_each_action_has_its_row() -> None:
+    report = _run(mmc(200.0, 4), duration=40.0, warmup=2.0, fault=(10.0, "kill_leader", {}))
+    fs, score = report["faults_summary"], report["score"]
+    assert fs["injected"] == 1 and fs["pending"] == 0
+    summary = render_summary(report)
+    judged = fs["recovered"] + fs["failed"]
+    assert f"recovered {fs['recovered']} of {judged} judged, {score['recovery_rate']:.1f}%" in summary
+    row = next(line.split() for line in summary.splitlines() if line.strip().startswith("kill_leader"))
+    assert row[:3] == ["kill_leader", "1", str(fs["recovered"])]
