@@ -53,14 +53,21 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 class _Arena:
     """One tab on the page, with what went wrong in it (script errors, console errors, CSP violations)."""
 
-    def __init__(self, browser: Browser, base: str, token: str | None = TOKEN) -> None:
-        self.page: Page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    def __init__(
+        self,
+        browser: Browser,
+        base: str,
+        token: str | None = TOKEN,
+        rows: int = 17,
+        viewport: tuple[int, int] = (1400, 1000),
+    ) -> None:
+        self.page: Page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
         self.errors: list[str] = []
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.goto(base + "/arena")
         expect(self.page.locator("#connection")).to_have_text("● live", timeout=10_000)
-        expect(self.page.locator(".fault-row")).to_have_count(17)
+        expect(self.page.locator(".fault-row")).to_have_count(rows)
         if token is not None:
             self.page.fill("#token", token)
             self.page.click("#token-save")
@@ -91,8 +98,8 @@ def _faults(daemon: Daemon) -> list[dict[str, Any]]:
 
 
 def _pm_charts(report: dict[str, Any]) -> tuple[int, int]:
-    """The post-mortem's charts and lines: depth, p95, offered/throughput/goodput, and aimd's throttle factor."""
-    return (4, 6) if report["throttle"]["policy"] == "aimd" else (3, 5)
+    """The post-mortem's charts and lines: depth, dQ/dt, p95, offered/throughput/goodput, and aimd's factor."""
+    return (5, 7) if report["throttle"]["policy"] == "aimd" else (4, 6)
 
 
 def _settled(daemon: Daemon) -> None:
@@ -206,6 +213,12 @@ def test_survival_from_the_page_moves_the_ring_and_the_counters(arena: _Arena, d
     expect(page.locator("#survival-state")).to_have_text("running", timeout=5_000)
     expect(injected).to_have_text(re.compile(rf"^(?!{before}$)\d+$"), timeout=10_000)
     expect(arena.log()).to_contain_text("▶ survival started")
+    # Its progress while it runs: elapsed of the duration, the faults it injected, their verdicts.
+    expect(page.locator("#survival-progress")).to_be_visible(timeout=5_000)
+    expect(page.locator("#survival-progress-text")).to_have_text(
+        re.compile(r"^running: .+ of 30\.0 s · \d+ faults · \d+ recovered, \d+ failed, \d+ pending$"), timeout=5_000
+    )
+    assert float(page.locator("#survival-bar").get_attribute("max") or 0) == 30
     ring = page.locator("svg.ring").first
 
     def ring_follows_the_score() -> bool:
@@ -263,6 +276,104 @@ def test_every_control_is_named_and_reachable_by_keyboard(arena: _Arena) -> None
     expect(note).to_have_text(re.compile(r"^(✓ done|✗ .+)$"), timeout=5_000)
     if "✗" in (note.text_content() or ""):  # nothing was paused: refused (409), and Chromium logs the refusal
         arena.errors[:] = [e for e in arena.errors if "409" not in e]
+
+
+def test_the_first_screen_shows_the_ring_the_charts_and_the_dag(browser: Browser, daemon: Daemon) -> None:
+    tab = _Arena(browser, daemon.base, viewport=(1440, 900))
+    try:
+        page = tab.page
+        expect(page.locator("#charts svg.chart")).to_have_count(5, timeout=10_000)  # four, and admission's
+        for selector in ("svg.ring", "#charts", "#charts svg.chart >> nth=0", "#dag"):
+            box = page.locator(selector).first.bounding_box()
+            assert box is not None and box["height"] > 0 and box["y"] < 900, (selector, box)
+        # Every fault applies to the default DAG: memory_corrupt has its memory stage, mcp_disconnect its mcp.
+        for action in ("memory_corrupt", "mcp_disconnect", "remove_edge", "tool_timeout", "llm_failure"):
+            expect(page.locator(f'button[data-action="{action}"]')).to_have_count(1)
+        expect(page.locator("#skipped-actions")).to_have_count(0)
+        # The log tells narratives; the score's lines and aimd's steps wait behind their unticked boxes.
+        for group in ("score", "throttle steps"):
+            expect(page.locator(f'#log-filter input[data-group="{group}"]')).not_to_be_checked()
+        expect(page.locator('#log-filter input[data-group="faults"]')).to_be_checked()
+        expect(page.locator("#log")).to_have_class(re.compile(r"\bhide-score\b.*\bhide-throttlesteps\b"))
+        assert tab.errors == []
+    finally:
+        tab.close()
+
+
+def test_an_injected_fault_is_shaded_on_the_charts(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    page = arena.page
+    before = {f["id"] for f in _faults(daemon)}
+    page.fill("#ttl-slow_agent", "2")
+    arena.button("Slow agent").click()
+    expect(page.locator('.fault-row[data-action="slow_agent"] .note')).to_have_text("✓ done", timeout=5_000)
+    new = [f["id"] for f in _faults(daemon) if f["id"] not in before]
+    assert len(new) == 1
+    band = page.locator('#charts svg.chart[data-chart="queue_depth"] rect.band').filter(
+        has_text=f"#{new[0]} slow_agent"
+    )
+    expect(band).to_have_count(1, timeout=10_000)
+    assert float(band.get_attribute("width") or 0) >= 2
+    expect(page.locator('#charts svg.chart[data-chart="throughput"] rect.band.fault')).not_to_have_count(0)
+
+
+def test_the_ring_is_coloured_by_the_grade(arena: _Arena) -> None:
+    page = arena.page
+    forced: dict[str, Any] = {}
+
+    def rewrite(route: Route) -> None:
+        response = route.fetch()
+        body = response.json()
+        body["score"] = {**body["score"], **forced}
+        route.fulfill(response=response, json=body)
+
+    page.route("**/api/v1/status", rewrite)
+    arc = page.locator("header svg.ring .ring-arc")
+    try:
+        for grade, total, colour in (("A+", 97.0, "green"), ("F", 31.0, "red"), ("C", 72.0, "amber")):
+            forced.update(grade=grade, total=total)
+            expect(page.locator("header svg.ring")).to_have_attribute("data-grade", grade, timeout=5_000)
+            r, g, b = _rgb(arc.evaluate("a => getComputedStyle(a).stroke"))
+            if colour == "green":
+                assert g > r and g > b, (grade, r, g, b)
+            elif colour == "red":
+                assert _is_red(f"rgb({r},{g},{b})"), (grade, r, g, b)
+            else:
+                assert r > b and g > b and not _is_red(f"rgb({r},{g},{b})"), (grade, r, g, b)
+    finally:
+        page.unroute("**/api/v1/status")
+
+
+ONE_STAGE = """
+[[stages]]
+name = "work"
+kind = "compute"
+service = { distribution = "exponential", mean = 0.002 }
+"""
+
+
+def test_only_the_faults_that_apply_to_the_dag_get_a_button(browser: Browser, tmp_path: Path) -> None:
+    config = tmp_path / "one-stage.toml"
+    config.write_text(ONE_STAGE)
+    env = {**ENV, "CHAOSD_API__PORT": str(_free_port())}
+    d = Daemon(tmp_path, env=env, config=config)
+    try:
+        assert d.get("/arena/stages") == (200, {"stages": {"work": "compute"}})
+        # No memory, mcp, tool or llm stage and no edge: 12 of the 17 actions apply.
+        tab = _Arena(browser, d.base, rows=12)
+        try:
+            page = tab.page
+            for action in ("memory_corrupt", "mcp_disconnect", "tool_timeout", "llm_failure", "remove_edge"):
+                expect(page.locator(f'button[data-action="{action}"]')).to_have_count(0)
+                expect(page.locator(f'#survival-actions option[value="{action}"]')).to_have_count(0)
+            for action in ("kill_leader", "remove_node", "latency_jitter", "load_spike"):
+                expect(page.locator(f'button[data-action="{action}"]')).to_have_count(1)
+            expect(page.locator("#skipped-actions")).to_contain_text("memory_corrupt (needs a memory stage)")
+            assert tab.errors == []
+        finally:
+            tab.close()
+    finally:
+        d.kill()
 
 
 # --- the banner: what the detector says, in its own colour ------------------------------------------------
@@ -512,7 +623,25 @@ def test_the_post_mortem_file_opens_offline_with_its_charts(browser: Browser, tm
         expect(page.locator(".pm-detector")).to_have_text(
             re.compile(r"^\d+ alarms?, \d+ collapsed, \d+ stalls?; ended ")
         )
-        expect(page.locator("table").first.locator("tbody tr")).to_have_count(len(data["faults"]))
+        expect(page.locator("#pm-faults tbody tr")).to_have_count(len(data["faults"]))
+        # Readable axis labels: at least 10 CSS pixels once the chart is scaled to its width.
+        sizes = page.locator("svg.chart text.axis").evaluate_all(
+            """ts => ts.map(t => parseFloat(getComputedStyle(t).fontSize)
+                 * t.ownerSVGElement.getBoundingClientRect().width / t.ownerSVGElement.viewBox.baseVal.width)"""
+        )
+        assert sizes and min(sizes) >= 10, sizes
+        expect(page.locator('svg.chart[data-chart="queue_slope"] path.line')).to_have_attribute("d", re.compile(r"^M"))
+        # One summary row per action: its faults, how many recovered, mean and p95 recovery.
+        actions = sorted({f["action"] for f in data["faults"]})
+        summary = page.locator("#pm-actions tbody tr")
+        expect(summary).to_have_count(len(actions))
+        assert sorted(summary.locator("td:first-child").all_text_contents()) == actions
+        expect(page.locator("#pm-actions thead")).to_have_text("actionfaultsrecoveredmean recoveryp95 recovery")
+        # Incidents only where they group several faults; no expectations table when there are none.
+        grouped = [i for i in data.get("incidents", []) if len(i["faults"]) > 1]
+        expect(page.locator("#pm-incidents tbody tr")).to_have_count(len(grouped))
+        if not data.get("expectations"):
+            expect(page.locator("#pm-expectations")).to_have_count(0)
         expect(page.locator("svg.ring")).to_have_attribute("data-grade", data["score"]["grade"])
         expect(page.locator("h2")).to_contain_text(data["scenario"])
         assert page.evaluate("window.pwned") is None

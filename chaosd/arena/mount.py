@@ -21,4 +21,5 @@ def add_arena(app: web.Application, controller: Controller) -> None:
         series.add(snap, exp.throttle.factor, exp.detector.state.value)
 
     exp.telemetry.listen(on_tick)
-    app.router.add_routes(arena_routes(static_files(), series, exp.injector))
+    kinds = {name: stage.kind for name, stage in exp.pipeline.stages.items()}
+    app.router.add_routes(arena_routes(static_files(), series, exp.injector, kinds))

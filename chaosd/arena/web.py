@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from importlib import resources
 
 from aiohttp import web
@@ -44,7 +45,10 @@ def _file(name: str, body: bytes) -> web.Response:
     return web.Response(body=body, headers={**_HEADERS, "Content-Type": kind})
 
 
-def arena_routes(files: dict[str, bytes], series: Series, injector: Injector) -> web.RouteTableDef:
+def arena_routes(
+    files: dict[str, bytes], series: Series, injector: Injector, stage_kinds: Mapping[str, str]
+) -> web.RouteTableDef:
+    """``stage_kinds``: each stage's kind (they never change), so the page offers only the faults that apply."""
     routes = web.RouteTableDef()
 
     async def page(request: web.Request) -> web.Response:
@@ -60,6 +64,10 @@ def arena_routes(files: dict[str, bytes], series: Series, injector: Injector) ->
         if body is None:
             raise web.HTTPNotFound()
         return _file(name, body)
+
+    @routes.get("/arena/stages")
+    async def stages(request: web.Request) -> web.Response:
+        return web.json_response({"stages": stage_kinds}, headers=_HEADERS)
 
     @routes.get("/api/v1/timeseries")
     async def timeseries(request: web.Request) -> web.Response:

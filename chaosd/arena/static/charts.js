@@ -1,10 +1,12 @@
 // Line charts drawn as SVG paths: one per measure, updated in place (the path's d), with fault bands.
+// The viewBox follows the chart's rendered width (one unit = one CSS pixel), so the axis labels keep their
+// stylesheet size however wide the chart is drawn; a ResizeObserver redraws the last data on a resize.
 import { el, setAttr, setText, svgEl } from "./dom.js";
 import { fmtNum } from "./format.js";
 
-const W = 600;
-const H = 150;
-const PAD = { left: 46, right: 8, top: 8, bottom: 20 };
+const CHART_W = 600; // until the chart is laid out
+const CHART_H = 150;
+const PAD = { left: 50, right: 10, top: 8, bottom: 22 };
 
 function scaleFor(lo, hi, a, b) {
   const span = hi - lo || 1;
@@ -16,16 +18,19 @@ export class LineChart {
   constructor(parent, { id, title, series, digits = 1 }) {
     this.series = series;
     this.digits = digits;
+    this.width = CHART_W;
+    this.last = null; // [points, marks]: redrawn when the width changes
     this.paths = series.map((s) => svgEl("path", { class: `line ${s.cls || ""}`, "data-series": s.key, d: "" }));
     this.bands = svgEl("g", { class: "bands" });
-    this.yMax = svgEl("text", { class: "axis", x: PAD.left - 4, y: PAD.top + 8, "text-anchor": "end" });
-    this.yMin = svgEl("text", { class: "axis", x: PAD.left - 4, y: H - PAD.bottom, "text-anchor": "end" });
-    this.tMin = svgEl("text", { class: "axis", x: PAD.left, y: H - 4 });
-    this.tMax = svgEl("text", { class: "axis", x: W - PAD.right, y: H - 4, "text-anchor": "end" });
+    this.plot = svgEl("rect", { class: "plot", x: PAD.left, y: PAD.top, width: CHART_W - PAD.left - PAD.right, height: CHART_H - PAD.top - PAD.bottom });
+    this.yMax = svgEl("text", { class: "axis", x: PAD.left - 4, y: PAD.top + 10, "text-anchor": "end" });
+    this.yMin = svgEl("text", { class: "axis", x: PAD.left - 4, y: CHART_H - PAD.bottom, "text-anchor": "end" });
+    this.tMin = svgEl("text", { class: "axis", x: PAD.left, y: CHART_H - 5 });
+    this.tMax = svgEl("text", { class: "axis", x: CHART_W - PAD.right, y: CHART_H - 5, "text-anchor": "end" });
     this.svg = svgEl(
       "svg",
-      { class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title, "data-chart": id },
-      svgEl("rect", { class: "plot", x: PAD.left, y: PAD.top, width: W - PAD.left - PAD.right, height: H - PAD.top - PAD.bottom }),
+      { class: "chart", viewBox: `0 0 ${CHART_W} ${CHART_H}`, role: "img", "aria-label": title, "data-chart": id },
+      this.plot,
       this.bands,
       ...this.paths,
       this.yMax,
@@ -36,14 +41,35 @@ export class LineChart {
     const legend = el("ul", { class: "legend" }, ...series.map((s) => el("li", { class: s.cls || "" }, s.label)));
     this.root = el("figure", { class: "chart-box" }, el("figcaption", {}, title), this.svg, legend);
     parent.append(this.root);
+    if (typeof ResizeObserver === "function") {
+      new ResizeObserver(() => {
+        if (this._fit() && this.last) this.update(...this.last);
+      }).observe(this.root);
+    }
+  }
+
+  // Match the viewBox to the rendered width; true when it changed.
+  _fit() {
+    const shown = Math.round(this.root.clientWidth);
+    if (!(shown >= 200) || shown === this.width) return false;
+    this.width = shown;
+    setAttr(this.svg, "viewBox", `0 0 ${shown} ${CHART_H}`);
+    setAttr(this.plot, "width", shown - PAD.left - PAD.right);
+    setAttr(this.tMax, "x", shown - PAD.right);
+    return true;
   }
 
   // marks: [{from, to, label, cls}] drawn as bands behind the lines.
   update(points, marks = []) {
+    this.last = [points, marks];
+    this._fit();
     if (!points.length) {
       for (const path of this.paths) setAttr(path, "d", "");
+      this.bands.replaceChildren();
       return;
     }
+    const W = this.width;
+    const H = CHART_H;
     const t0 = points[0].t;
     const t1 = Math.max(points[points.length - 1].t, t0 + 1);
     let lo = 0;
@@ -80,7 +106,7 @@ export class LineChart {
           const b = x(Math.min(m.to, t1));
           return svgEl(
             "rect",
-            { class: `band ${m.cls || ""}`, x: a.toFixed(1), y: PAD.top, width: Math.max(1, b - a).toFixed(1), height: H - PAD.top - PAD.bottom },
+            { class: `band ${m.cls || ""}`, x: a.toFixed(1), y: PAD.top, width: Math.max(2, b - a).toFixed(1), height: H - PAD.top - PAD.bottom },
             svgEl("title", {}, m.label),
           );
         }),

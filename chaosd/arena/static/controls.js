@@ -1,8 +1,8 @@
 // The controls: the token, one button per catalogue action (target, parameters, TTL), the lever,
 // survival and scenarios. A refused action shows the API's message next to its button.
 import { getJSON, hasToken, send, setToken } from "./api.js";
-import { el, setText } from "./dom.js";
-import { humanAction } from "./format.js";
+import { el, setAttr, setText } from "./dom.js";
+import { fmtSeconds, humanAction } from "./format.js";
 
 const AGENT_KINDS = ["orchestrator", "worker", "producer"];
 const ARES_COUNT = 13; // the catalogue lists the 13 ARES actions first, then the queue faults
@@ -25,6 +25,19 @@ function targetOptions(action, status) {
   return uniq(opts);
 }
 
+// Whether an action applies to this daemon: a stage action needs a stage of one of its kinds (memory_corrupt a
+// memory stage, mcp_disconnect an mcp stage), an edge action an edge. stageKinds: {stage: kind}, null if unknown.
+export function applies(action, stageKinds, status) {
+  const kinds = action.targets || [];
+  if (!stageKinds || !kinds.length || kinds.includes("pipeline")) return true;
+  if (kinds.some((k) => AGENT_KINDS.includes(k))) return true;
+  if (kinds.includes("edge")) {
+    const dag = (status && status.dag) || {};
+    return Boolean((dag.edges || []).length + (dag.removed_edges || []).length) || !status;
+  }
+  return Object.values(stageKinds).some((k) => kinds.includes(k));
+}
+
 // A button that sends a change and says how it went beside itself.
 function actionButton(label, attrs, run) {
   const note = el("span", { class: "note", role: "status", "aria-live": "polite" });
@@ -40,20 +53,27 @@ function actionButton(label, attrs, run) {
 }
 
 export class Controls {
-  constructor(root, actions, refresh) {
+  constructor(root, actions, stageKinds, refresh, status = null) {
     this.refresh = refresh;
     this.blockable = [];
     this.pickers = [];
     this.root = root;
-    root.append(this._tokenBox(), this._leverBox());
+    this.showsSurvival = false;
+    const usable = actions.filter((a) => applies(a, stageKinds, status));
+    const skipped = actions.filter((a) => !usable.includes(a));
+    root.append(this._tokenBox(), this._leverBox(), this._survivalBox(usable), this._scenarioBox());
     const ares = el("div", { class: "fault-list", role: "group", "aria-label": "ARES actions" });
     const queue = el("div", { class: "fault-list", role: "group", "aria-label": "Queue faults" });
     actions.forEach((action, i) => {
+      if (!usable.includes(action)) return;
       const group = action.group ? action.group === "queue" : i >= ARES_COUNT;
       (group ? queue : ares).append(this._faultRow(action));
     });
     root.append(el("h3", {}, "ARES actions"), ares, el("h3", {}, "Queue faults"), queue);
-    root.append(this._survivalBox(actions), this._scenarioBox());
+    if (skipped.length) {
+      const why = skipped.map((a) => `${a.action} (needs ${a.targets.includes("edge") ? "an edge" : `a ${a.targets.join(" or ")} stage`})`);
+      root.append(el("p", { class: "skipped", id: "skipped-actions" }, `Not offered (nothing in this DAG for them): ${why.join(", ")}.`));
+    }
   }
 
   _tokenBox() {
@@ -138,6 +158,9 @@ export class Controls {
     });
     this.blockable.push(start.button);
     this.survivalState = el("span", { class: "plan-state", id: "survival-state" }, "idle");
+    this.survivalBar = el("progress", { id: "survival-bar", max: 1, value: 0, "aria-label": "survival elapsed" });
+    this.survivalText = el("span", { id: "survival-progress-text" });
+    this.survivalPanel = el("div", { class: "survival-progress", id: "survival-progress", hidden: true }, this.survivalBar, " ", this.survivalText);
     return el(
       "fieldset",
       { class: "plan" },
@@ -150,7 +173,26 @@ export class Controls {
       this.survivalState,
       start.note,
       stop.note,
+      this.survivalPanel,
     );
+  }
+
+  // plan: GET /api/v1/survival (null: none to show); faults: every fault in memory, for the verdicts.
+  survivalProgress(plan, faults) {
+    this.showsSurvival = Boolean(plan && plan.state === "running");
+    if (!plan || plan.state === "idle" || plan.started_at === undefined) return;
+    const elapsed = Number(plan.elapsed_s) || 0;
+    const duration = Number(plan.duration_s) || 0;
+    const from = Number(plan.started_at);
+    const to = plan.ended_at === null || plan.ended_at === undefined ? Infinity : Number(plan.ended_at);
+    const mine = faults.filter((f) => Number(f.injected_at) >= from && Number(f.injected_at) <= to);
+    const count = (outcome) => mine.filter((f) => f.outcome === outcome).length;
+    const pending = count("active") + count("recovering");
+    setAttr(this.survivalBar, "max", String(duration || 1));
+    setAttr(this.survivalBar, "value", String(Math.min(elapsed, duration || elapsed)));
+    const verdicts = `${count("recovered")} recovered, ${count("failed")} failed, ${pending} pending`;
+    setText(this.survivalText, `${plan.state}: ${fmtSeconds(elapsed)} of ${fmtSeconds(duration)} · ${plan.actions ?? mine.length} faults · ${verdicts}`);
+    if (this.survivalPanel.hidden) this.survivalPanel.hidden = false;
   }
 
   _scenarioBox() {

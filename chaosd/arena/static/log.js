@@ -1,7 +1,7 @@
 // The event log: one line per event, newest at the top, at most MAX_LINES in the DOM, filterable by group.
 import { el } from "./dom.js";
 import { fmtClock } from "./format.js";
-import { GROUPS, groupOf, narrate } from "./narrate.js";
+import { GROUPS, QUIET_GROUPS, groupOf, narrate } from "./narrate.js";
 
 const MAX_LINES = 500;
 
@@ -10,10 +10,14 @@ export class EventLog {
     this.list = list;
     this.ctx = { leaderLostAt: null, faults: new Map(), throttleRun: null, throttleFactor: null };
     this.run = null; // the line a run of throttle steps is told on: {key, line}
-    const groups = [...new Set([...Object.values(GROUPS), "other"])];
+    // Narratives by default; the score's lines and aimd's steps only when their boxes are ticked.
+    const groups = [...new Set([...Object.values(GROUPS), "throttle steps", "other"])];
     for (const group of groups) {
-      const box = el("input", { type: "checkbox", checked: true, "data-group": group });
-      box.addEventListener("change", () => this.list.classList.toggle(`hide-${group.replace(/\W/g, "")}`, !box.checked));
+      const shown = !QUIET_GROUPS.includes(group);
+      const cls = `hide-${group.replace(/\W/g, "")}`;
+      const box = el("input", { type: "checkbox", checked: shown, "data-group": group });
+      box.addEventListener("change", () => this.list.classList.toggle(cls, !box.checked));
+      this.list.classList.toggle(cls, !shown);
       filters.append(el("label", { class: "filter" }, box, ` ${group}`));
     }
   }
@@ -40,7 +44,7 @@ export class EventLog {
       }
       if (key || kind === "throttle") this.run = null;
       if (i < from) return;
-      const line = this._line(id, kind, data.t, told);
+      const line = this._line(id, kind, data, told);
       lines.push(line);
       if (key) this.run = { key, line };
     });
@@ -55,8 +59,9 @@ export class EventLog {
     this.list.prepend(this._line(null, "marker", null, ["warn", text]));
   }
 
-  _line(id, kind, t, [tone, text]) {
-    const group = groupOf(kind).replace(/\W/g, "");
+  _line(id, kind, data, [tone, text]) {
+    const t = data ? data.t : null;
+    const group = groupOf(kind, data).replace(/\W/g, "");
     return el(
       "li",
       { class: `ev ${tone}`, "data-kind": kind, "data-group": group, "data-id": id ?? "" },

@@ -37,6 +37,20 @@ function admissionChart(policy) {
   };
 }
 
+// Each fault's interval on the charts: from its injection to the service's recovery (or its end; still open:
+// the chart's right edge). A failed fault is red.
+export function faultMarks(faults, now) {
+  return faults.map((f) => {
+    const end = f.service_recovered_at ?? (f.outcome === "active" || f.outcome === "recovering" ? null : f.reverted_at);
+    return {
+      from: Number(f.injected_at),
+      to: end === null || end === undefined ? now : Number(end),
+      cls: `fault ${f.outcome || ""}`,
+      label: `#${f.id} ${f.action} → ${f.outcome}`,
+    };
+  });
+}
+
 function withRefused(points) {
   return points.map((p) => ({ ...p, refused: Math.max(0, Number(p.arrival_rate) - Number(p.admitted_rate)) }));
 }
@@ -78,6 +92,7 @@ async function boot() {
   let controls = null;
   let status = null;
   let active = [];
+  let faults = []; // every fault still in memory: the charts' bands, the survival's verdicts
 
   const statusPoll = poller(async () => {
     const [s, f] = await Promise.all([getJSON("/api/v1/status"), getJSON("/api/v1/faults?active=true")]);
@@ -86,25 +101,39 @@ async function boot() {
     top.status(s);
     if (admission === null && s.admission) {
       admission = new LineChart(chartsRoot, admissionChart(s.admission.policy));
-      admission.update(points);
+      admission.update(points, faultMarks(faults, points.length ? points[points.length - 1].t : 0));
     }
     dag.update(s.dag, s.route || [], active);
     agents.update(s.agents || [], s.leader, active);
-    if (controls) controls.update(s);
+    if (controls) {
+      controls.update(s);
+      // Survival's progress: elapsed of its duration, the faults it injected, their verdicts.
+      const plan = s.survival === "running" || controls.showsSurvival ? await getJSON("/api/v1/survival").catch(() => null) : null;
+      controls.survivalProgress(plan, faults);
+    }
   }, 1000);
   const seriesPoll = poller(async () => {
-    const ts = await getJSON("/api/v1/timeseries");
+    const [ts, f] = await Promise.all([getJSON("/api/v1/timeseries"), getJSON("/api/v1/faults")]);
     top.faults(ts.faults);
+    faults = f.faults || [];
     points = withRefused(ts.points);
-    for (const chart of charts) chart.update(points);
-    if (admission) admission.update(points);
+    const now = points.length ? points[points.length - 1].t : 0;
+    const marks = faultMarks(faults, now);
+    for (const chart of charts) chart.update(points, marks);
+    if (admission) admission.update(points, marks);
   }, 2000);
 
-  const actions = await getJSON("/api/v1/actions").catch(() => ({ actions: [] }));
-  controls = new Controls(document.getElementById("controls"), actions.actions, () => {
+  const [actions, stages, first] = await Promise.all([
+    getJSON("/api/v1/actions").catch(() => ({ actions: [] })),
+    getJSON("/arena/stages").catch(() => ({ stages: null })),
+    getJSON("/api/v1/status").catch(() => null),
+  ]);
+  const kinds = (first && first.dag && first.dag.kinds) || stages.stages; // the status's own, once it has them
+  const refresh = () => {
     statusPoll.now();
     seriesPoll.now();
-  });
+  };
+  controls = new Controls(document.getElementById("controls"), actions.actions, kinds, refresh, first);
   statusPoll.start();
   seriesPoll.start();
 

@@ -9,7 +9,7 @@ export const GROUPS = {
   agent: "agents",
   supervisor: "agents",
   detector: "detector",
-  throttle: "throttle",
+  throttle: "admission",
   dag: "DAG",
   breaker: "DAG",
   lever: "lever",
@@ -18,8 +18,13 @@ export const GROUPS = {
   window: "plans",
   score: "score",
 };
+// Shown only on demand (their check boxes start unticked): the score's every move and aimd's every step.
+export const QUIET_GROUPS = ["score", "throttle steps"];
 
-export function groupOf(kind) {
+// A throttle event is a step of aimd (increase, decrease: told on one line per run, but many) or a change of
+// the capacity policy's bound (rare, one line each: admission).
+export function groupOf(kind, data) {
+  if (kind === "throttle" && data && (data.action === "increase" || data.action === "decrease")) return "throttle steps";
   return GROUPS[kind] || "other";
 }
 

@@ -7,6 +7,7 @@ import { ScoreRing } from "./ring.js";
 
 const PM_CHARTS = [
   { id: "queue_depth", title: "Queue depth (tasks)", series: [{ key: "queue_depth", label: "depth", cls: "s1" }], digits: 0 },
+  { id: "queue_slope", title: "dQ/dt (tasks/s)", series: [{ key: "queue_slope", label: "dQ/dt", cls: "s2" }] },
   { id: "sojourn_p95", title: "p95 sojourn (s)", series: [{ key: "sojourn_p95", label: "p95", cls: "s2" }], digits: 3 },
   {
     id: "throughput",
@@ -52,10 +53,47 @@ function pmDetector(report) {
   return `${parts.join(", ")}; ended ${c.final_state ?? "–"}`;
 }
 
-function pmTable(headers, rows) {
+// dQ/dt from the timeline's queue depths: the change between a point and the one before, per second.
+export function withSlope(timeline) {
+  return timeline.map((p, i) => {
+    const prev = timeline[i - 1];
+    const dt = prev ? Number(p.t) - Number(prev.t) : 0;
+    return { ...p, queue_slope: dt > 0 ? (Number(p.queue_depth) - Number(prev.queue_depth)) / dt : 0 };
+  });
+}
+
+// p95 of sorted numbers by nearest rank, ceil(0.95·n) in integers (as the text summary's): an observed value.
+function pmP95(sorted) {
+  if (!sorted.length) return null;
+  return sorted[Math.floor((95 * sorted.length + 99) / 100) - 1];
+}
+
+// One row per action, by name (as in the text summary): faults, recovered, mean and p95 recovery time.
+export function actionSummary(faults) {
+  const by = new Map();
+  for (const f of faults) {
+    if (!by.has(f.action)) by.set(f.action, []);
+    by.get(f.action).push(f);
+  }
+  return [...by].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([action, list]) => {
+    const times = list.map((f) => f.recovery_s).filter((v) => v !== null && v !== undefined).map(Number).sort((a, b) => a - b);
+    const mean = times.length ? times.reduce((a, b) => a + b, 0) / times.length : null;
+    return { action, faults: list.length, recovered: list.filter((f) => f.outcome === "recovered" || f.recovered === true).length, mean, p95: pmP95(times) };
+  });
+}
+
+// A long run's report lists only its newest faults: the tables say so.
+function pmListed(report) {
+  const fs = report.faults_summary || {};
+  const listed = fs.faults_listed ?? (report.faults || []).length;
+  const injected = fs.injected ?? listed;
+  return listed < injected ? [el("p", { class: "pm-note", id: "pm-listed" }, `The newest ${listed} of ${injected} faults.`)] : [];
+}
+
+function pmTable(headers, rows, id) {
   return el(
     "table",
-    {},
+    { id },
     el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) => el("td", {}, c))))),
   );
@@ -103,7 +141,13 @@ export function renderPostmortem(root, report, title) {
   const charts = el("div", { class: "charts" });
   const timeline = report.timeline || [];
   const marks = pmMarks(report);
-  for (const spec of pmCharts(report)) new LineChart(charts, spec).update(timeline, marks);
+  const points = withSlope(timeline);
+  for (const spec of pmCharts(report)) new LineChart(charts, spec).update(points, marks);
+  const summary = pmTable(
+    ["action", "faults", "recovered", "mean recovery", "p95 recovery"],
+    actionSummary(report.faults || []).map((a) => [a.action, String(a.faults), String(a.recovered), fmtSeconds(a.mean), fmtSeconds(a.p95)]),
+    "pm-actions",
+  );
   const faults = pmTable(
     ["#", "action", "targets", "injected", "service recovered", "recovery", "outcome"],
     (report.faults || []).map((f) => [
@@ -115,36 +159,55 @@ export function renderPostmortem(root, report, title) {
       fmtSeconds(f.recovery_s),
       f.outcome ?? "–",
     ]),
+    "pm-faults",
   );
+  // An incident of one fault says nothing its fault's row does not: only those grouping several are listed.
+  const grouped = (report.incidents || []).filter((i) => (i.faults || []).length > 1);
   const incidents = pmTable(
-    ["#", "actions", "started", "recovery", "outcome"],
-    (report.incidents || []).map((i) => [
+    ["#", "faults", "actions", "started", "recovery", "outcome"],
+    grouped.map((i) => [
+      String(i.id),
+      (i.faults || []).map((id) => `#${id}`).join(", "),
       String(i.id),
       (i.actions || []).join(", "),
       `${fmtNum(i.started_at)} s`,
       fmtSeconds(i.recovery_s),
       i.outcome ?? "–",
     ]),
+    "pm-incidents",
   );
   const diagnostics = pmTable(
     ["cause", "count", "share"],
     (report.diagnostics || []).map((d) => [d.cause, String(d.count), `${fmtNum(100 * d.share, 0)} %`]),
+    "pm-diagnostics",
   );
-  const expectations = pmTable(
-    ["check", "wanted", "measured", "passed"],
-    (report.expectations || []).map((e) => [e.check, String(e.wanted ?? e.expected), String(e.measured ?? e.actual), e.passed ? "✓" : "✗"]),
-  );
+  const wanted = report.expectations || [];
+  const expectations = wanted.length
+    ? [
+        el("h3", {}, "Expectations"),
+        pmTable(
+          ["check", "wanted", "measured", "passed"],
+          wanted.map((e) => [e.check, String(e.wanted ?? e.expected), String(e.measured ?? e.actual), e.passed ? "✓" : "✗"]),
+          "pm-expectations",
+        ),
+      ]
+    : [];
+  const nFaults = (report.faults || []).length;
   root.replaceChildren(
     el("h2", {}, title || `Post-mortem: ${report.scenario ?? "run"}`),
     head,
     charts,
+    el("h3", {}, "Per action"),
+    summary,
+    ...pmListed(report),
     el("h3", {}, "Faults"),
     faults,
     el("h3", {}, "Incidents"),
-    incidents,
+    grouped.length
+      ? incidents
+      : el("p", { class: "pm-note", id: "pm-incidents-none" }, nFaults ? "No faults overlapped: each was its own incident (see Faults)." : "No faults."),
     el("h3", {}, "Diagnostics"),
     diagnostics,
-    el("h3", {}, "Expectations"),
-    expectations,
+    ...expectations,
   );
 }

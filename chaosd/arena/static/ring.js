@@ -5,6 +5,15 @@ import { fmtNum } from "./format.js";
 const RADIUS = 42;
 const CIRCUMFERENCE = 2 * Math.PI * RADIUS;
 
+// The ring's colour follows the grade: A+ and A green, B and C amber, D and F red (none: muted).
+export function gradeTone(grade) {
+  const letter = String(grade ?? "").charAt(0);
+  if (letter === "A") return "good";
+  if (letter === "B" || letter === "C") return "warn";
+  if (letter === "D" || letter === "F") return "bad";
+  return "none";
+}
+
 export class ScoreRing {
   constructor(parent) {
     this.arc = svgEl("circle", { class: "ring-arc", cx: 50, cy: 50, r: RADIUS, transform: "rotate(-90 50 50)" });
@@ -42,6 +51,7 @@ export class ScoreRing {
     setAttr(this.svg, "aria-label", `score ${fmtNum(total)}, grade ${score.grade ?? "none"}`);
     setAttr(this.svg, "data-total", total === null ? "" : String(total));
     setAttr(this.svg, "data-grade", score.grade ?? "");
+    setAttr(this.svg, "data-tone", gradeTone(score.grade));
     for (const [key, node] of Object.entries(this.parts)) setText(node, fmtNum(score[key]));
   }
 }
