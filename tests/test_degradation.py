@@ -13,6 +13,7 @@ import pytest
 from conftest import settings
 
 from chaosd.clock import LoopClock, new_event_loop
+from chaosd.config import load_settings
 from chaosd.pipeline.dag import Dag, Route
 from chaosd.pipeline.pipeline import Pipeline
 from chaosd.runner import Experiment
@@ -211,3 +212,37 @@ def test_skipping_every_stage_is_no_route() -> None:
     assert dag.find() is None
     dag.removed_nodes.discard("b")
     assert dag.find() == Route(("b",), bypassed=("a",))
+
+
+def _dag_events(overlay: dict[str, Any], duration: float) -> tuple[list[dict[str, Any]], int]:
+    loop = new_event_loop(virtual=True)
+    clock = LoopClock(loop)
+
+    async def main() -> tuple[list[dict[str, Any]], int]:
+        exp = Experiment(settings(overlay), clock, warmup=0.0)
+        await exp.run(duration)
+        events = exp.events.events()
+        return [dict(e.data) for e in events if e.kind == "dag"], sum(1 for e in events if e.kind == "breaker")
+
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_a_breaker_with_no_way_around_its_stage_reports_no_reroute() -> None:
+    """The Arena narrates every `dag` event as a route change: a breaker that changes no route must not log one."""
+    stuck = {
+        "load": {"rate": 50},
+        "stages": [
+            {"name": "a", "kind": "tool", "service": {"distribution": "constant", "mean": 0.002}, "next": ["b"]},
+            {"name": "b", "kind": "tool", "failure_probability": 1.0, "degrade": False},
+        ],
+    }
+    reroutes, breakers = _dag_events(stuck, 10.0)
+    assert breakers >= 1 and reroutes == []  # the breaker opened, and the route never changed
+    # Negative control: the default DAG's search has a backup, and its breaker does change the route.
+    flaky = {"stages": [*(s.model_dump() for s in load_settings().stages)]}
+    flaky["stages"][1]["failure_probability"] = 1.0  # search
+    reroutes, _ = _dag_events(flaky, 10.0)
+    assert reroutes and "search_backup" in reroutes[0]["route"]

@@ -202,14 +202,16 @@ class Pipeline:
             self.dag_dirty = True
             self.events.record(now - self.t0, "breaker", open=sorted(avoided))
         if self.dag_dirty:
+            before = (self.route_names, self.bypassed)
             self._reroute()
-            self.events.record(
-                now - self.t0,
-                "dag",
-                state="rerouted",
-                route=list(self.route_names or ()),
-                bypassed=list(self.bypassed),
-            )
+            if (self.route_names, self.bypassed) != before:  # a breaker with no way around it changes no route
+                self.events.record(
+                    now - self.t0,
+                    "dag",
+                    state="rerouted",
+                    route=list(self.route_names or ()),
+                    bypassed=list(self.bypassed),
+                )
 
     # --- agents -----------------------------------------------------------------------------------
 
