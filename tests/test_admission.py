@@ -302,3 +302,32 @@ def test_a_stall_that_interrupts_an_overload_keeps_the_bound() -> None:
     detector.update(snap)
     throttle.update(detector.state, snap)
     assert detector.state.value == "stall" and throttle.limit == bound
+
+
+@pytest.mark.parametrize("after_a_stall", [True, False])
+def test_the_late_backlog_a_stall_leaves_is_the_stalls_not_a_collapse(after_a_stall: bool) -> None:
+    """A pause leaves tasks that waited through it: they end late while the workers drain them. Negative control:
+    the same readings with no stall before them are a collapse."""
+    detector = CollapseDetector(DetectorConfig(), 0.1, deadline=1.0, window=1.0)
+    t = 0.0
+    for _ in range(300):
+        t = round(t + 0.1, 6)
+        detector.update(_snapshot(t))
+    if after_a_stall:
+        t = round(t + 0.1, 6)
+        detector.update(_paused(t, 0.3))
+        for _ in range(10):  # the stall's window
+            t = round(t + 0.1, 6)
+            detector.update(_snapshot(t))
+    states = set()
+    for k in range(30):  # 3 s draining: the head past the deadline for 2 s, then the last late tasks end
+        t = round(t + 0.1, 6)
+        late = _snapshot(
+            t, head_age=1.5 if k < 20 else 0.2, goodput=20.0, utilisation=1.0, busy_share=1.0, queue_depth=200
+        )
+        detector.update(late)
+        states.add(detector.state.value)
+    if after_a_stall:
+        assert detector.episode_count == 0 and "collapsed" not in states, states
+    else:
+        assert detector.collapse_count == 1, states

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from chaosd import humanize
+
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 120.0  # seconds; generous, for a slow shared machine
 CONTROL = re.compile(rb"\r|\x1b")  # what a progress bar writes; plain output has neither
@@ -125,7 +127,7 @@ def _assert_interrupted(code: int, out: bytes, err: bytes, report: Path, duratio
     assert 0 < data["duration_s"] < duration
     assert data["clock"] == ("virtual" if clock == "simulated" else "real")
     summary = out.decode()
-    assert "chaosd run:" in summary and f"{data['duration_s']:g} s" in summary
+    assert "chaosd run:" in summary and f"{humanize.seconds(data['duration_s'])} (warm-up" in summary
 
 
 @pytest.mark.parametrize("signals", [1, 2], ids=["once", "twice-at-once"])

@@ -2,7 +2,9 @@
 
 - **stall**: the tick ran ``stall`` seconds late or more. The process (or its host) was paused, and every
   window rate that spans the pause is its artefact, so nothing is judged, learned or cut until a whole
-  telemetry window has passed since the last late tick.
+  telemetry window has passed since the last late tick. The backlog the pause left then ends late while it
+  drains (its head older than the deadline, and one window more): that is the pause's too, not a collapse
+  or an expired queue, for at most five windows.
 - **overload**: more is offered than is served. Any of: refusals (admission control's or a full queue's)
   above ``shed_share`` of the offered load, queue fill at ``saturation``, a queue head older than the
   deadline, or the queue growing near saturation (rule 1: dQ/dt > 0 with a standing queue) or p95
@@ -41,6 +43,7 @@ class DetectorState(enum.Enum):
 
 
 ALARMS = frozenset({DetectorState.OVERLOAD, DetectorState.COLLAPSED})
+_DRAIN_WINDOWS = 5  # the longest a stall's backlog is taken for the pause's, in telemetry windows
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,8 @@ class CollapseDetector:
         self._calm_since: float | None = None
         self._stalled_until = float("-inf")
         self._resume = DetectorState.HEALTHY  # the state a stall interrupted
+        self._drain_until = float("-inf")  # after a stall: until when its backlog may still be draining
+        self._drained_at: float | None = None
         self._last_t: float | None = None
         self.episodes: deque[Episode] = deque(maxlen=keep)  # the newest; the totals below are of all
         self.episode_count = 0  # alarms raised (overload or collapse)
@@ -116,6 +121,9 @@ class CollapseDetector:
             self._clear()
             return self._go(s.t, DetectorState.STALL, f"tick {s.lateness * 1000:.0f} ms late")
         if self.state is DetectorState.STALL:
+            # The backlog the pause left ends late while it drains: that lateness is the pause's, not a collapse.
+            self._drain_until = s.t + _DRAIN_WINDOWS * self.window
+            self._drained_at = None
             self.state = self._resume  # what the stall interrupted goes on, judged afresh
             if self.state is DetectorState.WARNING:
                 self.state = DetectorState.HEALTHY
@@ -130,12 +138,17 @@ class CollapseDetector:
         growing = saturated and standing and s.queue_slope > max(0.0, cfg.min_growth * s.service_rate)
         full = s.queue_fill >= cfg.saturation
         expired = self.deadline > 0 and s.head_age > self.deadline
+        draining = self._draining(s.t, expired)
+        if draining:
+            expired = False
         shedding = s.shed_rate > cfg.shed_share * s.arrival_rate
         overloaded_now = growing or full or expired or shedding
         could_be_good = min(s.arrival_rate, s.capacity_rate) if s.capacity_rate > 0 else s.arrival_rate
-        collapsing = saturated and s.arrival_rate > 0 and s.goodput < cfg.collapse_goodput * could_be_good
+        collapsing = (
+            not draining and saturated and s.arrival_rate > 0 and s.goodput < cfg.collapse_goodput * could_be_good
+        )
         slow = self.baseline_p95 > 0 and s.sojourn_p95 >= (1 + cfg.latency_growth) * self.baseline_p95
-        quiet = not (overloaded_now or collapsing or slow)
+        quiet = not (overloaded_now or collapsing or slow or draining)
         if self.state is DetectorState.HEALTHY and quiet and s.sojourn_p95 > 0:
             self._learn(s.sojourn_p95)
         self._growth.append(growing)
@@ -184,6 +197,21 @@ class CollapseDetector:
             self._clear()
             return self._go(s.t, DetectorState.HEALTHY, "recovered")
         return None
+
+    def _draining(self, t: float, expired: bool) -> bool:
+        """Whether the backlog a stall left is still draining: its head older than the deadline, and then one
+        window more while those late tasks end; never longer than ``_DRAIN_WINDOWS`` windows after the stall."""
+        if t >= self._drain_until:
+            return False
+        if expired:
+            self._drained_at = None
+            return True
+        if self._drained_at is None:
+            self._drained_at = t
+        if t - self._drained_at >= self.window:
+            self._drain_until = t  # drained: judged as usual from here on
+            return False
+        return True
 
     def _learn(self, p95: float) -> None:
         baseline, ordered = self._baseline, self._ordered

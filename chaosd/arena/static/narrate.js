@@ -100,6 +100,21 @@ function narrateThrottle(d, ctx) {
   return [d.action === "decrease" ? "warn" : "info", `⇅ throttle ${verb}${count}: producers at ${pct(d.factor)}${was}`, `throttle:${d.action}`];
 }
 
+// What each fault's healing mechanism did once it is seen to work (the fault itself may still be in force).
+const HEALED = {
+  kill_leader: () => "a standby holds the dispatch lease",
+  kill_orchestrator: () => "the replicas are serving again",
+  kill_agent: (on) => `${on || "the agent"} is back (the supervisor)`,
+  pause_agent: () => "the others carry the load",
+  network_partition: () => "task leases brought its tasks back",
+  tool_timeout: (on) => `tasks go on past ${on || "the tool"}, degraded, while its calls still hang`,
+  memory_corrupt: () => "checksums caught the corruption; entries restored",
+  mcp_disconnect: () => "the MCP connection is back",
+  llm_failure: () => "the fallback model answers",
+  remove_node: () => "the route goes around it",
+  remove_edge: () => "the route goes around it",
+};
+
 // ctx keeps what a later event needs: when the leader was lost, each fault's injection time, the throttle's run.
 export function narrate(kind, d, ctx) {
   const list = (v) => (Array.isArray(v) ? v.join(", ") : String(v ?? ""));
@@ -108,9 +123,14 @@ export function narrate(kind, d, ctx) {
       switch (d.state) {
         case "injected":
           ctx.faults.set(d.id, d.t);
+          (ctx.targets ??= new Map()).set(d.id, list(d.targets));
           return ["bad", `✗ ${d.action} → ${list(d.targets)} ${VERBS[d.action] || "hit"} (fault #${d.id})`];
-        case "mechanism_recovered":
-          return ["info", `↺ ${d.action} #${d.id}: mechanism recovered`];
+        case "mechanism_recovered": {
+          // What the runtime's healing did, not that the fault is over: a hung tool still hangs while tasks go on.
+          const on = ctx.targets?.get(d.id) || "";
+          const done = HEALED[d.action];
+          return ["info", `↺ ${d.action} #${d.id}: ${done ? done(on) : "the runtime's mechanism did its job"}`];
+        }
         case "recovered":
           return [
             "good",
