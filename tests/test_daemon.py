@@ -29,7 +29,8 @@ def test_daemon_runs_the_default_config_and_exits_0_on_sigterm_with_a_report(tmp
         status_line = daemon.wait_line("state=")  # the periodic status line
         assert "λ=" in status_line and "Q=" in status_line
         code, status = daemon.get("/api/v1/status")
-        assert code == 200 and status["detector"] == "healthy"
+        # Healthy; or a stall, if a loaded host paused the new daemon for 50 ms or more: never an alarm.
+        assert code == 200 and status["detector"] in ("healthy", "stall"), status["detector"]
         wait_for(
             lambda: (daemon.get("/api/v1/status")[1]["telemetry"] or {}).get("throughput", 0) > 0,
             10,
