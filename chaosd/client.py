@@ -847,4 +847,6 @@ def _expectation(e: Any) -> str:
         return f"  expect     {e}"
     mark = "pass" if e.get("passed") else "FAIL"
     wanted = value(e["wanted"]) if "wanted" in e else ""
-    return f"  expect     {mark}: {e.get('expect', '?')} {wanted} (measured {value(e.get('actual'))})"
+    line = f"  expect     {mark}: {e.get('expect', '?')} {wanted} (measured {value(e.get('actual'))})"
+    because = e.get("because")
+    return f"{line}: {because}" if because and not e.get("passed") else line
