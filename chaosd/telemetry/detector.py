@@ -3,8 +3,9 @@
 - **stall**: the tick ran ``stall`` seconds late or more. The process (or its host) was paused, and every
   window rate that spans the pause is its artefact, so nothing is judged, learned or cut until a whole
   telemetry window has passed since the last late tick. The backlog the pause left then ends late while it
-  drains (its head older than the deadline, and one window more): that is the pause's too, not a collapse
-  or an expired queue, for at most five windows.
+  drains (its head older than the deadline or arrivals refused over the admission bound, and one window
+  more): that is the pause's too, not a collapse or an overload, for at most five windows; only a full queue
+  is judged meanwhile.
 - **overload**: more is offered than is served. Any of: refusals (admission control's or a full queue's)
   above ``shed_share`` of the offered load, queue fill at ``saturation``, a queue head older than the
   deadline, or the queue growing near saturation (rule 1: dQ/dt > 0 with a standing queue) or p95
@@ -138,20 +139,20 @@ class CollapseDetector:
         growing = saturated and standing and s.queue_slope > max(0.0, cfg.min_growth * s.service_rate)
         full = s.queue_fill >= cfg.saturation
         expired = self.deadline > 0 and s.head_age > self.deadline
-        draining = self._draining(s.t, expired)
-        if draining:
-            expired = False
         shedding = s.shed_rate > cfg.shed_share * s.arrival_rate
-        overloaded_now = growing or full or expired or shedding
+        draining = self._draining(s.t, expired or shedding)
+        if draining:
+            expired = shedding = False  # the arrivals refused while the pause's backlog drains are the pause's
+        overloaded_now = (growing and not draining) or full or expired or shedding
         could_be_good = min(s.arrival_rate, s.capacity_rate) if s.capacity_rate > 0 else s.arrival_rate
         collapsing = (
             not draining and saturated and s.arrival_rate > 0 and s.goodput < cfg.collapse_goodput * could_be_good
         )
-        slow = self.baseline_p95 > 0 and s.sojourn_p95 >= (1 + cfg.latency_growth) * self.baseline_p95
+        slow = not draining and self.baseline_p95 > 0 and s.sojourn_p95 >= (1 + cfg.latency_growth) * self.baseline_p95
         quiet = not (overloaded_now or collapsing or slow or draining)
         if self.state is DetectorState.HEALTHY and quiet and s.sojourn_p95 > 0:
             self._learn(s.sojourn_p95)
-        self._growth.append(growing)
+        self._growth.append(growing and not draining)
         self._over.append(overloaded_now)
         self._collapse.append(collapsing)
         self._latency.append(slow and standing and saturated and s.queue_slope > 0)
@@ -198,12 +199,13 @@ class CollapseDetector:
             return self._go(s.t, DetectorState.HEALTHY, "recovered")
         return None
 
-    def _draining(self, t: float, expired: bool) -> bool:
-        """Whether the backlog a stall left is still draining: its head older than the deadline, and then one
-        window more while those late tasks end; never longer than ``_DRAIN_WINDOWS`` windows after the stall."""
+    def _draining(self, t: float, behind: bool) -> bool:
+        """Whether the backlog a stall left is still draining (``behind``: its head older than the deadline, or
+        arrivals refused over the admission bound), and then one window more while those late tasks end; never
+        longer than ``_DRAIN_WINDOWS`` windows after the stall."""
         if t >= self._drain_until:
             return False
-        if expired:
+        if behind:
             self._drained_at = None
             return True
         if self._drained_at is None:
