@@ -429,7 +429,7 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
             if isinstance(took, int | float)
             else " (with its incident)"
         )
-        out(f"fault {fault['id']} recovered{how}")
+        out(f"fault {fault['id']} recovered{how}{_stalled(fault)}")
         return EXIT_OK
     if outcome in ("failed", "unmeasured"):
         err(f"chaosd: fault {fault['id']} {outcome}: " + _VERDICT_HINTS[outcome])
@@ -440,8 +440,17 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
 
 _VERDICT_HINTS = {
     "failed": "the service did not come back within recovery.limit of the fault's end",
-    "unmeasured": "nothing to judge it against (no baseline yet, no [slo])",
+    "unmeasured": "nothing to judge it against (no baseline yet, no [slo]), or the daemon's process kept "
+    "stalling (a loaded host) until recovery.limit",
 }
+
+
+def _stalled(fault: Mapping[str, Any]) -> str:
+    """What the host, not the pipeline, contributed: the seconds the daemon's own process was stalled."""
+    stalled = fault.get("stalled_s")
+    if not isinstance(stalled, int | float) or stalled <= 0:
+        return ""
+    return f"; the daemon's process was stalled {seconds(float(stalled))} of it (a loaded host)"
 
 
 def await_verdict(client: Client, fault: dict[str, Any], wait: float) -> dict[str, Any]:
@@ -718,7 +727,7 @@ def _verdict(fault: Mapping[str, Any]) -> str:
     if outcome == "recovered":
         took = fault.get("recovery_s")
         how = f" in {seconds(float(took))}" if isinstance(took, int | float) else " (with its incident)"
-        return f"{what}{how} ({action})"
+        return f"{what}{how} ({action}){_stalled(fault)}"
     return f"{what} ({action}): {_VERDICT_HINTS.get(str(outcome), str(outcome))}"
 
 

@@ -229,4 +229,12 @@ def fixes(r: Mapping[str, Any]) -> list[str]:
     lost = causes.get("lost") or ({"count": tasks["lost"]} if tasks.get("lost") else None)
     if lost:
         out.append(f"lost tasks (lost {lost['count']}): a task nobody holds is a bug; report it with this run's seed")
+    stalled = [i for i in r.get("incidents") or () if float(i.get("stalled_s") or 0.0) > 0]
+    if stalled:
+        worst = max(stalled, key=lambda i: float(i["stalled_s"]))
+        out.append(
+            f"the host, not the pipeline: the daemon's own process stalled while {len(stalled)} incident(s) were open "
+            f"(incident {worst['id']}: {seconds(float(worst['stalled_s']))}; stalled_s), so their recovery times "
+            "include the host's pauses: give the daemon a CPU of its own or run it on a quieter host"
+        )
     return out

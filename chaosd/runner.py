@@ -93,6 +93,8 @@ class Experiment:
             self.events,
             tick,
             keep.faults,
+            stall=settings.detector.stall,
+            window=settings.telemetry.window,
         )
         self.stop = asyncio.Event()
         self.plan_log = RecentLog(keep.entries)  # scenario actions and survival picks, as they happened

@@ -75,6 +75,9 @@ class FaultView(TypedDict):
     recovery_s: Duration | None
     impact_s: Annotated[float, Field(ge=0, description="seconds out of tolerance while active")]
     impact_tasks: dict[str, int]
+    stalled_s: Annotated[
+        float, Field(ge=0, description="seconds before its verdict the daemon's own process was paused (the host's)")
+    ]
     baseline: BaselineView | None
     recovered: bool
     outcome: Annotated[str, Field(description="active, recovering, recovered, failed, unmeasured (or aborted)")]
@@ -95,6 +98,7 @@ class IncidentView(TypedDict):
     impact_s: Duration
     impact_tasks: dict[str, int]
     consistent: bool
+    stalled_s: Annotated[float, Field(ge=0, description="seconds, while open, the daemon's own process was paused")]
 
 
 @_closed

@@ -7,6 +7,7 @@ fault was still recovering. Each test asserts the measured number, and builds th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -179,3 +180,63 @@ def test_overlapping_faults_form_one_incident_and_no_fault_borrows_its_recovery(
     assert report["faults_summary"]["incidents"] == 2
     # Scored per incident: two judged, both recovered.
     assert report["score"]["recovery_rate"] == 100.0
+
+
+def _stalled_run(stalls: list[float], *, threshold: float | None, limit: float = 60.0) -> dict[str, Any]:
+    """kill_leader at 15 s, and the daemon's process paused at each of ``stalls`` (seconds): the tick after a
+    pause runs 0.2 s late and, for the telemetry window after it, the figures show the pause (p95 ×10, the
+    queue backed up), as a real SIGSTOP does. ``threshold`` is detector.stall (None: out of reach, the control)."""
+    overlay: dict[str, Any] = {"recovery": {"limit": limit}}
+    overlay["detector"] = {"stall": threshold if threshold is not None else 1000.0}
+    window = settings(overlay).telemetry.window
+
+    async def plan(exp: Experiment) -> None:
+        judge = exp.injector.on_tick
+        pending = sorted(stalls)
+        until = [float("-inf")]
+
+        def stalled_tick(s: Any) -> None:
+            if pending and s.t >= pending[0]:
+                pending.pop(0)
+                until[0] = s.t + window
+                s = replace(s, lateness=0.2)
+            if s.t < until[0]:
+                s = replace(s, sojourn_p95=10 * s.sojourn_p95 + 0.2, queue_depth=s.queue_depth + 40)
+            judge(s)
+
+        exp.injector.on_tick = stalled_tick  # type: ignore[method-assign]
+        await _at(exp, 15.05)
+        exp.injector.inject("kill_leader", ttl=2.0)
+
+    _, report = _run(plan, duration=15.05 + 2.0 + limit + 10.0, overlay=overlay)
+    return report["faults"][0]
+
+
+def test_a_stalled_host_does_not_lengthen_a_recovery_and_says_how_long_it_stalled() -> None:
+    """Pauses of the daemon's own process every 2 s after a kill: ticks that show a pause judge nothing, so
+    the recovery measures the pipeline; its stalled_s says how much of it the host stalled."""
+    stalls = [16.0, 18.0, 20.0, 22.0, 24.0]
+    clean = _stalled_run([], threshold=0.05)
+    stalled = _stalled_run(stalls, threshold=0.05)
+    control = _stalled_run(stalls, threshold=None)  # the mechanism off: the pauses read as the pipeline's
+    assert clean["outcome"] == stalled["outcome"] == control["outcome"] == "recovered"
+    assert clean["stalled_s"] == 0.0 and control["stalled_s"] == 0.0
+    # The pauses before its verdict (16, 18, 20 and 22 s), each shown for a window (1 s): 4 s were the host's.
+    assert stalled["stalled_s"] == pytest.approx(4.0, abs=0.15), stalled
+    # The pipeline's recovery (about 2 s: the lease hand-over and the backlog) is what is measured …
+    assert clean["recovery_s"] < 4.0
+    assert abs(stalled["recovery_s"] - clean["recovery_s"]) <= 1.0, (stalled, clean)
+    # … while without the mechanism every pause breaks the confirmation stretch: it reads past the last pause.
+    assert control["recovery_s"] >= 24.0 + 1.0 - 15.05, control
+    assert stalled["impact_s"] <= clean["impact_s"]  # a paused tick is the host's, not the fault's impact
+
+
+def test_a_host_that_never_stops_stalling_leaves_the_recovery_unmeasured_not_failed() -> None:
+    """Pauses every second until past recovery.limit: the service could never be judged, so no verdict is
+    made up; the control (pauses read as the pipeline's) calls the same run a failed recovery."""
+    stalls = [16.0 + k for k in range(20)]
+    stalled = _stalled_run(stalls, threshold=0.05, limit=10.0)
+    control = _stalled_run(stalls, threshold=None, limit=10.0)
+    assert stalled["outcome"] == "unmeasured" and stalled["recovery_s"] is None
+    assert stalled["stalled_s"] >= 10.0
+    assert control["outcome"] == "failed" and control["stalled_s"] == 0.0

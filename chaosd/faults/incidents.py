@@ -39,6 +39,7 @@ class Incident:
     impact_s: float = 0.0  # seconds out of tolerance while any member was active (overlaps counted once)
     tasks: TaskImpact = field(default_factory=dict)  # tasks by kind from its first injection until its verdict
     tally_from: tuple[int, ...] = ()  # the task tally when it began
+    stalled_s: float = 0.0  # seconds, while open, that the daemon's own process was paused (the host's)
 
     @property
     def consistent(self) -> bool:
@@ -83,6 +84,7 @@ class Incident:
             "impact_s": self.impact_s,
             "impact_tasks": dict(self.tasks),
             "consistent": self.consistent,
+            "stalled_s": self.stalled_s,
         }
 
 

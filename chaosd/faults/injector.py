@@ -65,6 +65,8 @@ class ServiceView(Protocol):
     @property
     def queue_depth(self) -> int: ...
     @property
+    def lateness(self) -> float: ...
+    @property
     def mean_service(self) -> float: ...
 
 
@@ -137,7 +139,11 @@ class FaultRecord:
     incident: int = 0  # the incident it belongs to
     owner: object | None = None  # the plan (survival, scenario) that injected it, if one did
     shared: bool = False  # its incident has other faults: the recovery is the incident's, not its own
+    stalled_s: float = 0.0  # seconds before its verdict the daemon's process was paused (or its window showed it)
     _streak_from: float | None = None
+    _streak_paused: float = 0.0  # of the streak: seconds that could not count towards the hold (a stall's)
+    _last_judged_within: bool | None = None  # the newest verdict on a tick the host did not perturb
+    _last_judged_at: float = float("-inf")  # and when
 
     @property
     def active(self) -> bool:
@@ -179,6 +185,7 @@ class FaultRecord:
             "recovery_s": self.recovery_s,
             "impact_s": self.impact_s,
             "impact_tasks": dict(self.impact_tasks),
+            "stalled_s": self.stalled_s,
             "baseline": self.baseline.as_dict() if self.baseline is not None else None,
             "recovered": self.outcome == "recovered",
             "outcome": self.outcome,
@@ -199,7 +206,12 @@ class Injector:
         events: EventLog,
         tick: float,
         keep: int = 1000,
+        *,
+        stall: float = float("inf"),
+        window: float = 1.0,
     ) -> None:
+        """``stall``: a tick this late means the process was paused; ``window``: how long the telemetry's
+        figures (its p95, its rates) still show such a pause."""
         self.cfg = cfg
         self.recovery = recovery
         self.slo = slo
@@ -223,6 +235,9 @@ class Injector:
         self._window: deque[ServiceView] = deque(maxlen=max(1, round(recovery.baseline_window / tick)))
         self._stop_since: dict[int, float] = {}
         self._now = 0.0
+        self._stall = stall
+        self._stall_window = window
+        self._perturbed_until = float("-inf")
 
     # --- commands -----------------------------------------------------------------------------
 
@@ -434,7 +449,13 @@ class Injector:
         return ok
 
     def on_tick(self, s: ServiceView) -> None:
+        dt = s.t - self._now
         self._now = s.t
+        # A paused process (a stalled host) delays every task in flight: for a window its figures are the
+        # host's, not the pipeline's. Such ticks judge no recovery and feed no baseline (see _observe).
+        if s.lateness >= self._stall:
+            self._perturbed_until = s.t + self._stall_window
+        perturbed = s.t < self._perturbed_until
         # Work per tick follows the faults still in play, not every fault the daemon ever injected.
         pending = self._pending
         for record in pending:
@@ -442,12 +463,16 @@ class Injector:
                 self._revert(record, "ttl")
         unsettled = False
         felt: set[int] = set()  # incidents out of tolerance this tick: counted once however many faults
+        stalled: set[int] = set()  # incidents open through a perturbed tick: counted once likewise
         tally = self.tally() if pending else ()
         for record in pending:
             if record.outcome not in PENDING:  # judged already, kept until its TTL reverts it
                 continue
             self._count_impact(record, tally)
-            if self._observe(record, s):
+            if perturbed:
+                record.stalled_s += dt
+                stalled.add(record.incident)
+            if self._observe(record, s, dt if perturbed else 0.0):
                 felt.add(record.incident)
             # A resume is instantaneous; anything else still in play keeps the baseline unfed.
             unsettled = unsettled or (record.outcome in PENDING and record.action != "resume_agent")
@@ -455,12 +480,21 @@ class Injector:
         for number in felt:
             if (incident := self.incidents.get(number)) is not None:  # 0: a resume with no incident before it
                 incident.impact_s += self._tick
-        if not unsettled:
+        for number in stalled:
+            if (incident := self.incidents.get(number)) is not None:
+                incident.stalled_s += dt
+        if not unsettled and not perturbed:
             self._window.append(s)
         self._check_stop_conditions(s)
 
-    def _observe(self, record: FaultRecord, s: ServiceView) -> bool:
-        """Advance one fault's verdict; True when the service was out of tolerance while it was active."""
+    def _observe(self, record: FaultRecord, s: ServiceView, perturbed: float = 0.0) -> bool:
+        """Advance one fault's verdict; True when the service was out of tolerance while it was active.
+
+        ``perturbed``: this tick's seconds, when a stall of the daemon's own process still shows in the
+        figures (else 0). Such a tick neither breaks a streak nor counts towards its hold, and is not
+        impact: the lateness is the host's. At ``recovery.limit`` a fault whose last unperturbed tick was
+        within tolerance (or that had none) is unmeasured, not failed: the host kept it from being judged.
+        """
         spec = CATALOGUE[record.action]
         lifting = record.active and record.lifted_at is None and not record.heals
         if lifting and spec.lifted(self.rt, record.targets, record.memo):
@@ -479,17 +513,25 @@ class Injector:
             if not record.active and (record.mechanism_recovered_at is not None or s.t > end + self.recovery.limit):
                 self._settle(record, "unmeasured", s.t)  # nothing to judge the service against: no verdict, no time
             return False
-        felt = record.active and not within
-        if felt:
-            record.impact_s += self._tick
-        if not within:
-            record._streak_from = None
-        elif record._streak_from is None:
-            record._streak_from = s.t
+        if perturbed:
+            if record._streak_from is not None:
+                record._streak_paused += perturbed
+            felt = False
+        else:
+            felt = record.active and not within
+            record._last_judged_within, record._last_judged_at = within, s.t
+            if felt:
+                record.impact_s += self._tick
+            if not within:
+                record._streak_from = None
+                record._streak_paused = 0.0
+            elif record._streak_from is None:
+                record._streak_from = s.t
         if (
-            record.mechanism_recovered_at is not None
+            not perturbed
+            and record.mechanism_recovered_at is not None
             and record._streak_from is not None
-            and s.t - record._streak_from >= self.recovery.confirm
+            and s.t - record._streak_from - record._streak_paused >= self.recovery.confirm
             and s.t >= record.mechanism_recovered_at
         ):
             record.service_recovered_at = max(record._streak_from, record.injected_at)
@@ -497,7 +539,13 @@ class Injector:
             return felt
         if s.t > end + self.recovery.limit:
             record.service_recovered_at = None
-            self._settle(record, "failed", s.t)
+            # The host's stalls kept the service from being judged since the fault's end (or its mechanism's
+            # recovery), or cut short a stretch within tolerance: no verdict is made up.
+            since = max(end, record.mechanism_recovered_at or end)
+            seen_out = record._last_judged_within is False and record._last_judged_at >= since
+            held_up = record._streak_paused > 0 or record._streak_from is None
+            unjudged = record.stalled_s > 0 and held_up and not seen_out
+            self._settle(record, "unmeasured" if unjudged and record.mechanism_recovered_at else "failed", s.t)
         return felt
 
     def _settle(self, record: FaultRecord, outcome: str, now: float) -> None:
