@@ -18,6 +18,7 @@ from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.incidents import IncidentBook
 from chaosd.history import RecentLog
 from chaosd.plans import (
+    Plan,
     Tally,
     check_actions,
     check_expectations,
@@ -33,7 +34,7 @@ from chaosd.runner import Experiment
 from chaosd.scenario import Scenario
 from chaosd.score import ScoreWeights, diagnose
 from chaosd.views import PlanStatus, WindowReport, WindowSummary
-from chaosd.wire import TERMINAL
+from chaosd.wire import PENDING, TERMINAL
 
 __all__ = ["Controller", "PlanRun"]
 
@@ -60,6 +61,10 @@ class PlanRun:
 
     def owns(self, record: FaultRecord) -> bool:
         return record.owner is self
+
+    def stretch(self, seconds: float) -> None:
+        """Its plan waited ``seconds`` to keep two faults apart (a sped-up scenario): it lasts that much longer."""
+        self.duration += seconds
 
 
 MAX_WINDOWS = 100  # windows kept (open ones, then the newest closed); the oldest closed one goes first
@@ -187,7 +192,7 @@ class Controller:
             log=run.log,
             owner=run,
         )
-        run.task = asyncio.create_task(self._drive(run, plan(self.exp)), name="survival")
+        run.task = asyncio.create_task(self._drive(run, plan), name="survival")
         self.survival = run
         self.exp.events.record(
             run.started_at, "survival", state="started", interval_s=interval, duration_s=duration, overlap=overlap
@@ -211,8 +216,8 @@ class Controller:
         duration = scenario.run_duration(settings.faults.default_ttl) / speed
         run = self._new_run("scenario", scenario.name, duration)
         run.before = Tally.of(self._counts())
-        plan = scenario_plan(scenario.actions, speed=speed, log=run.log, owner=run)
-        run.task = asyncio.create_task(self._drive(run, plan(self.exp), scenario.expect), name="scenario")
+        plan = scenario_plan(scenario.actions, speed=speed, log=run.log, owner=run, stretch=run.stretch)
+        run.task = asyncio.create_task(self._drive(run, plan, scenario.expect), name="scenario")
         self.scenario = run
         self.exp.events.record(run.started_at, "scenario", name=scenario.name, state="started", speed=speed)
         return run
@@ -229,11 +234,71 @@ class Controller:
         injector = self.exp.injector
         return [f for f in (injector.in_play if pending else injector.faults) if run.owns(f)]
 
-    async def _drive(self, run: PlanRun, plan: Any, expect: Mapping[str, Any] | None = None) -> None:
+    def _open_incident(self) -> tuple[int, list[FaultRecord]] | None:
+        """The incident still open (a fault of it active or not yet judged), and its faults; None in steady state.
+
+        A fault joins the open incident whatever injected it, so a plan started now would have its faults
+        judged with it: only one incident can be open (a new one begins once the last has its verdict).
+        """
+        pending = [f for f in self.exp.injector.in_play if f.outcome in PENDING and f.action != "resume_agent"]
+        if not pending:
+            return None
+        number = pending[-1].incident
+        incident = self.exp.injector.incidents.get(number)
+        members = list(incident.members) if incident is not None else pending
+        return number, members
+
+    async def _await_steady(self, run: PlanRun) -> str | None:
+        """Before a plan's first fault: wait for the open incident's verdict; None once steady, else why not.
+
+        Bounded: the injector judges a fault within ``recovery.limit`` of its end, so the wait lasts at most
+        the open faults' remaining TTL plus ``recovery.limit`` + ``recovery.confirm`` + 1 s. The plan's
+        ``reason`` says what it waits for meanwhile; its window (and its duration) starts once steady.
+        """
+        found = self._open_incident()
+        if found is None:
+            return None
+        number, members = found
+        recovery = self.exp.settings.recovery
+        now = self.exp.pipeline.elapsed()
+        ends = [m.injected_at + m.ttl for m in members if m.active]
+        bound = max([0.0, *(e - now for e in ends)]) + recovery.limit + recovery.confirm + 1.0
+        names = ", ".join(f"{m.id} {m.action}" for m in members)
+        run.reason = (
+            f"waiting for steady state: incident {number} (faults {names}) is still open; "
+            f"its faults would join it (at most {bound:g} s)"
+        )
+        run.log.append({"at": now, "action": "wait", "state": "waiting", "incident": number, "reason": run.reason})
+        deadline = self.exp.clock.now() + bound
+        while (found := self._open_incident()) is not None:
+            left = deadline - self.exp.clock.now()
+            if left <= 0:
+                number, members = found
+                names = ", ".join(f"{m.id} {m.action}" for m in members)
+                return (
+                    f"incident {number} (faults {names}) was still open after {bound:g} s: "
+                    "the plan did not start, so its faults would not join it"
+                )
+            await self.await_verdicts([m.id for m in found[1]], left)
+        run.reason = None
+        waited = self.exp.pipeline.elapsed() - now
+        run.log.append({"at": self.exp.pipeline.elapsed(), "action": "wait", "state": "done", "waited_s": waited})
+        run.started_at = self.exp.pipeline.elapsed()  # its window opens in steady state
+        run.before = Tally.of(self._counts())
+        return None
+
+    async def _drive(self, run: PlanRun, plan: Plan, expect: Mapping[str, Any] | None = None) -> None:
         try:
-            # A TimeoutError means the run's time was up while its plan still had steps (survival).
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(plan, timeout=run.duration)
+            refused = await self._await_steady(run)
+            if refused is not None:
+                run.state, run.reason = "failed", refused
+                self._finish(run)
+                return
+            if run.kind == "scenario":  # it ends with its last action; a sped-up one may stretch (see stretch)
+                await plan(self.exp)
+            else:  # a TimeoutError means the run's time was up while its plan still had steps (survival)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(plan(self.exp), timeout=run.duration)
             remaining = run.started_at + run.duration - self.exp.pipeline.elapsed()
             if remaining > 0 and self.exp.injector.lever is None:
                 await self.exp.clock.sleep(remaining)  # the last faults run out; the run lasts what was asked

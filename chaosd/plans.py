@@ -17,6 +17,7 @@ from chaosd.errors import FaultError, ScenarioError
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.incidents import IncidentBook
 from chaosd.history import RecentLog
+from chaosd.humanize import seconds
 from chaosd.runner import Experiment
 from chaosd.scenario import CHECKS, Scenario, ScenarioAction
 from chaosd.score import ScoreInputs, ScoreWeights, compute_score
@@ -27,6 +28,7 @@ __all__ = [
     "SURVIVAL_DEFAULT",
     "SURVIVAL_MARGIN",
     "SURVIVAL_MIN_TTL",
+    "Plan",
     "Tally",
     "check_actions",
     "check_expectations",
@@ -85,11 +87,17 @@ def scenario_plan(
     speed: float = 1.0,
     log: RecentLog | None = None,
     owner: object | None = None,
+    stretch: Callable[[float], None] | None = None,
 ) -> Plan:
     """Inject each action after its delay (relative to the previous action).
 
     ``speed`` > 1 compresses delays and fault durations (a real-time daemon running a long scenario
     quickly); ``log`` collects what happened (default: the experiment's plan log).
+
+    Compression never merges faults that do not overlap at speed 1: before a fault whose speed-1 start
+    comes after an earlier fault's speed-1 end, a sped-up plan waits for that fault's verdict (bounded:
+    the injector judges it within ``recovery.limit`` of its end), logs the wait as an ``action: wait``
+    entry, and shifts the rest of its schedule by the wait; ``stretch`` is told each wait, in seconds.
     """
 
     async def plan(exp: Experiment) -> None:
@@ -97,10 +105,20 @@ def scenario_plan(
         t0 = clock.now()
         entries = exp.plan_log if log is None else log
         at = 0.0
-        for item in actions:
+        at_1 = 0.0  # where the action falls at speed 1
+        mine: list[tuple[FaultRecord, float, int]] = []  # its faults: record, speed-1 end, action index
+        for index, item in enumerate(actions):
             at += item.delay / speed
+            at_1 += item.delay
             await clock.sleep_until(t0 + at)
             spec = item.action
+            if speed > 1 and spec.type not in CHECKS and spec.type != "resume_agent":
+                apart = [(r, i) for r, end_1, i in mine if end_1 <= at_1 and r.outcome not in TERMINAL]
+                if apart:
+                    waited = await _await_apart(exp, apart, index, spec.type, entries)
+                    t0 += waited
+                    if stretch is not None and waited > 0:
+                        stretch(waited)
             entry: dict[str, Any] = {"at": exp.pipeline.elapsed(), "action": spec.type, "target": spec.target_id}
             if spec.type == "verify_leader":
                 leader, waited = await _leader_within_failover(exp)
@@ -113,11 +131,47 @@ def scenario_plan(
             try:
                 record = exp.injector.inject(spec.type, spec.target_id, params, ttl, owner=owner)
                 entry.update(ok=True, fault=record.id, targets=list(record.targets))
+                ttl_1 = record.ttl * speed  # its speed-1 TTL (the configured default when not given)
+                mine.append((record, at_1 + ttl_1, index))
             except FaultError as exc:
                 entry.update(ok=False, error=str(exc))
             entries.append(entry)
 
     return plan
+
+
+async def _await_apart(
+    exp: Experiment,
+    apart: Sequence[tuple[FaultRecord, int]],
+    index: int,
+    action: str,
+    entries: RecentLog,
+) -> float:
+    """Wait for the verdicts of ``apart`` (faults that end before actions.``index`` starts at speed 1); the wait.
+
+    Bounded: each is judged by the injector within ``recovery.limit`` of its end, so the wait ends by the
+    latest end plus the limit (and a second to spare). The entry logged says what it waits for, as it waits.
+    """
+    clock = exp.clock
+    start = clock.now()
+    latest_end = max(r.injected_at + r.ttl for r, _ in apart) - exp.pipeline.elapsed()
+    latest = start + max(0.0, latest_end) + exp.settings.recovery.limit + exp.settings.recovery.confirm + 1.0
+    names = ", ".join(f"fault {r.id} (actions.{i} {r.action})" for r, i in apart)
+    entry: dict[str, Any] = {
+        "at": exp.pipeline.elapsed(),
+        "action": "wait",
+        "state": "waiting",
+        "for": [r.id for r, _ in apart],
+        "reason": f"actions.{index} ({action}) waits for the verdict of {names}: they do not overlap at "
+        "speed 1, so they must not share an incident when sped up",
+    }
+    entries.append(entry)
+    settled = True
+    for record, _ in apart:
+        settled = await _settled(exp, record, latest) and settled
+    waited = clock.now() - start
+    entry.update(state="done" if settled else "timed out", waited_s=waited)
+    return waited
 
 
 async def _leader_within_failover(exp: Experiment) -> tuple[str | None, float]:
@@ -343,8 +397,11 @@ def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) 
     results: list[dict[str, Any]] = []
     faults = report.get("faults", [])
     score = report["score"]
+    ids = {f["id"] for f in faults}
+    incidents = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
     for key, wanted in expect.items():
         measured: Any
+        blame: Mapping[str, Any] | None = None  # the incident that made the measurement (max_recovery_s, grades)
         if key == "min_grade":
             measured = score["grade"]
             ok = measured in _GRADES and _GRADES.index(measured) >= _GRADES.index(str(wanted))
@@ -353,11 +410,11 @@ def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) 
             ok = measured is not None and measured >= float(wanted)
         elif key == "max_recovery_s":
             # Per incident: overlapping faults share one recovery (a lone fault is its own incident).
-            ids = {f["id"] for f in faults}
-            incidents = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
-            times = [i["recovery_s"] for i in incidents if i["recovery_s"] is not None]
-            measured = max(times, default=0.0)
+            timed = [i for i in incidents if i["recovery_s"] is not None]
+            slowest = max(timed, key=lambda i: i["recovery_s"], default=None)
+            measured = slowest["recovery_s"] if slowest is not None else 0.0
             ok = measured <= float(parse_duration(wanted))  # type: ignore[arg-type]
+            blame = slowest
         elif key in ("lost_tasks", "max_lost"):
             measured = report["tasks"]["lost"]
             ok = measured <= int(wanted)
@@ -368,7 +425,7 @@ def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) 
             measured = all(f["recovered"] for f in faults)
             ok = measured == bool(wanted)
         elif key == "checks_pass":
-            measured = all(a.get("ok", False) for a in report.get("actions", []))
+            measured = all(a.get("ok", False) for a in report.get("actions", []) if a.get("action") != "wait")
             ok = measured == bool(wanted)
         elif key == "min_availability":
             measured = score["availability"]
@@ -377,18 +434,61 @@ def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) 
             raise ScenarioError(
                 [("scenario", f"expect.{key}", f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})")]
             )
-        results.append(
-            {
-                "check": key,
-                "expected": wanted,
-                "measured": measured,
-                "passed": bool(ok),
-                "expect": key,
-                "wanted": wanted,
-                "actual": measured,
-            }
-        )
+        if not ok and key in ("min_grade", "min_score", "min_availability"):
+            blame = _worst_incident(incidents)
+        result: dict[str, Any] = {
+            "check": key,
+            "expected": wanted,
+            "measured": measured,
+            "passed": bool(ok),
+            "expect": key,
+            "wanted": wanted,
+            "actual": measured,
+        }
+        if blame is not None:
+            result["incident"] = _named(blame)
+        if not ok:
+            result["because"] = _because(key, measured, blame, faults)
+        results.append(result)
     return results
+
+
+def _worst_incident(incidents: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """What most likely cost the grade: a failed incident, else the one longest out of tolerance."""
+    failed = [i for i in incidents if i["outcome"] == "failed"]
+    pool = failed or [i for i in incidents if i.get("impact_s", 0) > 0]
+    return max(pool, key=lambda i: (i.get("impact_s", 0.0), i["id"]), default=None)
+
+
+def _named(incident: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": incident["id"],
+        "faults": list(incident["faults"]),
+        "actions": list(incident["actions"]),
+        "outcome": incident["outcome"],
+        "recovery_s": incident["recovery_s"],
+        "impact_s": incident.get("impact_s"),
+        "stalled_s": incident.get("stalled_s", 0.0),
+    }
+
+
+def _because(key: str, measured: Any, blame: Mapping[str, Any] | None, faults: Sequence[Mapping[str, Any]]) -> str:
+    """A failed expectation's cause in words: the check, and the fault or incident behind the number."""
+    if key == "all_recovered":
+        bad = [f"fault {f['id']} ({f['action']}: {f['outcome']})" for f in faults if not f["recovered"]]
+        return f"all_recovered: not recovered: {', '.join(bad)}"
+    if blame is None:
+        return f"{key}: measured {measured}"
+    members = ", ".join(f"{n} {a}" for n, a in zip(blame["faults"], blame["actions"], strict=True))
+    stalled = float(blame.get("stalled_s") or 0.0)
+    host = f"; the daemon's process was stalled {seconds(stalled)} of it (a loaded host)" if stalled > 0 else ""
+    if key == "max_recovery_s":
+        took = seconds(float(blame["recovery_s"]))
+        return f"max_recovery_s: incident {blame['id']} (faults {members}) took {took} to recover{host}"
+    return (
+        f"{key}: measured {measured}; incident {blame['id']} (faults {members}) {blame['outcome']}, "
+        f"{seconds(float(blame.get('impact_s') or 0.0))} out of tolerance{host}"
+    )
 
 
 # --- a scenario's window on the daemon ----------------------------------------------------------------

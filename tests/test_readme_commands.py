@@ -46,7 +46,7 @@ def test_the_readme_scenario_run_passes_on_a_running_daemon(tmp_path: Path) -> N
         )
         status = daemon.get("/api/v1/scenarios/current")[1]
         faults = [
-            {k: f.get(k) for k in ("id", "action", "outcome", "recovery_s", "impact_s", "injected_at")}
+            {k: f.get(k) for k in ("id", "action", "outcome", "recovery_s", "impact_s", "stalled_s", "injected_at")}
             for f in daemon.get("/api/v1/faults")[1]["faults"]
         ]
     finally:
