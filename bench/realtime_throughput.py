@@ -125,8 +125,8 @@ def main() -> None:
     print(f"chaosd runs: {', '.join(f'{x:,.0f}' for x in chaosd)} tasks/s")
     print(f"bare: {b:,.0f} tasks/s")
     print(f"chaosd: {c:,.0f} tasks/s")
-    # Each bare run and the chaosd run after it saw nearly the same machine: their ratio cancels the drift that
-    # moves whole runs by a third here, which the ratio of medians does not.
+    # Each bare run and the chaosd run after it see nearly the same machine: their ratio cancels the drift of a
+    # shared machine between runs, which the ratio of medians does not.
     paired = sorted(x / y for x, y in zip(bare, chaosd, strict=True) if y > 0)
     print(f"paired ratios: {', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}")
     verdict = "ok" if ratio <= BUDGET else "OVER BUDGET"

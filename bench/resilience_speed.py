@@ -1,7 +1,7 @@
 """Virtual-time speed with faults: cascading_storm and survival mode, beside the fault-free pipeline.
 
 All three run the default agent DAG at the same load in the same process, interleaved, so the ratios
-are from one run on this noisy machine. Prints simulated seconds per wall second and the ratios.
+compare runs that saw the same machine load. Prints simulated seconds per wall second and the ratios.
 
     python bench/resilience_speed.py [--quick]
 """

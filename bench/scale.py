@@ -4,8 +4,8 @@ Dimensions: workers (4 → 1,000, offered load raised with them so ρ stays 0.7)
 held), DAG stages (5 → 50), concurrent faults (0 → 100) and, in real time against a real daemon, SSE
 subscribers (0 → 100). The virtual ones run the daemon's Experiment + Controller (with its telemetry
 listeners) on a VirtualEventLoop. Every step of a dimension is built, warmed up and prepared first; then the
-steps are timed in interleaved chunks (1, 2, 3, 1, 2, 3, …) so that each sees the same spells of load on this
-shared, noisy 2-core machine, and each table's ratio is against the smallest setting timed that way. A step
+steps are timed in interleaved chunks (1, 2, 3, 1, 2, 3, …) so that each sees the same spells of load on a
+shared, noisy machine, and each table's ratio is against the smallest setting timed that way. A step
 over 1.5× is timed once more under cProfile and the top chaosd functions by cumulative time are printed.
 
     python bench/scale.py                    # every dimension, full steps

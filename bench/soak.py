@@ -55,8 +55,8 @@ def overlay(args: argparse.Namespace) -> dict[str, Any]:
         "seed": 1,
         "load": {"rate": args.rate},
         # A 5 s tick (default 0.1 s; the telemetry window follows it) and a 1 s lease heartbeat (default 0.125 s):
-        # at this light load the virtual loop's time goes to these timers, not to tasks; with a 0.1 s tick a
-        # week takes hours, with 1 s about 15-30 minutes here. The report timeline (5 s) and the score event
+        # at this light load the virtual loop's time goes to these timers, not to tasks, and with a 0.1 s tick
+        # a simulated week takes hours of wall time. The report timeline (5 s) and the score event
         # (5 s) keep their pace, so what accumulates per simulated day does not depend on the tick.
         "telemetry": {"tick": args.tick, "window": max(1.0, args.tick)},
         "orchestrator": {"lease_ttl": 4.0, "renew_interval": 1.0},

@@ -148,8 +148,8 @@ class _VirtualSelector(selectors.BaseSelector):
             # loop runs out of ready work, which in virtual time is every few callbacks.
             return []
         # Outside I/O (a thread's callback, a socket) is polled on every 8th short jump of the clock, not on each:
-        # a busy run jumps tens of thousands of times per real second, and a system call per jump was a tenth of
-        # its time. A jump of 10 ms or more, or a wait with a grace (a client waiting on a peer), polls every
+        # a busy run jumps tens of thousands of times per real second, and a system call per jump would be a tenth
+        # of its time. A jump of 10 ms or more, or a wait with a grace (a client waiting on a peer), polls every
         # time, so what comes from outside is seen within 80 simulated ms at most.
         self._jumps += 1
         if timeout is None or timeout >= 0.01 or self.grace or self._jumps & 7 == 0:
@@ -228,7 +228,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     # The timer heap holds (when, handle) pairs, not handles: asyncio orders its heap with TimerHandle.__lt__, a
     # Python method (and an isinstance) per comparison, several per timer, and a simulated task sets two or more
     # timers. A pair compares its float in C, and where two times are equal it falls back to the handles, which
-    # answer "not less" as before: every comparison gives asyncio's answer, so timers fire in the same order.
+    # answer "not less", as TimerHandle.__lt__ does: every comparison gives asyncio's answer, so timers fire in the
+    # same order.
 
     def call_at(
         self,

@@ -35,7 +35,7 @@ def rounded(value: Any) -> Any:
     """Floats to 6 decimals (microseconds), recursively: reports stay readable and byte-stable.
 
     Exact types first, leaves inline: a report holds tens of thousands of values, and a call per value
-    (or an ABC check) was most of a long run's report time.
+    (or an ABC check) would be most of a long run's report time.
     """
     kind = type(value)
     if kind is float:

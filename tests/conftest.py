@@ -96,10 +96,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, want)
 
 
-# Wall seconds each file took on one of three workers in a run of the whole suite on this 2-core machine
-# (2026-12-02), for the files over 20 s. Under pytest-xdist (``-n 3 --dist loadfile``, as CI runs; the addopts
-# keep this order) the longest start first, so the workers end together: in xdist's own order (most tests first)
-# the two Redis scenario files, 82 s of waiting on real processes, came last on one worker while the others idled.
+# Roughly the wall seconds each file over 20 s takes on one of three workers in a whole-suite run on two cores;
+# only their order matters. Under pytest-xdist (``-n 3 --dist loadfile``, as CI runs; the addopts keep this order)
+# the longest start first, so the workers end together: in xdist's own order (most tests first) long files that
+# mostly wait on real processes, such as the two Redis scenario files, can come last on one worker while the
+# others idle.
 _FILE_SECONDS = {
     "test_admission_realtime.py": 125,
     "test_resilience.py": 111,

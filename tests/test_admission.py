@@ -82,7 +82,7 @@ def test_overload_hold_is_served_at_capacity_where_aimd_halves_it_and_none_colla
     assert p95["capacity"] <= 1.0, p95  # within the deadline, tick by tick
     assert reports["capacity"]["collapse"]["count"] == 0  # overloaded, never collapsed
     assert reports["capacity"]["collapse"]["time_overloaded_s"] >= 30.0
-    # Negative controls: AIMD's sawtooth wastes about half of the capacity (51 % when it was the default), and
+    # Negative controls: AIMD's sawtooth wastes about half of the capacity, and
     # with nothing admitting at capacity every task waits past its deadline.
     assert 0.35 <= goodput["aimd"] <= 0.65, goodput
     assert reports["aimd"]["throttle"]["lowest_factor"] == pytest.approx(0.05)

@@ -125,7 +125,7 @@ def test_without_idempotence_every_second_outcome_is_a_duplicate_effect() -> Non
 def test_the_audit_catches_a_duplicate_the_sinks_own_bookkeeping_misses() -> None:
     # An idempotent sink whose memory is wrong: the task is registered in flight again after it ended (say,
     # a re-dispatch re-registers it). The sink then takes the second outcome for a first one and applies it.
-    # Measured from ``in_flight``, as before the audit, that is no duplicate at all; the audit counts it.
+    # Measured from ``in_flight`` (the sink's own memory), that is no duplicate at all; the audit counts it.
     audit = Audit()
     ledger = Ledger(0.0, idempotent=True, audit=audit)
     task = Task(9, 0.0, measured=True)

@@ -187,7 +187,8 @@ def test_a_thread_can_wake_an_idle_virtual_loop() -> None:
 
 
 def test_real_time_loop_watches_descriptors_above_1024() -> None:
-    """select() raised "filedescriptor out of range" here and the daemon died at ~1,100 connections."""
+    """select() cannot watch a descriptor ≥ 1024 ("filedescriptor out of range"): a daemon holding ~1,100
+    connections needs the real-time loop to."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
     loop = new_event_loop(virtual=False)

@@ -871,7 +871,7 @@ def test_a_stop_condition_pulls_the_lever_by_itself() -> None:
     _accounted(report)
 
 
-# --- regressions: defects found while writing these tests ------------------------------------------
+# --- regressions: defects that must stay fixed -----------------------------------------------------
 
 
 # A chain with no alternate and no optional stage (the default DAG has a way around every stage).

@@ -40,7 +40,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "CHAOSD_TRACING__SAMPLE_EVERY": "20",
             # A quarter of the default load, and recovery judged by an SLO (p95 ≤ 250 ms, 10× the usual, 90 %
             # served) rather than by a 25 % band around a 25 ms baseline: on a shared CI host a few 50 ms
-            # scheduling stalls a second kept the band from holding for recovery.confirm, and this module
+            # scheduling stalls a second can keep the band from holding for recovery.confirm, and this module
             # checks what reaches Prometheus, Alertmanager and the OTLP sink, not the host's scheduler.
             "CHAOSD_LOAD__RATE": "50",
             "CHAOSD_SLO__P95": "0.25",
@@ -149,7 +149,7 @@ def test_traces_reach_the_otlp_sink(stack: dict[str, Any]) -> None:
     def complete() -> bool:
         spans = otlp.spans()
         # This fault's own span, ended once its verdict is in: "recovered" follows recovery.confirm after
-        # "mechanism_recovered", so waiting on the latter alone raced the verdict.
+        # "mechanism_recovered", so waiting on the latter alone would race the verdict.
         faults = [s for s in spans if s["name"] == "fault slow_agent" and "recovered" in s["events"]]
         consumers = [s for s in spans if s["name"] == "task process" and s["links"]]
         return bool(faults and consumers)

@@ -130,7 +130,7 @@ def _live(script: Any, rate: float = 50.0) -> dict[str, Any]:
 
 
 def _from_report(ctl: Controller, run: PlanRun) -> dict[str, Any]:
-    """The window as it was computed before: from the whole live report."""
+    """The window computed the expensive way: from the whole live report."""
     weights = ScoreWeights.from_config(ctl.exp.settings.score)
     assert run.before is not None
     # From the report's incidents, not the plan's running book: the two must agree.

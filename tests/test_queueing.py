@@ -229,8 +229,8 @@ def test_the_tick_does_not_change_what_the_theory_tests_measure() -> None:
 SHORT = 2_000.0
 LONG = 7_500.0
 # Four servers relax about four times faster than one at the same ρ (in heavy traffic the queue is an M/M/1
-# queue served at 4μ), less the share of arrivals that never wait (Erlang C: 0.80 at ρ = 0.9). Measured: seeds
-# 1–5 at 2,500 s were within 2.7 % on all three quantities (std ≈ 1.7 %); 3,000 s keeps ±5 % at 95 %.
+# queue served at 4μ), less the share of arrivals that never wait (Erlang C: 0.80 at ρ = 0.9). At 2,500 s seeds
+# 1–5 fall within 2.7 % on all three quantities (std ≈ 1.7 %), so 3,000 s keeps ±5 % at 95 %.
 LONG_4 = 3_000.0
 
 # Four servers (tests/test_queueing_mmc.py) and ρ = 0.9 (tests/test_queueing_long.py) run in files of their own:

@@ -1,8 +1,8 @@
 """Recovery is judged on what users feel, against a clean baseline, on each fault's own clock.
 
-These are the measurements that once said "fine" while users were failing: a 20 s outage reported as
+Each test pins a way a measurement can say "fine" while users are failing: a 20 s outage reported as
 a 0.1 s recovery, a fault with no baseline counted as recovered, a baseline fed while an earlier
-fault was still recovering. Each test asserts the measured number, and builds the negative control.
+fault is still recovering. Each test asserts the measured number, and builds the negative control.
 """
 
 from __future__ import annotations

@@ -176,8 +176,8 @@ def test_a_worker_stopped_past_its_lease_is_deduplicated_at_the_sink(server: Red
 
 def test_a_result_read_before_its_tasks_acceptance_is_its_first_outcome_not_a_duplicate() -> None:
     # A busy daemon loop can read a task's result before the producer resumes with the answer to the task's
-    # submission (the worker was quicker). Taken for a second outcome, the result was suppressed and the task, then
-    # accepted, was reported lost at the end of the run. It must be booked once the ledger has accepted the task.
+    # submission (the worker was quicker). Taken for a second outcome, the result would be suppressed and the task,
+    # then accepted, reported lost at the end of the run: it must be booked once the ledger has accepted the task.
     settings = load_settings(None, redis_settings("redis://127.0.0.1:9/0", **QUIET))
     loop = new_event_loop(virtual=False)
     try:

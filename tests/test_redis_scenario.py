@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 SPEED = 3.0  # 120 s of scenario in 40 s of wall time; recovery.confirm still fits after every fault
 # The scenario's 200 tasks/s is about what four worker processes serve on a 2-core host with the suite beside
 # them (each task is a timer and a Redis round trip, and every wake-up of a process waits on the scheduler):
-# its baseline was already queueing for seconds, and the verdict measured the host. At 60 tasks/s the four
-# workers run at about half their capacity here, on both backends.
+# at that rate its baseline already queues for seconds, and the verdict would measure the host. At 60 tasks/s
+# the four workers run at about half their capacity, on both backends.
 RATE = 60.0
 
 

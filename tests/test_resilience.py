@@ -42,7 +42,7 @@ def test_an_hour_of_stacked_survival_with_every_action_loses_nothing_and_is_repr
     assert all(f["reverted_at"] == pytest.approx(f["injected_at"] + f["ttl"], abs=0.11) for f in first["faults"])
     assert first["runtime"]["elections"] > 0 and first["runtime"]["restarts"] > 0
     # The same seed gives the same bytes: checked on ten minutes with every action, run twice (the hour
-    # twice cost the suite a minute; `chaosd run` itself is checked byte for byte in tests/test_cli.py).
+    # twice would cost the suite a minute; `chaosd run` itself is checked byte for byte in tests/test_cli.py).
     again = [_survive(s, 600.0, 10.0) for _ in range(2)]
     assert json.dumps(again[0], sort_keys=True) == json.dumps(again[1], sort_keys=True)
     assert len(again[0]["faults"]) >= 50

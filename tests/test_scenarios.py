@@ -125,7 +125,7 @@ def test_saturation_is_stable_and_alarms_at_most_rarely() -> None:
     assert report["utilisation"] == pytest.approx(0.9, abs=0.01)
     assert report["tasks"]["rejected"] == 0 and report["tasks"]["lost"] == 0
     # ρ 0.9 is stable but noisy: queue excursions may trip a short alarm now and then
-    # (measured ≈ 0.5 per 10 min over seeds); never a lasting one.
+    # (≈ 0.5 per 10 min across seeds); never a lasting one.
     # An episode lasts from detection until the detector is healthy again, its recovery hold (5 s)
     # included, and the time collapsed is exactly their sum.
     collapse = report["collapse"]

@@ -260,7 +260,7 @@ def test_pending_and_unmeasured_faults_are_not_judged() -> None:
 def test_shedding_load_never_raises_the_score() -> None:
     # Queue capacity 1 at 10× capacity: 1000 offered, 100 accepted (900 refused), all 100 accepted good.
     # availability = 100·100/1000 = 10; consistency = 100·100/100 = 100; no judged fault → recovery None.
-    # total = (0.4·10 + 0.3·100)/0.7 = 34/0.7 = 48.571… → "F", not the "A+" a per-accepted availability gave.
+    # total = (0.4·10 + 0.3·100)/0.7 = 34/0.7 = 48.571… → "F", not the "A+" a per-accepted availability would give.
     s = compute_score(_no_faults(offered=1000, accepted=100, good=100))
     assert s.availability == approx(10.0)
     assert s.consistency == approx(100.0)

@@ -224,7 +224,7 @@ def test_every_time_field_of_every_schema_says_its_unit_and_origin() -> None:
 
     for name, schema in DOC["components"]["schemas"].items():
         walk(schema, name)
-    assert checked >= 30, checked  # the walk reached the time fields (39 when written)
+    assert checked >= 30, checked  # the walk reached the time fields
 
 
 def test_docs_api_lists_exactly_the_routes_of_the_openapi_document() -> None:

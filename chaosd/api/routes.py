@@ -587,7 +587,7 @@ async def run(request: web.Request) -> web.Response:
     found = await request.app[STORAGE].run(run_id, after, limit)
     if found is None:
         raise FaultError("id", f"no run {run_id!r}", status=404)
-    # Stored redacted since this version; a run an older one stored is redacted on the way out.
+    # Runs are stored redacted; one an older chaosd stored unredacted is redacted on the way out.
     return _ok({**found, "config": redacted(found.get("config"))})
 
 

@@ -190,7 +190,7 @@ class RedisWorker:
         else:
             slow = self.control.slow
             # A run of simple stages is served with one timer: every wake-up of this process is a
-            # scheduling delay, and five of them a task cut a worker's rate by half on a busy host. The
+            # scheduling delay, and on a busy host one per stage would cost a worker much of its rate. The
             # stage flags reach this process by heartbeat, far coarser than one walk, so deciding the run
             # at its start changes no fault's effect.
             pending = 0.0

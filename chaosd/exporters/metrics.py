@@ -440,8 +440,8 @@ class _Some(Collector):
 
 class MetricsRegistry(CollectorRegistry):
     """The daemon's registry. :meth:`exposition` is what ``GET /metrics`` serves: everything, rendered afresh,
-    except the recovery histograms, whose text is kept until a fault recovers (a scrape's cost was mostly
-    prometheus_client formatting them). ``generate_latest(registry)`` still renders the same series."""
+    except the recovery histograms, whose text is kept until a fault recovers (formatting them would be most of a
+    scrape's cost). ``generate_latest(registry)`` still renders the same series."""
 
     def __init__(self) -> None:
         super().__init__(auto_describe=False)
