@@ -450,7 +450,7 @@ def _stalled(fault: Mapping[str, Any]) -> str:
     stalled = fault.get("stalled_s")
     if not isinstance(stalled, int | float) or stalled <= 0:
         return ""
-    return f"; the daemon's process was stalled {seconds(float(stalled))} of it (a loaded host)"
+    return f"; the host stalled the daemon {seconds(float(stalled))} before the verdict (not judged)"
 
 
 def await_verdict(client: Client, fault: dict[str, Any], wait: float) -> dict[str, Any]:

@@ -228,6 +228,12 @@ class RecoveryConfig(_Model):
     tolerance: float = Field(default=0.25, gt=0, description="relative distance from the baseline allowed")
     confirm: Seconds = Field(default=3.0, ge=0, description="how long the service must stay within it")
     limit: Seconds = Field(default=60.0, gt=0, description="after the fault ends; else the recovery failed")
+    cpu_wait: float = Field(
+        default=0.2,
+        gt=0,
+        le=1,
+        description="a telemetry window in which the daemon waited this share of its time for a CPU is the host's",
+    )
 
 
 class SloConfig(_Model):

@@ -481,7 +481,7 @@ def _because(key: str, measured: Any, blame: Mapping[str, Any] | None, faults: S
         return f"{key}: measured {measured}"
     members = ", ".join(f"{n} {a}" for n, a in zip(blame["faults"], blame["actions"], strict=True))
     stalled = float(blame.get("stalled_s") or 0.0)
-    host = f"; the daemon's process was stalled {seconds(stalled)} of it (a loaded host)" if stalled > 0 else ""
+    host = f"; the host stalled the daemon {seconds(stalled)} before the verdict (not judged)" if stalled > 0 else ""
     if key == "max_recovery_s":
         took = seconds(float(blame["recovery_s"]))
         return f"max_recovery_s: incident {blame['id']} (faults {members}) took {took} to recover{host}"

@@ -21,6 +21,7 @@ from chaosd.config import Settings
 from chaosd.events import EventLog
 from chaosd.faults import Injector
 from chaosd.history import RecentLog
+from chaosd.hostwait import CpuWait
 from chaosd.report import latency_block, rounded
 from chaosd.rng import Streams
 from chaosd.score import Score, ScoreInputs, ScoreWeights, compute_score, diagnose
@@ -185,11 +186,15 @@ class Experiment:
         t0 = self.pipeline.t0
         now = self.clock.now
         k = 0
-        while True:
-            k += 1
-            due = t0 + k * tick
-            await self.clock.sleep_until(due)
-            self._on_tick(self.telemetry.tick(max(0.0, now() - due)))
+        cpu = CpuWait(enabled=not self.virtual)  # opened here: the loop's thread is the one whose wait counts
+        try:
+            while True:
+                k += 1
+                due = t0 + k * tick
+                await self.clock.sleep_until(due)
+                self._on_tick(self.telemetry.tick(max(0.0, now() - due), cpu.take()))
+        finally:
+            cpu.close()
 
     async def run(
         self,

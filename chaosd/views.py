@@ -157,6 +157,9 @@ class SnapshotView(TypedDict):
     ]
     shed_rate: Annotated[float, Field(ge=0, description="tasks per second refused by admission or a full queue")]
     lateness: Annotated[float, Field(ge=0, description="how late this tick ran, seconds: a paused process")]
+    cpu_wait: Annotated[
+        float, Field(ge=0, description="seconds since the previous tick the daemon waited for a CPU: a busy host")
+    ]
 
 
 @_closed

@@ -182,11 +182,15 @@ def test_overlapping_faults_form_one_incident_and_no_fault_borrows_its_recovery(
     assert report["score"]["recovery_rate"] == 100.0
 
 
-def _stalled_run(stalls: list[float], *, threshold: float | None, limit: float = 60.0) -> dict[str, Any]:
+def _stalled_run(
+    stalls: list[float], *, threshold: float | None, limit: float = 60.0, busy: bool = False
+) -> dict[str, Any]:
     """kill_leader at 15 s, and the daemon's process paused at each of ``stalls`` (seconds): the tick after a
     pause runs 0.2 s late and, for the telemetry window after it, the figures show the pause (p95 ×10, the
-    queue backed up), as a real SIGSTOP does. ``threshold`` is detector.stall (None: out of reach, the control)."""
-    overlay: dict[str, Any] = {"recovery": {"limit": limit}}
+    queue backed up), as a real SIGSTOP does. ``busy``: instead of a late tick, the pause is a busy host's: the
+    tick comes on time, but the loop waited 0.3 s for a CPU since the one before. ``threshold`` is detector.stall and
+    recovery.cpu_wait's share (None: out of reach, the control)."""
+    overlay: dict[str, Any] = {"recovery": {"limit": limit, "cpu_wait": 0.2 if threshold is not None else 1.0}}
     overlay["detector"] = {"stall": threshold if threshold is not None else 1000.0}
     window = settings(overlay).telemetry.window
 
@@ -199,7 +203,7 @@ def _stalled_run(stalls: list[float], *, threshold: float | None, limit: float =
             if pending and s.t >= pending[0]:
                 pending.pop(0)
                 until[0] = s.t + window
-                s = replace(s, lateness=0.2)
+                s = replace(s, cpu_wait=0.3) if busy else replace(s, lateness=0.2)
             if s.t < until[0]:
                 s = replace(s, sojourn_p95=10 * s.sojourn_p95 + 0.2, queue_depth=s.queue_depth + 40)
             judge(s)
@@ -219,7 +223,12 @@ def test_a_stalled_host_does_not_lengthen_a_recovery_and_says_how_long_it_stalle
     clean = _stalled_run([], threshold=0.05)
     stalled = _stalled_run(stalls, threshold=0.05)
     control = _stalled_run(stalls, threshold=None)  # the mechanism off: the pauses read as the pipeline's
+    busy = _stalled_run(stalls, threshold=0.05, busy=True)  # the same pauses from a busy host: no late tick
+    busy_control = _stalled_run(stalls, threshold=None, busy=True)
     assert clean["outcome"] == stalled["outcome"] == control["outcome"] == "recovered"
+    assert busy["outcome"] == busy_control["outcome"] == "recovered"
+    assert abs(busy["recovery_s"] - clean["recovery_s"]) <= 1.0 and busy["stalled_s"] >= 3.0, busy
+    assert busy_control["recovery_s"] >= 24.0 + 1.0 - 15.05 and busy_control["stalled_s"] == 0.0
     assert clean["stalled_s"] == 0.0 and control["stalled_s"] == 0.0
     # The pauses before its verdict (16, 18, 20 and 22 s), each shown for a window (1 s): 4 s were the host's.
     assert stalled["stalled_s"] == pytest.approx(4.0, abs=0.15), stalled

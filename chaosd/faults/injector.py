@@ -67,6 +67,8 @@ class ServiceView(Protocol):
     @property
     def lateness(self) -> float: ...
     @property
+    def cpu_wait(self) -> float: ...
+    @property
     def mean_service(self) -> float: ...
 
 
@@ -238,6 +240,8 @@ class Injector:
         self._stall = stall
         self._stall_window = window
         self._perturbed_until = float("-inf")
+        self._waits: deque[float] = deque(maxlen=max(1, round(window / tick)))  # cpu_wait per tick, over a window
+        self._wait_limit = recovery.cpu_wait * window
 
     # --- commands -----------------------------------------------------------------------------
 
@@ -452,8 +456,11 @@ class Injector:
         dt = s.t - self._now
         self._now = s.t
         # A paused process (a stalled host) delays every task in flight: for a window its figures are the
-        # host's, not the pipeline's. Such ticks judge no recovery and feed no baseline (see _observe).
-        if s.lateness >= self._stall:
+        # host's, not the pipeline's. Such ticks judge no recovery (see _observe).
+        # Likewise a window in which the process mostly waited for a CPU (a busy host: timers fire nearly on time,
+        # but nothing is served meanwhile).
+        self._waits.append(s.cpu_wait)
+        if s.lateness >= self._stall or sum(self._waits) >= self._wait_limit:
             self._perturbed_until = s.t + self._stall_window
         perturbed = s.t < self._perturbed_until
         # Work per tick follows the faults still in play, not every fault the daemon ever injected.
@@ -483,7 +490,8 @@ class Injector:
         for number in stalled:
             if (incident := self.incidents.get(number)) is not None:
                 incident.stalled_s += dt
-        if not unsettled and not perturbed:
+        # The baseline takes host-perturbed ticks too: on a host that stays busy, its steady state is a busy one.
+        if not unsettled:
             self._window.append(s)
         self._check_stop_conditions(s)
 

@@ -78,8 +78,9 @@ class Telemetry:
             sojourn=p.sojourn.snapshot(),
         )
 
-    def tick(self, lateness: float = 0.0) -> Snapshot:
-        """The snapshot of now; ``lateness`` is how late the tick's timer fired (clock seconds)."""
+    def tick(self, lateness: float = 0.0, cpu_wait: float = 0.0) -> Snapshot:
+        """The snapshot of now; ``lateness`` is how late the tick's timer fired (clock seconds), ``cpu_wait`` how
+        long the loop's thread waited for a CPU since the previous tick (seconds)."""
         ring = self._ring
         new = self._read()
         ring.append(new)
@@ -127,6 +128,7 @@ class Telemetry:
             capacity_rate=able / mean_service if mean_service > 0 else 0.0,  # 0: nothing to measure it by
             shed_rate=(new.shed - old.shed) / dt,
             lateness=lateness,
+            cpu_wait=cpu_wait,
         )
         self.latest = snap
         for listener in self._listeners:
