@@ -192,7 +192,8 @@ class Controller:
             log=run.log,
             owner=run,
         )
-        run.task = asyncio.create_task(self._drive(run, plan), name="survival")
+        # Overlapping faults are what `overlap` asks for: such a survival does not wait for an open incident.
+        run.task = asyncio.create_task(self._drive(run, plan, steady=not overlap), name="survival")
         self.survival = run
         self.exp.events.record(
             run.started_at, "survival", state="started", interval_s=interval, duration_s=duration, overlap=overlap
@@ -287,9 +288,11 @@ class Controller:
         run.before = Tally.of(self._counts())
         return None
 
-    async def _drive(self, run: PlanRun, plan: Plan, expect: Mapping[str, Any] | None = None) -> None:
+    async def _drive(
+        self, run: PlanRun, plan: Plan, expect: Mapping[str, Any] | None = None, *, steady: bool = True
+    ) -> None:
         try:
-            refused = await self._await_steady(run)
+            refused = await self._await_steady(run) if steady else None
             if refused is not None:
                 run.state, run.reason = "failed", refused
                 self._finish(run)
