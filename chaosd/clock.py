@@ -7,17 +7,15 @@ so the same coroutines run in real time (the daemon) and in virtual time (``chao
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import contextvars
-import heapq
 import logging
 import select
 import selectors
 import time
-from asyncio import base_events
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
-from typing import Any, Protocol, TypeVarTuple, Unpack
+from collections.abc import Awaitable, Iterator, Mapping
+from typing import Any, Protocol
+
+from chaosd._asyncio_internals import Alarm, ClockedSelector, ClockedSelectorLoop, keeps_asyncio_time
 
 __all__ = [
     "Clock",
@@ -50,81 +48,20 @@ class LoopClock:
         self.virtual = isinstance(loop, VirtualEventLoop)
         # A bound method stored once: ``now()`` is on the per-task hot path. asyncio's own loops read
         # time.monotonic(), so call it without the method in between (a task reads the clock three times).
-        self.now = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        self.now = time.monotonic if keeps_asyncio_time(loop) else loop.time
 
     def sleep(self, seconds: float) -> Awaitable[None]:
-        """What ``asyncio.sleep`` does, in one turn of the loop instead of two (see :class:`_Alarm`); a task sleeps
+        """What ``asyncio.sleep`` does, in one turn of the loop instead of two (see :class:`Alarm`); a task sleeps
         several times per simulated task. A sleep of 0 or less yields once, as asyncio's does."""
         if seconds <= 0.0:
             return asyncio.sleep(0)
-        return _Alarm(self._loop, self.now() + seconds)
+        return Alarm(self._loop, self.now() + seconds)
 
     async def sleep_until(self, when: float) -> None:
         await self.sleep(when - self.now())
 
 
-class _Alarm:
-    """A sleep until ``when`` whose timer resumes the sleeping task itself.
-
-    Sleeping on a future takes two turns of the loop: the timer sets the future's result, which schedules the
-    task's wake-up for the next turn. A task hands its wake-up to what it awaits (``add_done_callback``), and an
-    alarm hands it to the timer, so the task runs in the timer's own turn. asyncio's tasks accept any object that
-    behaves as a future this far: ``_asyncio_future_blocking``, ``get_loop``, ``add_done_callback``, ``result``
-    and ``cancel``. A cancelled sleeper (a killed agent, a stage's timeout) is woken at once, and raises
-    ``CancelledError`` where it awaited, as with a future.
-    """
-
-    # No __slots__: a slot would make ``_asyncio_future_blocking`` a class attribute, and asyncio would then take an
-    # alarm for a future (``asyncio.isfuture``) and call it back itself in ``gather`` or ``wait_for``; without one,
-    # those wrap it in a task like any awaitable. Class defaults: an alarm is made per sleep, and sets only these.
-    _handle: asyncio.TimerHandle | None = None
-    _wakeup: Any = None  # the task's wake-up, and its context: a cancel calls it at once
-    _context: Any = None
-    _cancelled: asyncio.CancelledError | None = None
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        self._loop = loop
-        self._when: float | None = when  # None once yielded to the task
-
-    def __await__(self) -> Generator[_Alarm, None, None]:
-        # An iterator that yields the alarm once, as a future's does; not a generator, which would add a frame.
-        return self  # type: ignore[return-value]
-
-    def __iter__(self) -> _Alarm:
-        return self
-
-    def __next__(self) -> _Alarm:
-        if self._when is None:  # resumed: the sleep is over
-            raise StopIteration
-        self._asyncio_future_blocking = True
-        return self
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
-
-    def add_done_callback(self, wakeup: Any, *, context: Any = None) -> None:
-        when, self._when = self._when, None
-        assert when is not None, "an alarm wakes one task once"
-        self._wakeup, self._context = wakeup, context
-        self._handle = self._loop.call_at(when, wakeup, self, context=context)
-
-    def result(self) -> None:
-        # The task asks once it is woken: drop the references that would keep a cycle (task → alarm → timer).
-        self._handle = self._wakeup = self._context = None
-        if self._cancelled is not None:
-            raise self._cancelled
-
-    def cancel(self, msg: str | None = None) -> bool:
-        handle = self._handle
-        if handle is None or self._cancelled is not None:
-            return False
-        handle.cancel()
-        self._cancelled = asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
-        self._loop.call_soon(self._wakeup, self, context=self._context)
-        return True
-
-
-class _VirtualSelector(selectors.BaseSelector):
+class _VirtualSelector(ClockedSelector):
     """Polls real file descriptors without blocking; a wait for a timer advances the clock instead."""
 
     def __init__(self, start: float) -> None:
@@ -169,16 +106,6 @@ class _VirtualSelector(selectors.BaseSelector):
         self._real.close()
 
 
-_Ts = TypeVarTuple("_Ts")
-# asyncio's own limits, which the virtual loop's iteration keeps: past this many timers, a cancelled share that makes
-# the loop rebuild its heap; and the longest wait for a timer.
-_MIN_SCHEDULED = base_events._MIN_SCHEDULED_TIMER_HANDLES  # type: ignore[attr-defined]
-_MIN_CANCELLED_SHARE = base_events._MIN_CANCELLED_TIMER_HANDLES_FRACTION  # type: ignore[attr-defined]
-_MAX_WAIT = base_events.MAXIMUM_SELECT_TIMEOUT  # type: ignore[attr-defined]
-
-_TimerHandle = asyncio.TimerHandle
-_new_timer = object.__new__  # a TimerHandle without running its constructor (see VirtualEventLoop.call_at)
-
 _FD_SETSIZE = 1024  # select() cannot watch a descriptor at or above this
 
 
@@ -208,105 +135,13 @@ class PreciseEpollSelector(selectors.EpollSelector):
         return super().select(timeout)
 
 
-class VirtualEventLoop(asyncio.SelectorEventLoop):
+class VirtualEventLoop(ClockedSelectorLoop):
     """An asyncio loop whose clock jumps to the next timer whenever nothing is ready."""
 
+    _vselector: _VirtualSelector
+
     def __init__(self, start: float = 0.0) -> None:
-        self._vselector = _VirtualSelector(start)
-        super().__init__(self._vselector)
-        # Timers fire when due, not up to a real clock's resolution early.
-        self._clock_resolution = 1e-9
-
-    def time(self) -> float:
-        return self._vselector.now
-
-    _scheduled: list[tuple[float, asyncio.TimerHandle]]
-    _ready: collections.deque[asyncio.Handle]
-    _timer_cancelled_count: int
-    _stopping: bool
-
-    # The timer heap holds (when, handle) pairs, not handles: asyncio orders its heap with TimerHandle.__lt__, a
-    # Python method (and an isinstance) per comparison, several per timer, and a simulated task sets two or more
-    # timers. A pair compares its float in C, and where two times are equal it falls back to the handles, which
-    # answer "not less", as TimerHandle.__lt__ does: every comparison gives asyncio's answer, so timers fire in the
-    # same order.
-
-    def call_at(
-        self,
-        when: float,
-        callback: Callable[[Unpack[_Ts]], object],
-        *args: *_Ts,
-        context: contextvars.Context | None = None,
-    ) -> asyncio.TimerHandle:
-        if when is None:
-            raise TypeError("when cannot be None")
-        if self._closed:  # type: ignore[attr-defined]
-            raise RuntimeError("Event loop is closed")
-        # asyncio's TimerHandle, its fields set here: its constructor is three Python calls (its own, Handle's and
-        # the loop's get_debug), and a simulated task sets two or more timers. The one difference: in debug mode a
-        # virtual timer keeps no traceback of where it was made.
-        timer = _new_timer(_TimerHandle)
-        timer._context = context if context is not None else contextvars.copy_context()  # type: ignore[attr-defined]
-        timer._loop = self  # type: ignore[attr-defined]
-        timer._callback = callback  # type: ignore[attr-defined]
-        timer._args = args
-        timer._cancelled = False
-        timer._repr = None  # type: ignore[attr-defined]
-        timer._source_traceback = None  # type: ignore[attr-defined]
-        timer._when = when  # type: ignore[attr-defined]
-        timer._scheduled = True  # type: ignore[attr-defined]
-        heapq.heappush(self._scheduled, (when, timer))
-        return timer
-
-    def _run_once(self) -> None:
-        """asyncio's loop iteration on the heap of pairs (no debug-mode checks of slow callbacks)."""
-        scheduled = self._scheduled
-        ready = self._ready
-        count = len(scheduled)
-        if count > _MIN_SCHEDULED and self._timer_cancelled_count / count > _MIN_CANCELLED_SHARE:
-            kept = []
-            for entry in scheduled:
-                if entry[1]._cancelled:
-                    entry[1]._scheduled = False  # type: ignore[attr-defined]
-                else:
-                    kept.append(entry)
-            heapq.heapify(kept)
-            self._scheduled = scheduled = kept
-            self._timer_cancelled_count = 0
-        else:
-            while scheduled and scheduled[0][1]._cancelled:
-                self._timer_cancelled_count -= 1
-                heapq.heappop(scheduled)[1]._scheduled = False  # type: ignore[attr-defined]
-
-        # With callbacks ready, asyncio polls with a timeout of 0, which the virtual selector answers with nothing
-        # and no system call: so no poll at all here. Outside I/O is polled when the loop runs out of ready work.
-        if not (ready or self._stopping):
-            timeout = min(max(0.0, scheduled[0][0] - self._vselector.now), _MAX_WAIT) if scheduled else None
-            events = self._vselector.select(timeout)
-            if events:
-                self._process_events(events)  # type: ignore[attr-defined]
-
-        end = self._vselector.now + self._clock_resolution
-        while scheduled and scheduled[0][0] < end:
-            timer = heapq.heappop(scheduled)[1]
-            timer._scheduled = False  # type: ignore[attr-defined]
-            ready.append(timer)
-
-        # Each ready handle runs as its own ``_run`` would run it, written out here to save a Python call per
-        # callback: in its context, and a callback that raises is reported to the loop's exception handler.
-        for _ in range(len(ready)):
-            handle = ready.popleft()
-            if handle._cancelled:
-                continue
-            try:
-                handle._context.run(handle._callback, *handle._args)  # type: ignore[attr-defined]
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self.call_exception_handler(
-                    {"message": f"Exception in callback {handle!r}", "exception": exc, "handle": handle}
-                )
-        handle = None  # type: ignore[assignment]  # as asyncio: no cycle through this frame if a callback raised
+        super().__init__(_VirtualSelector(start))
 
     @contextlib.contextmanager
     def outside(self, grace: float = 0.2) -> Iterator[None]:
