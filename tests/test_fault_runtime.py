@@ -60,6 +60,34 @@ class FakeMcp:
     outage: float | None = None
 
 
+@dataclass(frozen=True)
+class FakeCounts:
+    late: int = 0
+    failed: int = 0
+    rejected: int = 0
+    degraded: int = 0
+
+
+@dataclass(frozen=True)
+class FakeLedger:
+    total: FakeCounts = FakeCounts()
+
+
+@dataclass(frozen=True)
+class FakeDuplicates:
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class FakeAudit:
+    total: FakeDuplicates = FakeDuplicates()
+
+
+@dataclass(frozen=True)
+class FakeStore:
+    undetected_reads: int = 0
+
+
 @dataclass
 class FakeRuntime:
     """A runtime of dicts: three orchestrators (orchestrator-0 leads), four workers, two producers, seven stages."""
@@ -101,10 +129,31 @@ class FakeRuntime:
     removed_edges: set[tuple[str, str]] = field(default_factory=set)
     route: tuple[str, ...] | None = ("plan", "search", "recall", "context", "handler", "answer")
     rerouting: bool = False
-    memory: dict[str, set[int]] = field(default_factory=lambda: {"recall": set()})
+    corruption: dict[str, set[int]] = field(default_factory=lambda: {"recall": set()})  # corrupt entries by stage
     mcp: dict[str, FakeMcp] = field(default_factory=lambda: {"context": FakeMcp()})
     surge: float = 1.0
     calls: list[tuple[Any, ...]] = field(default_factory=list)  # every change asked for, in order
+
+    # What only the injector reads (tests/test_fault_boundary.py drives it): nothing here moves.
+
+    def elapsed(self) -> float:
+        return 0.0
+
+    @property
+    def ledger(self) -> FakeLedger:
+        return FakeLedger()
+
+    @property
+    def audit(self) -> FakeAudit:
+        return FakeAudit()
+
+    @property
+    def memory(self) -> dict[str, FakeStore]:
+        return {name: FakeStore() for name in self.corruption}
+
+    @property
+    def workers(self) -> list[FakeAgent]:
+        return [a for a in self.agents.values() if a.kind == "worker"]
 
     def kill_agent(self, agent_id: str) -> None:
         self.calls.append(("kill_agent", agent_id))
@@ -186,13 +235,13 @@ class FakeRuntime:
 
     def corrupt_memory(self, name: str, entries: int) -> list[int]:
         self.calls.append(("corrupt_memory", name, entries))
-        sound = [i for i in range(100) if i not in self.memory[name]]
+        sound = [i for i in range(100) if i not in self.corruption[name]]
         picked = sound[:entries]
-        self.memory[name].update(picked)
+        self.corruption[name].update(picked)
         return picked
 
     def corrupted(self, name: str) -> AbstractSet[int]:
-        return self.memory[name]
+        return self.corruption[name]
 
     def mcp_drop(self, name: str, outage: float) -> None:
         self.calls.append(("mcp_drop", name, outage))
@@ -473,16 +522,16 @@ def test_llm_failure_heals_on_fallback_calls_and_a_python_stage_has_none() -> No
 
 def test_memory_corrupt_heals_once_its_entries_are_repaired() -> None:
     rt = _fake()
-    rt.memory["recall"].add(0)  # corrupt already: not picked again
+    rt.corruption["recall"].add(0)  # corrupt already: not picked again
     spec = CATALOGUE["memory_corrupt"]
     params = spec.check_params({"entries": 3})
     memo = spec.apply(rt, ("recall",), params)
     assert memo == {"recall": [1, 2, 3]}
     assert rt.calls == [("corrupt_memory", "recall", 3)]
-    rt.memory["recall"] -= {1, 2}
+    rt.corruption["recall"] -= {1, 2}
     assert not spec.healed(rt, ("recall",), memo)
-    rt.memory["recall"].discard(3)
-    assert rt.memory["recall"] == {0}  # the older corruption is not this fault's
+    rt.corruption["recall"].discard(3)
+    assert rt.corruption["recall"] == {0}  # the older corruption is not this fault's
     assert spec.healed(rt, ("recall",), memo) and spec.restored(rt, ("recall",), memo)
 
 

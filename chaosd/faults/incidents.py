@@ -11,25 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from chaosd.faults.record import IMPACT_KINDS, FaultRecord, TaskImpact, impact_between
 from chaosd.history import Sum
 from chaosd.views import IncidentView
-from chaosd.wire import PENDING
+from chaosd.wire import PENDING, IncidentOutcome
 
-if TYPE_CHECKING:
-    from chaosd.faults.injector import FaultRecord
-
+# IMPACT_KINDS, TaskImpact and impact_between live in chaosd.faults.record; imported from here too.
 __all__ = ["IMPACT_KINDS", "Incident", "IncidentBook", "TaskImpact", "impact_between"]
-
-TaskImpact = dict[str, int]
-# What users felt, counted in tasks, and effects the audit found wrong (applied twice, or corrupted).
-IMPACT_KINDS = ("late", "failed", "refused", "degraded", "duplicated", "corrupted")
-
-
-def impact_between(start: tuple[int, ...], now: tuple[int, ...]) -> TaskImpact:
-    """The tasks of each kind in :data:`IMPACT_KINDS` that ended badly between two tallies."""
-    return {kind: b - a for kind, a, b in zip(IMPACT_KINDS, start, now, strict=True)}
 
 
 @dataclass(slots=True)
@@ -51,7 +40,7 @@ class Incident:
         return any(m.outcome in PENDING for m in self.members)
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> IncidentOutcome:
         """pending while any member is; failed if any failed; unmeasured if none could be judged; else recovered."""
         outcomes = {m.outcome for m in self.members}
         if outcomes & set(PENDING):
@@ -97,7 +86,7 @@ class IncidentBook:
 
     def __init__(self, owns: Callable[[FaultRecord], bool] | None = None) -> None:
         self.owns = owns
-        self.outcomes: dict[str, int] = {"recovered": 0, "failed": 0, "unmeasured": 0}
+        self.outcomes: dict[IncidentOutcome, int] = {"recovered": 0, "failed": 0, "unmeasured": 0}
         self.judged = 0  # recovered or failed (not unmeasured)
         self.recovered = 0  # recovered with a time (what the speed averages)
         self.recovery = Sum()

@@ -16,22 +16,21 @@ recovered within ``limit`` of the fault's end: a failed recovery.
 from __future__ import annotations
 
 import random
-import re
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
 from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
-from chaosd.faults.incidents import IMPACT_KINDS, Incident, IncidentBook, TaskImpact, impact_between
+from chaosd.faults.incidents import Incident, IncidentBook
+from chaosd.faults.record import IMPACT_KINDS, Baseline, FaultRecord, check_labels, impact_between, matches
+from chaosd.faults.runtime import Runtime
 from chaosd.history import Kept, Sum
-from chaosd.pipeline import Pipeline
-from chaosd.views import BaselineView, FaultView
-from chaosd.wire import PENDING, TERMINAL
+from chaosd.wire import PENDING, TERMINAL, RevertCause, Verdict
 
+# Baseline, FaultRecord, check_labels and matches live in chaosd.faults.record; imported from here too.
 __all__ = [
     "Baseline",
     "FaultRecord",
@@ -40,9 +39,6 @@ __all__ = [
     "check_labels",
     "matches",
 ]
-
-MAX_LABELS = 16
-_LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
 
 _ERROR_SLACK = 0.05  # the error rate may exceed the baseline's by 5 points (noise of a 1 s window)
 
@@ -72,129 +68,6 @@ class ServiceView(Protocol):
     def mean_service(self) -> float: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Baseline:
-    """The steady state a fault is judged against: means (median p95) over fault-free ticks."""
-
-    goodput: float
-    error_rate: float
-    sojourn_p95: float
-    queue_depth: float
-    seconds: float  # how much fault-free time it covers
-
-    def as_dict(self) -> BaselineView:
-        return cast(BaselineView, asdict(self))
-
-
-def check_labels(labels: object, field: str = "labels") -> dict[str, str]:
-    """A fault's labels, validated: at most 16; keys like identifiers (``team``, ``exp.id``); short string values."""
-    if not isinstance(labels, dict):
-        raise FaultError(field, "must be an object of string labels")
-    if len(labels) > MAX_LABELS:
-        raise FaultError(field, f"at most {MAX_LABELS} labels (got {len(labels)})")
-    checked: dict[str, str] = {}
-    for key, value in labels.items():
-        if not isinstance(key, str) or not _LABEL_KEY.fullmatch(key):
-            raise FaultError(f"{field}.{key}", "a label key is a letter or _, then letters, digits, _ . - (63 at most)")
-        if not isinstance(value, str) or not 0 < len(value) <= 128 or not value.isprintable():
-            raise FaultError(f"{field}.{key}", "a label value is printable text of 1 to 128 characters")
-        checked[key] = value
-    return checked
-
-
-def matches(
-    record: FaultRecord,
-    labels: dict[str, str],
-    actions: frozenset[str] = frozenset(),
-    states: frozenset[str] = frozenset(),
-) -> bool:
-    """Whether the fault carries every label given, and is of one of the actions and states given (if any)."""
-    return (
-        all(record.labels.get(k) == v for k, v in labels.items())
-        and (not actions or record.action in actions)
-        and (not states or record.outcome in states)
-    )
-
-
-@dataclass(slots=True)
-class FaultRecord:
-    id: int
-    action: str
-    target: str
-    targets: tuple[str, ...]
-    params: dict[str, float]
-    ttl: float
-    injected_at: float
-    baseline: Baseline | None
-    memo: dict[str, Any] = field(default_factory=dict)
-    labels: dict[str, str] = field(default_factory=dict)  # the injector's caller's: selects its faults
-    reverted_at: float | None = None
-    reverted_by: str | None = None  # "ttl" | "revert" | "lever" | "shutdown" | "unstored" (storage failed)
-    mechanism_recovered_at: float | None = None
-    service_recovered_at: float | None = None
-    outcome: str = "active"  # active → recovering → recovered | failed | unmeasured
-    heals: bool = False  # a mechanism heals it: timed from injection; else from when it is lifted
-    lifted_at: float | None = None  # a fault nothing heals, ended before its TTL (a resume ends a pause)
-    impact_s: float = 0.0  # seconds out of tolerance while the fault was active
-    impact_tasks: TaskImpact = field(default_factory=dict)  # tasks late, failed, refused, degraded while active
-    tally_from: tuple[int, ...] = ()  # the task tally at injection
-    incident: int = 0  # the incident it belongs to
-    owner: object | None = None  # the plan (survival, scenario) that injected it, if one did
-    shared: bool = False  # its incident has other faults: the recovery is the incident's, not its own
-    stalled_s: float = 0.0  # seconds before its verdict the daemon's process was paused (or its window showed it)
-    _streak_from: float | None = None
-    _streak_paused: float = 0.0  # of the streak: seconds that could not count towards the hold (a stall's)
-    _last_judged_within: bool | None = None  # the newest verdict on a tick the host did not perturb
-    _last_judged_at: float = float("-inf")  # and when
-
-    @property
-    def active(self) -> bool:
-        return self.reverted_at is None
-
-    @property
-    def recovery_s(self) -> float | None:
-        """The fault's own clock: time to heal (from injection) or time to restore (from being lifted).
-
-        None in a shared incident: the service came back once for all its faults (see the incident).
-        """
-        if self.outcome != "recovered" or self.service_recovered_at is None or self.shared:
-            return None
-        return max(0.0, self.service_recovered_at - self.clock_start)
-
-    @property
-    def clock_start(self) -> float:
-        """Where the fault's clock starts: its injection (heal), or when it was lifted (restore)."""
-        if self.heals:
-            return self.injected_at
-        ends = [t for t in (self.lifted_at, self.reverted_at) if t is not None]
-        return min(ends) if ends else self.injected_at
-
-    def as_dict(self) -> FaultView:
-        return {
-            "id": self.id,
-            "action": self.action,
-            "target": self.target,
-            "targets": list(self.targets),
-            "labels": dict(sorted(self.labels.items())),
-            "params": dict(sorted(self.params.items())),
-            "ttl": self.ttl,
-            "injected_at": self.injected_at,
-            "reverted_at": self.reverted_at,
-            "reverted_by": self.reverted_by,
-            "mechanism_recovered_at": self.mechanism_recovered_at,
-            "service_recovered_at": self.service_recovered_at,
-            "clock": "heal" if self.heals else "restore",
-            "recovery_s": self.recovery_s,
-            "impact_s": self.impact_s,
-            "impact_tasks": dict(self.impact_tasks),
-            "stalled_s": self.stalled_s,
-            "baseline": self.baseline.as_dict() if self.baseline is not None else None,
-            "recovered": self.outcome == "recovered",
-            "outcome": self.outcome,
-            "incident": self.incident,
-        }
-
-
 class Injector:
     """Owns every fault of one runtime; ``on_tick`` drives TTLs, recovery and stop conditions."""
 
@@ -203,7 +76,7 @@ class Injector:
         cfg: FaultsConfig,
         recovery: RecoveryConfig,
         slo: SloConfig,
-        runtime: Pipeline,
+        runtime: Runtime,
         rng: random.Random,
         events: EventLog,
         tick: float,
@@ -228,7 +101,7 @@ class Injector:
         self._pending: list[FaultRecord] = []
         self.incidents: Kept[Incident] = Kept(keep)
         # Totals over every fault ever: what the score, the report's summary and the metrics read, in O(1).
-        self.outcomes: dict[str, int] = dict.fromkeys(TERMINAL, 0)
+        self.outcomes: dict[Verdict, int] = dict.fromkeys(TERMINAL, 0)
         self.recovery_by_action: dict[str, Sum] = {}
         self.book = IncidentBook()  # every incident
         self.books: list[IncidentBook] = []  # those of the open plans and windows
@@ -354,7 +227,7 @@ class Injector:
             self.incidents.append(incident)
         record.incident = incident.id
 
-    def revert(self, fault_id: int, why: str = "revert") -> FaultRecord:
+    def revert(self, fault_id: int, why: RevertCause = "revert") -> FaultRecord:
         record = self.get(fault_id)
         if not record.active:
             raise FaultError("id", f"fault {fault_id} already ended ({record.reverted_by})", status=409)
@@ -370,7 +243,7 @@ class Injector:
             self._revert(record, "revert")
         return picked
 
-    def revert_all(self, why: str = "revert") -> int:
+    def revert_all(self, why: RevertCause = "revert") -> int:
         active = self.active()
         for record in active:
             self._revert(record, why)
@@ -405,7 +278,7 @@ class Injector:
             if incident is not None:
                 incident.tasks = impact_between(incident.tally_from, tally)
 
-    def _revert(self, record: FaultRecord, why: str) -> None:
+    def _revert(self, record: FaultRecord, why: RevertCause) -> None:
         CATALOGUE[record.action].revert(self.rt, record.targets, record.params, record.memo)
         self._count_impact(record, self.tally())
         record.reverted_at = self.rt.elapsed()
@@ -499,9 +372,10 @@ class Injector:
         """Advance one fault's verdict; True when the service was out of tolerance while it was active.
 
         ``perturbed``: this tick's seconds, when a stall of the daemon's own process still shows in the
-        figures (else 0). Such a tick neither breaks a streak nor counts towards its hold, and is not
-        impact: the lateness is the host's. At ``recovery.limit`` a fault whose last unperturbed tick was
-        within tolerance (or that had none) is unmeasured, not failed: the host kept it from being judged.
+        figures (else 0). Out of tolerance then, the tick neither breaks a streak nor counts towards its
+        hold, and is not impact: the lateness is the host's. Within tolerance despite the host, it counts as
+        any tick does. At ``recovery.limit`` a fault whose last judged tick was within tolerance (or that had
+        none) is unmeasured, not failed: the host kept it from being judged.
         """
         spec = CATALOGUE[record.action]
         lifting = record.active and record.lifted_at is None and not record.heals
@@ -521,7 +395,8 @@ class Injector:
             if not record.active and (record.mechanism_recovered_at is not None or s.t > end + self.recovery.limit):
                 self._settle(record, "unmeasured", s.t)  # nothing to judge the service against: no verdict, no time
             return False
-        if perturbed:
+        judged = within or not perturbed
+        if not judged:
             if record._streak_from is not None:
                 record._streak_paused += perturbed
             felt = False
@@ -536,7 +411,7 @@ class Injector:
             elif record._streak_from is None:
                 record._streak_from = s.t
         if (
-            not perturbed
+            judged
             and record.mechanism_recovered_at is not None
             and record._streak_from is not None
             and s.t - record._streak_from - record._streak_paused >= self.recovery.confirm
@@ -556,7 +431,7 @@ class Injector:
             self._settle(record, "unmeasured" if unjudged and record.mechanism_recovered_at else "failed", s.t)
         return felt
 
-    def _settle(self, record: FaultRecord, outcome: str, now: float) -> None:
+    def _settle(self, record: FaultRecord, outcome: Verdict, now: float) -> None:
         """The fault's verdict: counted in the totals, its incident judged once its last member has one."""
         record.outcome = outcome
         self.outcomes[outcome] += 1

@@ -1,7 +1,8 @@
-"""The runtime the fault catalogue acts through: every operation and observation a fault needs, nothing more.
+"""The runtime the faults act through: every operation and observation the catalogue and injector need, nothing more.
 
-The pipeline implements it; tests drive the catalogue with an in-memory fake. Calls come only when a
-fault is resolved, applied, reverted or checked (a few times a second), never from a task's hot path.
+The pipeline implements it; tests drive the catalogue and the injector with in-memory fakes. Calls come
+only when a fault is resolved, applied, reverted or checked, or once per telemetry tick, never from a
+task's hot path.
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
-__all__ = ["AgentState", "Runtime", "StageState"]
+__all__ = [
+    "AgentState",
+    "DuplicateCount",
+    "EffectAudit",
+    "MemoryState",
+    "Runtime",
+    "StageState",
+    "TaskCounts",
+    "TaskLedger",
+]
 
 
 class AgentState(Protocol):
@@ -61,12 +71,85 @@ class StageState(Protocol):
         """Attempts the fallback model served; only ever grows."""
 
 
+class TaskCounts(Protocol):
+    """Tasks that ended badly so far, by how; each count only ever grows."""
+
+    @property
+    def late(self) -> int:
+        """Completed after their deadline."""
+
+    @property
+    def failed(self) -> int:
+        """Ended in failure."""
+
+    @property
+    def rejected(self) -> int:
+        """Refused at the door (a full queue, admission control)."""
+
+    @property
+    def degraded(self) -> int:
+        """Completed in time but degraded (a stage gave up on or skipped its part)."""
+
+
+class TaskLedger(Protocol):
+    """The sink's books as the injector reads them: the tally of every task's outcome, nothing else."""
+
+    @property
+    def total(self) -> TaskCounts:
+        """Every task since the runtime started, warm-up included."""
+
+
+class DuplicateCount(Protocol):
+    """Duplicated effects as the injector reads them."""
+
+    @property
+    def count(self) -> int:
+        """Effects the sink applied more than once; only ever grows."""
+
+
+class EffectAudit(Protocol):
+    """The audit of the sink's effects as the injector reads it."""
+
+    @property
+    def total(self) -> DuplicateCount:
+        """Every task since the runtime started, warm-up included."""
+
+
+class MemoryState(Protocol):
+    """One memory stage's store as the injector reads it."""
+
+    @property
+    def undetected_reads(self) -> int:
+        """Reads that served a corrupt entry unnoticed; only ever grows."""
+
+
 class Runtime(Protocol):
-    """What the fault catalogue breaks and watches.
+    """What the fault catalogue breaks and watches, and what the injector reads to time and weigh a fault.
 
     A change takes effect at once. Setting a switch (``on``, a factor, a probability) twice is setting it
     once; only :meth:`spike_load` stacks. Targets (ids, names, edges) are ones the runtime listed.
     """
+
+    # --- time, and what users felt (the injector times faults and counts their impact) -------------
+
+    def elapsed(self) -> float:
+        """Seconds since the runtime started, on its clock (virtual or real); never goes back."""
+
+    @property
+    def ledger(self) -> TaskLedger:
+        """The tasks that ended badly, counted (a fault's impact is the difference of two readings)."""
+
+    @property
+    def audit(self) -> EffectAudit:
+        """The effects applied twice, counted."""
+
+    @property
+    def memory(self) -> Mapping[str, MemoryState]:
+        """Every memory stage's store by stage name (none without memory stages); the names never change."""
+
+    @property
+    def workers(self) -> Collection[object]:
+        """Every worker listed, local or remote; only their number is read (a task of queue slack each)."""
 
     # --- agents ----------------------------------------------------------------------------------
 
