@@ -13,12 +13,18 @@ from conftest import mmc, run, settings
 from chaosd.clock import LoopClock, VirtualEventLoop
 from chaosd.config import BackoffConfig, Phase, ServiceConfig, load_settings
 from chaosd.histogram import LogHistogram, percentiles
+from chaosd.pipeline import Pipeline
 from chaosd.pipeline.backoff import backoff_delay
 from chaosd.pipeline.dag import Dag
+from chaosd.pipeline.dispatch import Dispatcher
+from chaosd.pipeline.in_memory import InProcess, worker_for
 from chaosd.pipeline.load import LoadShape
+from chaosd.pipeline.parts import Core, Parts, orchestrators, producers
+from chaosd.pipeline.producer import Producer
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.stages import make_sampler
 from chaosd.pipeline.task import Task
+from chaosd.pipeline.worker import BusyMeter
 from chaosd.runner import Experiment, run_offline
 
 
@@ -239,6 +245,39 @@ def test_a_task_handed_to_a_worker_that_has_not_resumed_is_not_counted_lost() ->
         assert loop.run_until_complete(scenario()) == ([5], [])
     finally:
         loop.close()
+
+
+def test_producers_stages_and_workers_run_on_the_queue_their_backend_supplies() -> None:
+    # The settings ask for a queue of 1000; the backend hands over one of 2 (and otherwise the in-memory parts).
+    def tiny_queue(core: Core) -> Parts:
+        queue = IngressQueue(2, "reject", core.clock)
+        busy = BusyMeter(core.t0)
+        replicas = orchestrators(core.settings)
+        dispatcher = Dispatcher(core.settings.orchestrator, replicas, queue, core.clock, core.events, core.t0)
+        return Parts(
+            queue=queue,
+            busy=busy,
+            dispatcher=dispatcher,
+            producers=producers(Producer, core, queue),
+            worker=lambda p, agent: worker_for(p, agent, queue, dispatcher, busy),
+            host=lambda p: InProcess(p, dispatcher),
+        )
+
+    loop = VirtualEventLoop()
+    try:
+        clock = LoopClock(loop)
+        pipeline = Pipeline(settings(mmc(200.0, 1, queue={"capacity": 1000})), clock, backend=tiny_queue)
+
+        async def scenario() -> None:
+            async with pipeline.running():
+                await clock.sleep(10.0)
+
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert pipeline.queue.capacity == 2
+    assert pipeline.ledger.total.rejected_by.get("queue_full", 0) > 500  # rho = 2 on a queue of 2
+    assert pipeline.ledger.total.completed > 500  # the worker serves from that same queue
 
 
 def test_a_crashing_worker_stops_the_run_with_its_error() -> None:

@@ -12,9 +12,12 @@ from typing import Any
 import pytest
 import redis
 import redis_harness
+from redis.exceptions import ResponseError
 from redis_harness import RedisServer, redis_settings
 
-from chaosd.backends.redis_runtime import RedisPipeline
+from chaosd.backends import make_pipeline
+from chaosd.backends.redis_replies import Heartbeat, Lease, PollReply, Result, StageCounter
+from chaosd.backends.redis_runtime import RedisRuntime
 from chaosd.cli import main
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import Settings, load_settings
@@ -94,8 +97,9 @@ def test_sigkill_mid_task_is_redelivered_once_and_the_supervisor_restarts(server
     seen: dict[str, Any] = {}
 
     async def plan(exp: Experiment) -> None:
-        rt = exp.pipeline
-        assert isinstance(rt, RedisPipeline)
+        p = exp.pipeline
+        rt = p.host
+        assert isinstance(rt, RedisRuntime)
         baseline = exp.injector.baseline
         await until(exp, lambda: (b := baseline()) is not None and b.goodput > 40, 15.0, "a busy baseline")
         await until(exp, lambda: bool(pending_of(client, "worker-0")), 5.0, "worker-0 mid-task")
@@ -141,8 +145,9 @@ def test_a_worker_stopped_past_its_lease_is_deduplicated_at_the_sink(server: Red
     seen: dict[str, Any] = {}
 
     async def plan(exp: Experiment) -> None:
-        rt = exp.pipeline
-        assert isinstance(rt, RedisPipeline)
+        p = exp.pipeline
+        rt = p.host
+        assert isinstance(rt, RedisRuntime)
         await until(exp, lambda: bool(pending_of(client, "worker-1")), 15.0, "worker-1 mid-task")
         # SIGSTOP (pause_agent on a local worker) past the task lease: its task goes to worker-0. The pause
         # lasts until the copy has taken effect and is then lifted, so no machine load can reorder the two.
@@ -160,7 +165,7 @@ def test_a_worker_stopped_past_its_lease_is_deduplicated_at_the_sink(server: Red
             exp, lambda: all(results_by_task(client).get(i) == 1 for i in held), 15.0, "the redelivered copy's effect"
         )
         exp.injector.inject("resume_agent", "worker-1", {}, 1.0)
-        await until(exp, lambda: rt.ledger.deduplicated >= 1, 15.0, "the late completion suppressed")
+        await until(exp, lambda: p.ledger.deduplicated >= 1, 15.0, "the late completion suppressed")
         seen["outcome"] = record.outcome
         await rt.refresh()
         exp.stop.set()
@@ -181,23 +186,57 @@ def test_a_result_read_before_its_tasks_acceptance_is_its_first_outcome_not_a_du
     settings = load_settings(None, redis_settings("redis://127.0.0.1:9/0", **QUIET))
     loop = new_event_loop(virtual=False)
     try:
-        rt = RedisPipeline(settings, LoopClock(loop))
-        ledger = rt.ledger
+        p = make_pipeline(settings, LoopClock(loop))
+        rt = p.host
+        assert isinstance(rt, RedisRuntime)
+        books = rt.monitor.books
+        ledger = p.ledger
         task = Task(7, 0.5, True)
         rt.stream.submitting.add(task.id)  # put() is waiting for the answer to its submission
-        result = {"i": "7", "a": "1.0", "s": "1.01", "e": "1.04", "n": "0", "m": "1", "w": rt.workers[0].agent.id}
-        rt._books([("5-0", result)])
+        result = {"i": "7", "a": "1.0", "s": "1.01", "e": "1.04", "n": "0", "m": "1", "w": p.workers[0].agent.id}
+        books.book([Result.from_entry("5-0", result)])
         assert ledger.deduplicated == 0 and ledger.total.completed == 0 and rt.results_read == 0
         ledger.offer(task)  # the answer: accepted, as put() books it
         ledger.accept(task)
         rt.stream.submitting.discard(task.id)
-        rt._books([])  # the next read
+        books.book([])  # the next read
         assert (ledger.total.completed, ledger.deduplicated, rt.results_read) == (1, 0, 1)
         assert not ledger.in_flight and ledger.audit.owing == 0
-        assert ledger.unaccounted(rt.holders()) == (0, 0, 0)
-        assert rt.sojourn.count == 1  # its time in the system counts, once
+        assert ledger.unaccounted(p.holders()) == (0, 0, 0)
+        assert p.sojourn.count == 1  # its time in the system counts, once
     finally:
         loop.close()
+
+
+def test_a_monitor_reply_that_failed_in_parts_is_no_news_for_those_parts_not_zeros() -> None:
+    # Read while Redis was loading, say: a counter that did not answer must keep what the last pass read.
+    err = ResponseError("LOADING Redis is loading the dataset in memory")
+    beat = {"instance": "41-ab", "busy": "9", "pid": "41"}
+    replies = [
+        err,  # the stream, read whole
+        err,  # results
+        12,  # XLEN
+        err,  # XPENDING
+        [("1700000000123-0", {"i": "3"})],  # the head entry
+        err,  # the groups
+        "orchestrator-1/77:5",  # the lease
+        {"lease_expired": "2", "redispatched": "3", "dropped:worker-0": "4"},
+        {"search:degraded": "6", "search:round_trips": "1"},
+        ["far-1"],
+        beat,
+        {},
+        err,  # a control write
+    ]
+    reply = PollReply.from_replies(replies, snapshot=True, workers=2, batch=50)
+    assert reply.held is None and reply.results is None and not reply.drained
+    assert (reply.length, reply.pending, reply.head_ms, reply.groups) == (12, None, 1700000000123, None)
+    assert reply.lease == Lease("orchestrator-1/77", "orchestrator-1", 5)
+    assert reply.stats is not None and (reply.stats.lease_expired, reply.stats.redispatched) == (2, 3)
+    assert reply.stats.dropped("worker-0") == 4 and reply.stats.dropped("worker-1") == 0
+    assert reply.stage_counters == (StageCounter("search", "degraded", 6),)
+    assert reply.members == frozenset({"far-1"})
+    assert reply.beats == (Heartbeat(True, "41-ab", "9"), Heartbeat(False, None, ""))
+    assert not reply.written
 
 
 def test_the_worker_subcommand_refuses_the_memory_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ from redis_harness import redis_settings, running_redis
 from test_redis_backend import RECOVERY, experiment, until
 
 from chaosd.backends.redis_process import EXIT_KILLED
-from chaosd.backends.redis_runtime import RedisPipeline
+from chaosd.backends.redis_runtime import RedisRuntime
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import load_settings
 from chaosd.errors import FaultError
@@ -101,11 +101,12 @@ def test_control_faults_act_in_the_worker_processes(tmp_path: Path) -> None:
             return await judged(exp, exp.injector.inject(action, target, params, ttl))
 
         async def plan(exp: Experiment) -> None:
-            rt = exp.pipeline
-            assert isinstance(rt, RedisPipeline)
+            p = exp.pipeline
+            rt = p.host
+            assert isinstance(rt, RedisRuntime)
             far.start()
-            await until(exp, lambda: FAR in rt.agents and rt.agents[FAR].alive, 15, "the remote worker listed")
-            assert rt.agents[FAR].kind == "worker" and not rt.is_local(FAR)
+            await until(exp, lambda: FAR in p.agents and p.agents[FAR].alive, 15, "the remote worker listed")
+            assert p.agents[FAR].kind == "worker" and not rt.is_local(FAR)
             await until(exp, lambda: (b := exp.injector.baseline()) is not None and b.goodput > 40, 15, "baseline")
             mark = client.xrevrange("chaosd:results", count=1)[0][0]
             before = service_times(client, "worker-0", "-")
@@ -114,11 +115,11 @@ def test_control_faults_act_in_the_worker_processes(tmp_path: Path) -> None:
             seen["slow"] = (sum(before) / len(before), service_times(client, "worker-0", mark))
             seen["slow_agent"] = await judged(exp, record)
             seen["drop_messages"] = await verdict(exp, "drop_messages", FAR, {"probability": 0.5}, 2.0)
-            seen["dropped"] = rt.dropped([FAR])
+            seen["dropped"] = p.dropped([FAR])
             seen["network_partition"] = await verdict(exp, "network_partition", "worker-0", {}, 3.0)
-            degraded = rt.stages["search"].degraded
+            degraded = p.stages["search"].degraded
             seen["tool_timeout"] = await verdict(exp, "tool_timeout", "search", {}, 2.0)
-            seen["degraded"] = rt.stages["search"].degraded - degraded
+            seen["degraded"] = p.stages["search"].degraded - degraded
             # A pause reaches a remote worker as its control hash: it stops taking tasks until the TTL ends.
             record = exp.injector.inject("pause_agent", FAR, {}, 1.5)
             await until(exp, lambda: client.hget(f"chaosd:control:{FAR}", "paused") == "1", 1, "the pause written")
@@ -130,12 +131,12 @@ def test_control_faults_act_in_the_worker_processes(tmp_path: Path) -> None:
             # A kill asks the remote process to exit; its own supervisor (the test) starts it again.
             assert far.proc is not None
             record = exp.injector.inject("kill_agent", FAR, {}, 3.0)
-            assert not rt.agents[FAR].alive
+            assert not p.agents[FAR].alive
             await until(exp, lambda: far.proc is not None and far.proc.poll() is not None, 2, "the remote exit")
             seen["exit"] = far.proc.returncode
             far.start()
             seen["kill_agent"] = await judged(exp, record)
-            seen["restarts"] = rt.agents[FAR].restart_count
+            seen["restarts"] = p.agents[FAR].restart_count
             await rt.refresh()
             exp.stop.set()
 

@@ -16,7 +16,7 @@ from redis_harness import RedisServer, redis_settings
 from test_redis_backend import QUIET, experiment, until
 
 from chaosd.backends.redis_leader import Replica
-from chaosd.backends.redis_runtime import RedisPipeline
+from chaosd.backends.redis_runtime import RedisRuntime
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import load_settings
 from chaosd.runner import Experiment
@@ -43,8 +43,9 @@ def test_sigkill_of_the_leader_process_elects_another_replica_with_a_higher_toke
     seen: dict[str, Any] = {}
 
     async def plan(exp: Experiment) -> None:
-        rt = exp.pipeline
-        assert isinstance(rt, RedisPipeline)
+        p = exp.pipeline
+        rt = p.host
+        assert isinstance(rt, RedisRuntime)
         await until(exp, lambda: (b := exp.injector.baseline()) is not None and b.goodput > 40, 15, "baseline")
         before = lease(client)
         assert before is not None
@@ -82,8 +83,9 @@ def test_a_leader_stopped_past_its_lease_is_refused_when_it_wakes(server: RedisS
     seen: dict[str, Any] = {}
 
     async def plan(exp: Experiment) -> None:
-        rt = exp.pipeline
-        assert isinstance(rt, RedisPipeline)
+        p = exp.pipeline
+        rt = p.host
+        assert isinstance(rt, RedisRuntime)
         await until(exp, lambda: lease(client) is not None, 10, "a leader")
         stale = lease(client)
         assert stale is not None

@@ -16,7 +16,7 @@ import redis
 from redis_harness import RedisServer, redis_settings
 from test_redis_backend import QUIET, experiment, pending_of, results_by_task, until
 
-from chaosd.backends.redis_runtime import RedisPipeline
+from chaosd.backends.redis_runtime import RedisRuntime
 from chaosd.config import load_settings
 from chaosd.runner import Experiment
 
@@ -76,8 +76,9 @@ def test_a_cut_link_is_recovered_through_lease_expiry(tmp_path: Path, namespace:
 
         async def plan(exp: Experiment) -> None:
             nonlocal worker
-            rt = exp.pipeline
-            assert isinstance(rt, RedisPipeline)
+            p = exp.pipeline
+            rt = p.host
+            assert isinstance(rt, RedisRuntime)
             command = ["ip", "netns", "exec", NS, sys.executable, "-m", "chaosd", "worker"]
             command += ["--settings-json", str(settings_json), "--id", "worker-ns"]
             worker = subprocess.Popen(

@@ -13,7 +13,7 @@ import redis
 from redis_harness import RedisServer, redis_settings
 from test_redis_backend import QUIET, experiment, until
 
-from chaosd.backends.redis_runtime import RedisPipeline
+from chaosd.backends.redis_runtime import RedisRuntime
 from chaosd.config import load_settings
 from chaosd.runner import Experiment
 
@@ -34,14 +34,15 @@ def crash_redis(server: RedisServer, tmp_path: Path, *, persistent: bool) -> dic
     seen: dict[str, Any] = {}
 
     async def plan(exp: Experiment) -> None:
-        rt = exp.pipeline
-        assert isinstance(rt, RedisPipeline)
-        ledger = rt.ledger
+        p = exp.pipeline
+        rt = p.host
+        assert isinstance(rt, RedisRuntime)
+        ledger = p.ledger
         await until(exp, lambda: ledger.total.completed >= 20, 10, "some completions")
-        pids = [pid for w in rt.workers if (pid := rt.pid(w.agent.id)) is not None]
+        pids = [pid for w in p.workers if (pid := rt.pid(w.agent.id)) is not None]
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)  # they hold what they read; the stream keeps the rest
-        await until(exp, lambda: rt.elapsed() > 2.0, 10, "the producers to go quiet")
+        await until(exp, lambda: p.elapsed() > 2.0, 10, "the producers to go quiet")
         await rt.refresh()
         in_stream = stream_tasks(client)
         assert in_stream, "the test needs tasks in the stream when Redis dies"
@@ -64,7 +65,7 @@ def crash_redis(server: RedisServer, tmp_path: Path, *, persistent: bool) -> dic
             await rt.refresh()
             await until(exp, reported, 10, "the ledger to report the lost tasks")
         await rt.refresh()
-        seen["lost"] = rt.ledger.unaccounted(rt.holders())
+        seen["lost"] = p.ledger.unaccounted(rt.holders())
         exp.stop.set()
 
     report, _ = experiment(settings, 60.0, 0.5, plan)

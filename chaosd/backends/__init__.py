@@ -20,11 +20,14 @@ def make_pipeline(
     measure_from: float = 0.0,
     events: EventLog | None = None,
 ) -> Pipeline:
-    """The runtime ``settings.backend.kind`` names; Redis needs the real clock (its workers are processes)."""
+    """The runtime ``settings.backend.kind`` names (the pipeline with that backend's parts); Redis needs the
+    real clock (its workers are processes)."""
     if settings.backend.kind == "memory":
         return Pipeline(settings, clock, admission=admission, measure_from=measure_from, events=events)
     if getattr(clock, "virtual", False):
         raise ConfigError([("configuration", "backend.kind", "redis runs in real time only (use --realtime)")])
-    from chaosd.backends.redis_runtime import RedisPipeline  # noqa: PLC0415 - redis only when asked for
+    from chaosd.backends.redis_runtime import redis_backend  # noqa: PLC0415 - redis only when asked for
 
-    return RedisPipeline(settings, clock, admission=admission, measure_from=measure_from, events=events)
+    return Pipeline(
+        settings, clock, admission=admission, measure_from=measure_from, events=events, backend=redis_backend
+    )

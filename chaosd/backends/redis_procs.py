@@ -8,18 +8,24 @@ the processes that are recovering. Its children are not the daemon's: each is wa
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from chaosd.clock import Clock
+from chaosd.config import Settings
+from chaosd.redact import redact_url
 
-__all__ = ["LocalProcesses"]
+__all__ = ["LocalProcesses", "children_settings"]
+
+_URL_VARIABLE = "CHAOSD_BACKEND__URL"  # how the local processes get a backend.url with a password
 
 
 @dataclass(slots=True)
@@ -37,6 +43,30 @@ def _child_env() -> dict[str, str]:
     here = str(Path(__file__).resolve().parent.parent.parent)
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def children_settings(settings: Settings, path: Path) -> Callable[[], None]:
+    """Write the settings file the local processes read, without the Redis password: a URL with credentials is
+    written redacted, and the real one reaches the processes only as their environment variable
+    CHAOSD_BACKEND__URL (which beats a file, as for every process), set here in the daemon's environment
+    until the run ends (call what this returns) so that every spawner started meanwhile inherits it.
+    The file stays in the run's private directory either way (mode 0700, removed at the end)."""
+    data = settings.model_dump(mode="json", exclude={"api", "daemon", "storage"}, by_alias=True)
+    url = settings.backend.url
+    data["backend"]["url"] = redact_url(url)
+    path.write_text(json.dumps(data))
+    if data["backend"]["url"] == url:
+        return lambda: None
+    before = os.environ.get(_URL_VARIABLE)
+    os.environ[_URL_VARIABLE] = url
+
+    def restore() -> None:
+        if before is None:
+            os.environ.pop(_URL_VARIABLE, None)
+        else:
+            os.environ[_URL_VARIABLE] = before
+
+    return restore
 
 
 def _gone(pidfd: int, timeout: float = 0.0) -> bool:

@@ -259,7 +259,7 @@ class RedisWorker:
             self._dropped_reported += dropped
             self._trips_reported += trips
             self._apply(replies[-2] or {}, replies[-1] or "")
-            self.pipeline.dispatcher.tick(self._clock.now())  # breakers and reroutes, as the leader's beat does
+            self.pipeline.heartbeat(self._clock.now())  # breakers and reroutes, as the leader's beat does
             await self._clock.sleep(_CONTROL_EVERY)
 
     def _stage_deltas(self) -> dict[str, int]:

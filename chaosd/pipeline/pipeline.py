@@ -1,35 +1,32 @@
-"""Assembles the agent runtime — producers, queue, orchestrator replicas, workers, supervisor — and owns its tasks."""
+"""The pipeline: the books, stages, DAG and supervisor every backend shares, assembled with one backend's parts
+(queue, dispatch, busy meter, producers, workers, and the host that runs its agents)."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
-from typing import TypeVar
 
 from chaosd.clock import Clock
 from chaosd.config import Settings
+from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.handlers import refuse_virtual_time
 from chaosd.histogram import LogHistogram
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.audit import Audit
 from chaosd.pipeline.dag import Dag
-from chaosd.pipeline.dispatch import Dispatcher
+from chaosd.pipeline.in_memory import in_memory
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape
-from chaosd.pipeline.producer import Admission, Producer
-from chaosd.pipeline.queue import IngressQueue
+from chaosd.pipeline.parts import Backend, Core
+from chaosd.pipeline.producer import Admission
 from chaosd.pipeline.resources import McpConnection, MemoryStore
 from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.supervisor import Supervisor
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.worker import BusyMeter, Walk, Worker
+from chaosd.pipeline.worker import Walk, Worker
 from chaosd.rng import Streams
-
-P = TypeVar("P", bound=Producer)
 
 __all__ = ["Pipeline"]
 
@@ -42,7 +39,11 @@ class _Factor:
 
 
 class Pipeline:
-    """The running system under test. ``async with pipeline.running():`` starts and stops it."""
+    """The running system under test. ``async with pipeline.running():`` starts and stops it.
+
+    The parts the backends differ in (queue, dispatch, busy meter, producers, workers, where agents run) come
+    from ``backend``; the in-memory one unless told otherwise.
+    """
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class Pipeline:
         admission: Admission | None = None,
         measure_from: float = 0.0,
         events: EventLog | None = None,
+        backend: Backend = in_memory,
     ) -> None:
         if getattr(clock, "virtual", False):
             refuse_virtual_time(settings.stages)  # user handlers wait on the real clock
@@ -65,12 +67,29 @@ class Pipeline:
         # The audit keeps its own books of effects owed and applied: it measures duplicates, the sink suppresses them.
         self.audit = Audit()
         self.ledger = Ledger(load.deadline, settings.sink.idempotent, self.audit)
-        self.queue = IngressQueue(settings.queue.capacity, settings.queue.when_full, clock)
-        self.busy = BusyMeter(self.t0)
         self.wait = LogHistogram()
         self.sojourn = LogHistogram()
         self.admission: Admission = admission if admission is not None else _Factor()
         self.surge = _Factor()
+        core = Core(
+            settings=settings,
+            clock=clock,
+            t0=self.t0,
+            events=self.events,
+            ledger=self.ledger,
+            shape=self.shape,
+            admission=self.admission,
+            surge=self.surge,
+            wait=self.wait,
+            sojourn=self.sojourn,
+            measure_from=measure_from,
+        )
+        parts = backend(core)
+        self.queue = parts.queue
+        self.busy = parts.busy
+        self.dispatcher = parts.dispatcher
+        self.producers = list(parts.producers)
+        self._worker = parts.worker
         self.mcp: dict[str, McpConnection] = {}
         self.memory: dict[str, MemoryStore] = {}
         self.stages: dict[str, StageRunner] = {}
@@ -96,69 +115,24 @@ class Pipeline:
         self.avoided: frozenset[str] = frozenset()  # stages whose breaker is open
         self._reroute()
 
-        replicas = [Agent(f"orchestrator-{i}", "orchestrator") for i in range(settings.orchestrator.replicas)]
-        self.dispatcher = Dispatcher(settings.orchestrator, replicas, self.queue, clock, self.events, self.t0)
-        self.dispatcher.on_tick.append(self._heartbeat)
-        agents = [Agent(f"producer-{i}", "producer") for i in range(load.producers)]
-        self.producers = self.make_producers(Producer, self.queue, agents, measure_from)
         self.workers = [self.make_worker(Agent(f"worker-{i}", "worker")) for i in range(settings.workers.count)]
-        self.agents: dict[str, Agent] = {a.id: a for a in replicas}
+        self.agents: dict[str, Agent] = {a.id: a for a in self.dispatcher.replicas}
         self.agents.update({w.agent.id: w.agent for w in self.workers})
         self.agents.update({p.agent.id: p.agent for p in self.producers})
-        self._runners = {w.agent.id: w.run for w in self.workers} | {p.agent.id: p.run for p in self.producers}
+        # What a fault switch changed, for a backend whose agents must hear of it (``switch``, the agent ids).
+        self.on_switch: list[Callable[[str, Collection[str]], None]] = []
+        self.host = parts.host(self)
         self.supervisor = Supervisor(
             settings.supervisor, clock, self.events, streams.stream("supervisor"), self.t0, self.start_agent
         )
         route_names: tuple[str, ...] = self.route_names or ()
         self.mean_service = sum(self.stages[name].cfg.service.expected() for name in route_names)
-        self._group: asyncio.TaskGroup | None = None
 
     # --- routing ----------------------------------------------------------------------------------
 
-    def make_producers(
-        self, kind: type[P], queue: IngressQueue, agents: Sequence[Agent], measure_from: float
-    ) -> list[P]:
-        """One producer per agent, each offering an equal share of the load from its own arrival stream; task ids
-        come from one counter. (The Redis backend makes its own kind, offering to the stream.)"""
-        load = self.settings.load
-        streams = Streams(self.settings.seed)
-        ids = itertools.count(1)
-        n = len(agents)
-        return [
-            kind(
-                share=1.0 / n,
-                shape=self.shape,
-                arrival=load.arrival,
-                burst_size=load.burst_size,
-                rng=streams.stream(f"arrivals:{i}"),
-                agent=agent,
-                queue=queue,
-                ledger=self.ledger,
-                admission=self.admission,
-                surge=self.surge,
-                clock=self.clock,
-                ids=ids,
-                t0=self.t0,
-                measure_from=self.t0 + measure_from,
-                phase=i / n,
-            )
-            for i, agent in enumerate(agents)
-        ]
-
     def make_worker(self, agent: Agent) -> Worker:
-        """A worker for ``agent`` on this pipeline's queue, dispatch, books and route; its own network stream."""
-        return Worker(
-            agent=agent,
-            routing=self,
-            queue=self.queue,
-            ledger=self.ledger,
-            dispatcher=self.dispatcher,
-            clock=self.clock,
-            busy=self.busy,
-            wait=self.wait,
-            sojourn=self.sojourn,
-            rng=Streams(self.settings.seed).stream(f"network:{agent.id}"),
-        )
+        """A worker for ``agent`` as this pipeline's backend makes them (not listed: the caller lists it)."""
+        return self._worker(self, agent)
 
     def _reroute(self) -> None:
         found = self.dag.find(self.avoided)
@@ -177,17 +151,18 @@ class Pipeline:
     def _breaker_tripped(self) -> None:
         """A stage's breaker opened: the leader (if there is one) steers around it now."""
         if self.dispatcher.leader_id is not None:
-            self._update_route(self.clock.now())
+            self.update_route(self.clock.now())
 
-    def _heartbeat(self, now: float) -> None:
+    def heartbeat(self, now: float) -> None:
+        """The leader's beat: steer around open breakers, reroute a changed DAG, repair memory stores."""
         if self.dispatcher.leader_id is None:
             return
-        self._update_route(now)
+        self.update_route(now)
         for store in self.memory.values():
             if store.scrub():
                 self.events.record(now - self.t0, "memory", stage=store.name, state="repaired")
 
-    def _update_route(self, now: float) -> None:
+    def update_route(self, now: float) -> None:
         walked = self.route_names or ()
         avoided: set[str] = set()
         for name, stage in self.stages.items():
@@ -216,67 +191,65 @@ class Pipeline:
     # --- agents -----------------------------------------------------------------------------------
 
     def kill(self, agent: Agent) -> None:
-        agent.alive = False
-        agent.refresh()
-        if agent.task is not None:
-            agent.task.cancel()
-            agent.task = None
-        if agent.kind == "orchestrator":
-            self.dispatcher.replica_died(agent)
-        self.events.record(self.elapsed(), "agent", agent=agent.id, state="dead")
-        self.supervisor.died(agent)
+        self.host.kill(agent)
 
     def start_agent(self, agent: Agent) -> None:
         """Bring a dead agent back (the supervisor's restart, or a fault's revert)."""
-        agent.alive = True
-        agent.gave_up = False
-        agent.refresh()
-        runner = self._runners.get(agent.id)
-        if runner is not None and self._group is not None:
-            agent.task = self._group.create_task(runner(), name=agent.id)
-        self.events.record(self.elapsed(), "agent", agent=agent.id, state="alive")
+        self.host.start(agent)
 
     def elapsed(self) -> float:
         return self.clock.now() - self.t0
+
+    def _switched(self, switch: str, ids: Collection[str] = ()) -> None:
+        for callback in self.on_switch:
+            callback(switch, ids)
 
     # --- what faults act through (chaosd.faults.runtime.Runtime; ``agents`` and ``stages`` above) --------
     # Called when a fault is applied, reverted or checked, never per task.
 
     def kill_agent(self, agent_id: str) -> None:
-        self.kill(self.agents[agent_id])
+        agent = self.agents.get(agent_id)
+        if agent is None:  # a replica started by hand can hold the lease without being an agent of ours
+            raise FaultError("target", f"{agent_id} is not a process this daemon runs or has seen beat", status=409)
+        self.kill(agent)
 
     def pause(self, ids: Collection[str], on: bool) -> None:
         for agent_id in ids:
             agent = self.agents[agent_id]
             agent.paused = on
             agent.refresh()  # reopen or close its gate
+        self._switched("pause", ids)
 
     def partition(self, ids: Collection[str], on: bool) -> None:
         for agent_id in ids:
             agent = self.agents[agent_id]
             agent.partitioned = on
             agent.refresh()
+        self._switched("partition", ids)
 
     def exhaust(self, ids: Collection[str], on: bool) -> None:
         for agent_id in ids:
             agent = self.agents[agent_id]
             agent.exhausted = on
             agent.refresh()
+        self._switched("exhaust", ids)
 
     def slow(self, ids: Collection[str], factor: float) -> None:
         for agent_id in ids:
             self.agents[agent_id].slow = factor
+        self._switched("slow", ids)
 
     def drop_dispatches(self, ids: Collection[str], probability: float) -> None:
         for worker in self.workers:
             if worker.agent.id in ids:
                 worker.drop_probability = probability
+        self._switched("drop", ids)
 
     def dropped(self, ids: Collection[str]) -> int:
         return sum(w.dropped for w in self.workers if w.agent.id in ids)
 
     def held_tasks(self, ids: Collection[str]) -> int:
-        return sum(1 for w in self.workers if w.agent.id in ids and w.current is not None)
+        return self.host.held_tasks(ids)
 
     def leader(self) -> str | None:
         return self.dispatcher.leader_id
@@ -299,6 +272,7 @@ class Pipeline:
         stage.removed = removed
         stage.refresh()
         self.mark_dag_changed()
+        self._switched("remove_node")
 
     def remove_edge(self, a: str, b: str, removed: bool) -> None:
         if removed:
@@ -306,6 +280,7 @@ class Pipeline:
         else:
             self.dag.removed_edges.discard((a, b))
         self.mark_dag_changed()
+        self._switched("remove_edge")
 
     def settled_route(self) -> tuple[str, ...] | None:
         return None if self.dag_dirty else self.route_names
@@ -314,24 +289,34 @@ class Pipeline:
         stage = self.stages[name]
         stage.hang, stage.hang_timeout = on, timeout
         stage.refresh()
+        self._switched("hang")
 
     def llm_down(self, name: str, on: bool) -> None:
         stage = self.stages[name]
         stage.llm_down = on
         stage.refresh()
+        self._switched("llm_down")
 
     def jitter(self, name: str, seconds: float) -> None:
         stage = self.stages[name]
         stage.jitter = seconds
         stage.refresh()
+        self._switched("jitter")
+
+    # With remote stages the pipeline's memory stores and MCP clients serve no task: nothing of theirs breaks,
+    # and a fault that would break them is refused before anything changes.
 
     def corrupt_memory(self, name: str, entries: int) -> list[int]:
+        if self.host.remote_stages:
+            raise _unavailable("memory_corrupt")
         return self.memory[name].corrupt(entries)
 
     def corrupted(self, name: str) -> AbstractSet[int]:
         return self.memory[name].corrupted
 
     def mcp_drop(self, name: str, outage: float) -> None:
+        if self.host.remote_stages:
+            raise _unavailable("mcp_disconnect")
         self.mcp[name].drop(outage)
 
     def mcp_restore(self, name: str) -> None:
@@ -346,41 +331,34 @@ class Pipeline:
         else:
             self.surge.factor /= factor
 
-    # Tasks leave their holders only through faults here (a killed leader's dispatch state, a dropped dispatch):
-    # between faults the last walk over the holders still counts the lost ones (Experiment.accounted).
-    loss_needs_fault = True
+    # --- what the experiment reads ----------------------------------------------------------------
+
+    @property
+    def loss_needs_fault(self) -> bool:
+        """Whether tasks leave their holders only through faults (Experiment.accounted)."""
+        return self.host.loss_needs_fault
 
     def holders(self) -> Iterator[Task]:
         """Every task somebody answers for: queued, blocked at admission, dispatched, or in service."""
-        yield from self.queue.waiting()
-        yield from self.dispatcher.held()
-        for worker in self.workers:
-            if worker.current is not None:
-                yield worker.current
+        return self.host.holders()
 
     def in_service(self) -> int:
         return sum(1 for w in self.workers if w.current is not None)
 
+    def backend_health(self) -> str | None:
+        """Why the backend cannot serve now (readiness and the status line say so), or None."""
+        return self.host.health()
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Pipeline]:
-        """Run the agents for the body of the ``async with``; cancel and await them after.
+        """Run the agents for the body of the ``async with``; stop them all after (the host's ``running``)."""
+        async with self.host.running():
+            yield self
 
-        They live in a task group: if one crashes, the body is cancelled and the error propagates.
-        """
-        async with asyncio.TaskGroup() as group:
-            self._group = group
-            background = [group.create_task(self.dispatcher.run(), name="dispatcher")]
-            background += [group.create_task(c.run(), name=f"mcp-{n}") for n, c in self.mcp.items()]
-            for agent_id, runner in self._runners.items():
-                agent = self.agents[agent_id]
-                agent.task = group.create_task(runner(), name=agent_id)
-            try:
-                yield self
-            finally:
-                self._group = None
-                self.supervisor.close()
-                for task in background:
-                    task.cancel()
-                for agent in self.agents.values():
-                    if agent.task is not None:
-                        agent.task.cancel()
+
+def _unavailable(action: str) -> FaultError:
+    return FaultError(
+        "action",
+        f"{action} is not available on the redis backend: each worker process keeps its own copy of that stage",
+        status=409,
+    )

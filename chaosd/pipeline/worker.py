@@ -57,7 +57,10 @@ class BusyMeter:
 
 
 class Worker:
-    """One worker agent: serves one task at a time, start to finish, along the orchestrator's route."""
+    """One worker agent: serves one task at a time, start to finish, along the orchestrator's route.
+
+    Without a dispatcher it only mirrors a worker process elsewhere (its flags, what its heartbeats report).
+    """
 
     def __init__(
         self,
@@ -66,7 +69,7 @@ class Worker:
         routing: Routing,
         queue: IngressQueue,
         ledger: Ledger,
-        dispatcher: Dispatcher,
+        dispatcher: Dispatcher | None,
         clock: Clock,
         busy: BusyMeter,
         wait: LogHistogram,
@@ -118,6 +121,9 @@ class Worker:
         return DEGRADED if reason is None and degraded else reason
 
     async def _loop(self) -> None:
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            raise RuntimeError(f"{self.agent.id} stands for a process elsewhere: it has no dispatch to serve here")
         agent = self.agent
         gate = agent.gate
         queue = self._queue
@@ -128,7 +134,6 @@ class Worker:
         sojourn_add = self._sojourn.add
         ledger = self._ledger
         in_flight = ledger.in_flight
-        dispatcher = self._dispatcher
         me = agent.id
         served = 0
         while True:

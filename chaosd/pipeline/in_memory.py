@@ -1,0 +1,164 @@
+"""The in-memory backend: every agent is a task of this process, on the queue and dispatch built here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from chaosd.pipeline.agents import Agent
+from chaosd.pipeline.dispatch import Dispatcher
+from chaosd.pipeline.parts import Core, Parts, orchestrators, producers
+from chaosd.pipeline.producer import Producer
+from chaosd.pipeline.queue import IngressQueue
+from chaosd.pipeline.task import Task
+from chaosd.pipeline.worker import BusyMeter, Worker
+from chaosd.rng import Streams
+
+if TYPE_CHECKING:
+    from chaosd.pipeline.pipeline import Pipeline
+
+__all__ = ["AgentTasks", "InProcess", "Runner", "in_memory", "revive", "stop_task", "worker_for"]
+
+Runner = Callable[[], Coroutine[object, None, None]]
+
+
+def in_memory(core: Core) -> Parts:
+    """The parts of the in-memory runtime: one queue, the replicas' dispatcher, producers and workers on them."""
+    settings, clock = core.settings, core.clock
+    queue = IngressQueue(settings.queue.capacity, settings.queue.when_full, clock)
+    busy = BusyMeter(core.t0)
+    dispatcher = Dispatcher(settings.orchestrator, orchestrators(settings), queue, clock, core.events, core.t0)
+    return Parts(
+        queue=queue,
+        busy=busy,
+        dispatcher=dispatcher,
+        producers=producers(Producer, core, queue),
+        worker=lambda pipeline, agent: worker_for(pipeline, agent, queue, dispatcher, busy),
+        host=lambda pipeline: InProcess(pipeline, dispatcher),
+    )
+
+
+def worker_for(
+    pipeline: Pipeline, agent: Agent, queue: IngressQueue, dispatcher: Dispatcher | None, busy: BusyMeter
+) -> Worker:
+    """A worker for ``agent`` on this queue and dispatch, the pipeline's books and route; its own network stream."""
+    return Worker(
+        agent=agent,
+        routing=pipeline,
+        queue=queue,
+        ledger=pipeline.ledger,
+        dispatcher=dispatcher,
+        clock=pipeline.clock,
+        busy=busy,
+        wait=pipeline.wait,
+        sojourn=pipeline.sojourn,
+        rng=Streams(pipeline.settings.seed).stream(f"network:{agent.id}"),
+    )
+
+
+class AgentTasks:
+    """The agents that run as tasks of this process, in the task group of a running pipeline."""
+
+    def __init__(self, runners: dict[str, Runner], agents: dict[str, Agent]) -> None:
+        self._runners = runners
+        self._agents = agents
+        self._group: asyncio.TaskGroup | None = None
+
+    def start_all(self, group: asyncio.TaskGroup) -> None:
+        self._group = group
+        for agent_id, runner in self._runners.items():
+            self._agents[agent_id].task = group.create_task(runner(), name=agent_id)
+
+    def start(self, agent: Agent) -> None:
+        """Run the agent again (no-op for one without a runner here, or outside ``running``)."""
+        runner = self._runners.get(agent.id)
+        if runner is not None and self._group is not None:
+            agent.task = self._group.create_task(runner(), name=agent.id)
+
+    def close(self) -> None:
+        self._group = None
+
+
+def stop_task(agent: Agent) -> None:
+    """Mark the agent dead and cancel its task."""
+    agent.alive = False
+    agent.refresh()
+    if agent.task is not None:
+        agent.task.cancel()
+        agent.task = None
+
+
+def revive(agent: Agent) -> None:
+    """Mark the agent alive again (its task or process is the caller's to start)."""
+    agent.alive = True
+    agent.gave_up = False
+    agent.refresh()
+
+
+class InProcess:
+    """Workers, producers and replicas as tasks of this process; the replicas' heartbeat is the dispatcher's."""
+
+    # Tasks leave their holders only through faults here (a killed leader's dispatch state, a dropped dispatch):
+    # between faults the last walk over the holders still counts the lost ones (Experiment.accounted).
+    loss_needs_fault = True
+    remote_stages = False
+
+    def __init__(self, pipeline: Pipeline, dispatcher: Dispatcher) -> None:
+        self._p = pipeline
+        self._dispatcher = dispatcher
+        dispatcher.on_tick.append(pipeline.heartbeat)
+        runners: dict[str, Runner] = {w.agent.id: w.run for w in pipeline.workers}
+        runners.update({p.agent.id: p.run for p in pipeline.producers})
+        self._tasks = AgentTasks(runners, pipeline.agents)
+
+    def kill(self, agent: Agent) -> None:
+        p = self._p
+        stop_task(agent)
+        if agent.kind == "orchestrator":
+            self._dispatcher.replica_died(agent)
+        p.events.record(p.elapsed(), "agent", agent=agent.id, state="dead")
+        p.supervisor.died(agent)
+
+    def start(self, agent: Agent) -> None:
+        revive(agent)
+        self._tasks.start(agent)
+        self._p.events.record(self._p.elapsed(), "agent", agent=agent.id, state="alive")
+
+    def held_tasks(self, ids: Collection[str]) -> int:
+        return sum(1 for w in self._p.workers if w.agent.id in ids and w.current is not None)
+
+    def holders(self) -> Iterator[Task]:
+        """Every task somebody answers for: queued, blocked at admission, dispatched, or in service."""
+        p = self._p
+        yield from p.queue.waiting()
+        yield from self._dispatcher.held()
+        for worker in p.workers:
+            if worker.current is not None:
+                yield worker.current
+
+    def health(self) -> str | None:
+        return None  # nothing outside this process to lose
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the agents for the body of the ``async with``; cancel and await them after.
+
+        They live in a task group: if one crashes, the body is cancelled and the error propagates.
+        """
+        p = self._p
+        async with asyncio.TaskGroup() as group:
+            background = [group.create_task(self._dispatcher.run(), name="dispatcher")]
+            background += [group.create_task(c.run(), name=f"mcp-{n}") for n, c in p.mcp.items()]
+            self._tasks.start_all(group)
+            try:
+                yield
+            finally:
+                self._tasks.close()
+                p.supervisor.close()
+                for task in background:
+                    task.cancel()
+                for agent in p.agents.values():
+                    if agent.task is not None:
+                        agent.task.cancel()
