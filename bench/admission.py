@@ -35,7 +35,7 @@ Columns (all counts from the ledger's cumulative totals read at each telemetry t
     python bench/admission.py                 # ~5 min: four real-time minutes for the stall
     python bench/admission.py --quick         # shorter runs, a 20 s stall
     python bench/admission.py --skip-realtime # virtual time only: seconds per situation
-    python bench/admission.py --write docs/benchmarks.md
+    python bench/admission.py --markdown       # the results as Markdown (bench/write_docs.py's section)
 """
 
 from __future__ import annotations
@@ -43,11 +43,9 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
-import datetime
 import json
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -71,7 +69,6 @@ from chaosd.telemetry.throttle import Throttle, ThrottleAction
 POLICIES = ("none", "aimd", "capacity", "oracle")
 QUIET = 5.0  # seconds without a refusal that count as full admission
 BACK = 0.9  # goodput back: this share of the offered rate
-SECTION = "## Admission control"
 
 # The stall's duty cycle: a container at its CPU quota is stopped for the rest of each period.
 STOP_S = 0.3
@@ -626,34 +623,6 @@ def verdicts(checks: list[tuple[str, bool | None]]) -> list[str]:
     return [f"{'SKIP' if ok is None else 'PASS' if ok else 'FAIL'}  {text}" for text, ok in checks]
 
 
-def write_section(path: Path, body: str) -> None:
-    """Replace (or append) the ``## Admission control`` section of ``path``; the rest of the file is kept."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    section = f"{SECTION}\n\n{body.strip()}\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}[ \t]*\n.*?(?=^## |\Z)", re.M | re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1).rstrip("\n") + "\n"
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-def revision() -> str:
-    """The commit measured (read-only git), and whether chaosd/ had uncommitted changes."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "chaosd"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "an unknown commit"
-    return f"commit {head}" + (" with uncommitted changes in chaosd/" if dirty else "")
-
-
 def dump(directory: Path, name: str, policy: str, rows: Sequence[Row]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / f"{name}-{policy}.csv").open("w", newline="") as f:
@@ -670,7 +639,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="shorter runs (a 20 s stall)")
     parser.add_argument("--skip-realtime", action="store_true", help="skip the real-time stall")
     parser.add_argument("--only", default=None, help="comma-separated situations (default: all)")
-    parser.add_argument("--write", type=Path, default=None, help="write the Admission control section of this file")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the results as Markdown (what bench/write_docs.py records)"
+    )
     parser.add_argument("--dump", type=Path, default=None, help="write each run's ticks as CSV into this directory")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -714,23 +685,24 @@ def main() -> None:
 
     rows = table_rows(sits, results)
     checks = verdicts(targets(sits, results))
-    print(render_text(rows))
-    print()
-    print("capacity policy targets:")
+    text = sys.stderr if args.markdown else sys.stdout  # with --markdown, stdout is the Markdown alone
+    print(render_text(rows), file=text)
+    print(file=text)
+    print("capacity policy targets:", file=text)
     for line in checks:
-        print("  " + line)
+        print("  " + line, file=text)
     if args.quick and "stall" in sits:
-        print("  (--quick: the stall's measured run is 18 s, not 58 s, so its refused share is ~3x the full run's)")
-    print(f"\nrun time: {wall:.0f} s wall ({revision()}; {machine})")
+        print(
+            "  (--quick: the stall's measured run is 18 s, not 58 s, so its refused share is ~3x the full run's)",
+            file=text,
+        )
+    print(f"\nrun time: {wall:.0f} s wall ({machine})", file=text)
 
-    if args.write is not None:
-        command = " ".join(["python", "bench/admission.py", *sys.argv[1:]])
-        date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    if args.markdown:
         doc = __doc__.split("Columns", 1)[1].split("\n\n", 1)[0]
         body = "\n".join(
             [
-                f"Measured {date} with `{command}` ({wall:.0f} s wall, {revision()}; {machine}); "
-                "seed as in each config. "
+                "Seed as in each config. "
                 "Policies: `none`, `aimd`, `capacity` (the default controller) and an oracle the bench plugs in, "
                 "which admits min(1, capacity / offered) from the true capacity and offered rate and bounds the "
                 "queue at capacity × deadline.",
@@ -753,8 +725,7 @@ def main() -> None:
                 *[f"- {line}" for line in checks],
             ]
         )
-        write_section(args.write, body)
-        print(f"wrote the {SECTION!r} section of {args.write}")
+        print(body)
 
 
 if __name__ == "__main__":
