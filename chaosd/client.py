@@ -805,7 +805,11 @@ def _inspect_lines(report: Any) -> list[str]:
         lines.append(f"admission  {policy} · {detail}refused {admission['refused']}")
     rows = action_rows(faults)
     if rows:
-        lines.append("recovery time by action")
+        # The report lists only the newest faults; the counts above are of them all.
+        listed = summary.get("faults_listed", len(faults))
+        lines.append(
+            "recovery time by action" + (f" (the newest {listed} of {injected} faults)" if listed < injected else "")
+        )
         lines.extend("  " + r for r in table(("action", "faults", "recovered", "mean", "p95"), rows, "<>>>>"))
     diagnostics = report.get("diagnostics") or []
     causes = cause_rows(diagnostics)
@@ -855,7 +859,7 @@ def _expectation(e: Any) -> str:
     if not isinstance(e, dict):
         return f"  expect     {e}"
     mark = "pass" if e.get("passed") else "FAIL"
-    wanted = value(e["wanted"]) if "wanted" in e else ""
-    line = f"  expect     {mark}: {e.get('expect', '?')} {wanted} (measured {value(e.get('actual'))})"
+    expected = value(e["expected"]) if "expected" in e else ""
+    line = f"  expect     {mark}: {e.get('check', '?')} {expected} (measured {value(e.get('measured'))})"
     because = e.get("because")
     return f"{line}: {because}" if because and not e.get("passed") else line

@@ -601,12 +601,12 @@ def _env_name(loc: tuple[int | str, ...]) -> str | None:
 
 def _describe(error: Mapping[str, Any]) -> str:
     msg = str(error["msg"])
-    if error["type"] == "extra_forbidden":
+    if error["type"] == "extra_forbidden":  # pydantic's type for a key no model declares (file, overlay or env)
         return "unknown key"
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     secret = any("token" in str(part) for part in error["loc"])  # a rejected secret is never echoed
-    if error["type"] not in ("missing", "extra_forbidden") and "input" in error and not secret:
+    if error["type"] != "missing" and "input" in error and not secret:
         shown = repr(error["input"])
         if len(shown) <= 60 and not isinstance(error["input"], Mapping):
             msg = f"{msg} (got {shown})"

@@ -71,7 +71,7 @@ def number(x: float) -> str:
 
 
 def value(v: Any) -> str:
-    """A measured or wanted value (an expectation's): booleans as yes/no, floats rounded, None as a dash."""
+    """A measured or expected value (an expectation's): booleans as yes/no, floats rounded, None as a dash."""
     if isinstance(v, bool):
         return "yes" if v else "no"
     if v is None:

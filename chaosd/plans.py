@@ -21,6 +21,7 @@ from chaosd.humanize import seconds
 from chaosd.runner import Experiment
 from chaosd.scenario import CHECKS, Scenario, ScenarioAction
 from chaosd.score import ScoreInputs, ScoreWeights, compute_score
+from chaosd.views import ExpectationView, ExpectedIncident
 from chaosd.wire import TERMINAL
 
 __all__ = [
@@ -339,17 +340,68 @@ def _survival_target(exp: Experiment, action: str, rng: random.Random) -> str | 
 
 # --- expectations ----------------------------------------------------------------------------------
 
-EXPECT_KEYS = (
-    "min_grade",
-    "min_score",
-    "max_recovery_s",
-    "lost_tasks",
-    "duplicated_tasks",
-    "all_recovered",
-    "checks_pass",
-    "min_availability",
-)
 _GRADES = ("F", "D", "C", "B", "A", "A+")
+
+# What one check measures on a report, whether that passes, and the incident behind the measurement.
+_Judged = tuple[Any, bool, Mapping[str, Any] | None]
+_Judge = Callable[[Any, Mapping[str, Any], list[Mapping[str, Any]]], _Judged]  # Any: as written, checked first
+
+
+def _min_grade(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+    measured = report["score"]["grade"]
+    return measured, measured in _GRADES and _GRADES.index(measured) >= _GRADES.index(str(wanted)), None
+
+
+def _min_score(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+    measured = report["score"]["total"]
+    return measured, measured is not None and measured >= float(wanted), None
+
+
+def _min_availability(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+    measured = report["score"]["availability"]
+    return measured, measured is not None and measured >= float(wanted), None
+
+
+def _max_recovery_s(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+    # Per incident: overlapping faults share one recovery (a lone fault is its own incident).
+    timed = [i for i in incidents if i["recovery_s"] is not None]
+    slowest = max(timed, key=lambda i: i["recovery_s"], default=None)
+    measured = slowest["recovery_s"] if slowest is not None else 0.0
+    return measured, measured <= float(parse_duration(wanted)), slowest  # type: ignore[arg-type]
+
+
+def _lost_tasks(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+    measured = report["tasks"]["lost"]
+    return measured, measured <= int(wanted), None
+
+
+def _duplicated_tasks(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+    measured = report["tasks"]["duplicated"]
+    return measured, measured <= int(wanted), None
+
+
+def _all_recovered(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+    measured = all(f["recovered"] for f in report.get("faults", []))
+    return measured, measured == bool(wanted), None
+
+
+def _checks_pass(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+    measured = all(a.get("ok", False) for a in report.get("actions", []) if a.get("action") != "wait")
+    return measured, measured == bool(wanted), None
+
+
+# The one list of checks: check_expectations accepts exactly these keys, evaluate_expectations judges them.
+_JUDGES: dict[str, _Judge] = {
+    "min_grade": _min_grade,
+    "min_score": _min_score,
+    "max_recovery_s": _max_recovery_s,
+    "lost_tasks": _lost_tasks,
+    "duplicated_tasks": _duplicated_tasks,
+    "all_recovered": _all_recovered,
+    "checks_pass": _checks_pass,
+    "min_availability": _min_availability,
+}
+EXPECT_KEYS = tuple(_JUDGES)
 
 
 def check_expectations(expect: Mapping[str, Any], source: str) -> None:
@@ -365,7 +417,7 @@ def check_expectations(expect: Mapping[str, Any], source: str) -> None:
 
 def _expectation_problem(key: str, wanted: object) -> str | None:
     number = wanted if isinstance(wanted, int | float) and not isinstance(wanted, bool) else None
-    if key not in EXPECT_KEYS:
+    if key not in _JUDGES:
         return f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})"
     if key == "min_grade" and wanted not in _GRADES:
         return f"must be a grade ({', '.join(_GRADES)})"
@@ -390,66 +442,26 @@ def _expectation_problem(key: str, wanted: object) -> str | None:
 def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Check ``expect:`` against a report (a run's, or a scenario's window): one entry per expectation.
 
-    Each entry has ``check`` (the key), ``expected`` (as written), ``measured`` and ``passed``; a
+    Each entry is an :class:`~chaosd.views.ExpectationView`: ``check`` (the key), ``expected`` (as
+    written), ``measured`` and ``passed``, plus ``incident`` and ``because`` when they apply. A
     measurement the report does not have (no score yet: nothing was offered) is None and fails.
-    ``expect``, ``wanted`` and ``actual`` repeat the first three under their earlier names.
+    Refuses what :func:`check_expectations` refuses.
     """
+    check_expectations(expect, "scenario")
     results: list[dict[str, Any]] = []
     faults = report.get("faults", [])
-    score = report["score"]
     ids = {f["id"] for f in faults}
     incidents = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
     for key, wanted in expect.items():
-        measured: Any
-        blame: Mapping[str, Any] | None = None  # the incident that made the measurement (max_recovery_s, grades)
-        if key == "min_grade":
-            measured = score["grade"]
-            ok = measured in _GRADES and _GRADES.index(measured) >= _GRADES.index(str(wanted))
-        elif key == "min_score":
-            measured = score["total"]
-            ok = measured is not None and measured >= float(wanted)
-        elif key == "max_recovery_s":
-            # Per incident: overlapping faults share one recovery (a lone fault is its own incident).
-            timed = [i for i in incidents if i["recovery_s"] is not None]
-            slowest = max(timed, key=lambda i: i["recovery_s"], default=None)
-            measured = slowest["recovery_s"] if slowest is not None else 0.0
-            ok = measured <= float(parse_duration(wanted))  # type: ignore[arg-type]
-            blame = slowest
-        elif key in ("lost_tasks", "max_lost"):
-            measured = report["tasks"]["lost"]
-            ok = measured <= int(wanted)
-        elif key in ("duplicated_tasks", "max_duplicated"):
-            measured = report["tasks"]["duplicated"]
-            ok = measured <= int(wanted)
-        elif key == "all_recovered":
-            measured = all(f["recovered"] for f in faults)
-            ok = measured == bool(wanted)
-        elif key == "checks_pass":
-            measured = all(a.get("ok", False) for a in report.get("actions", []) if a.get("action") != "wait")
-            ok = measured == bool(wanted)
-        elif key == "min_availability":
-            measured = score["availability"]
-            ok = measured is not None and measured >= float(wanted)
-        else:
-            raise ScenarioError(
-                [("scenario", f"expect.{key}", f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})")]
-            )
+        measured, ok, blame = _JUDGES[key](wanted, report, incidents)
         if not ok and key in ("min_grade", "min_score", "min_availability"):
             blame = _worst_incident(incidents)
-        result: dict[str, Any] = {
-            "check": key,
-            "expected": wanted,
-            "measured": measured,
-            "passed": bool(ok),
-            "expect": key,
-            "wanted": wanted,
-            "actual": measured,
-        }
+        result: ExpectationView = {"check": key, "expected": wanted, "measured": measured, "passed": bool(ok)}
         if blame is not None:
             result["incident"] = _named(blame)
         if not ok:
             result["because"] = _because(key, measured, blame, faults)
-        results.append(result)
+        results.append(dict(result))
     return results
 
 
@@ -460,7 +472,7 @@ def _worst_incident(incidents: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]
     return max(pool, key=lambda i: (i.get("impact_s", 0.0), i["id"]), default=None)
 
 
-def _named(incident: Mapping[str, Any]) -> dict[str, Any]:
+def _named(incident: Mapping[str, Any]) -> ExpectedIncident:
     return {
         "id": incident["id"],
         "faults": list(incident["faults"]),

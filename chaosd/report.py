@@ -143,7 +143,7 @@ def render_summary(r: Mapping[str, Any]) -> str:
             lines.append(f"             {line}")
         for e in r.get("expectations", []):
             mark = "pass" if e["passed"] else "FAIL"
-            lines.append(f"  expect     {mark}: {e['expect']} {value(e['wanted'])} (measured {value(e['actual'])})")
+            lines.append(f"  expect     {mark}: {e['check']} {value(e['expected'])} (measured {value(e['measured'])})")
     lines.append(_admission(th))
     todo = fixes(r)
     lines.append("  what to fix" + ("" if todo else "  nothing stands out"))

@@ -26,6 +26,8 @@ __all__ = [
     "BaselineView",
     "Duration",
     "EventView",
+    "ExpectationView",
+    "ExpectedIncident",
     "FaultView",
     "IncidentView",
     "RunInstant",
@@ -281,6 +283,31 @@ class DiagnosticView(TypedDict):
     share: Share
 
 
+@_closed
+class ExpectedIncident(TypedDict):
+    """The incident behind an expectation's measurement (its slowest recovery, or what cost the grade)."""
+
+    id: Annotated[int, Field(ge=1)]
+    faults: list[int]
+    actions: list[str]
+    outcome: str
+    recovery_s: Duration | None
+    impact_s: Duration | None
+    stalled_s: Duration
+
+
+@_closed
+class ExpectationView(TypedDict):
+    """One ``expect:`` check judged on a report (a run's, or a scenario's own window)."""
+
+    check: Annotated[str, Field(description="the expectation's key, as in the scenario file")]
+    expected: Annotated[str | int | float | bool, Field(description="the value as written in the scenario")]
+    measured: str | int | float | bool | None
+    passed: bool
+    incident: NotRequired[ExpectedIncident]
+    because: NotRequired[Annotated[str, Field(description="why it failed: the check and the fault or incident")]]
+
+
 @_open
 class ReportView(TypedDict):
     """The run report (``chaosd run``, ``--report``, ``GET /api/v1/report``); blocks without a time field stay open."""
@@ -308,7 +335,7 @@ class ReportView(TypedDict):
     interrupted: NotRequired[bool]
     runtime: NotRequired[dict[str, Any]]
     actions: NotRequired[list[dict[str, Any]]]
-    expectations: NotRequired[list[dict[str, Any]]]
+    expectations: NotRequired[list[ExpectationView]]
 
 
 # --- API answers ------------------------------------------------------------------------------------------
@@ -480,6 +507,7 @@ class PlanStatus(TypedDict):
     window: NotRequired[WindowSpan]
     score: NotRequired[ScoreView]
     daemon_score: NotRequired[ScoreView]
+    # Entries are ExpectationView; typed loosely until the controller keeps them as such.
     expectations: NotRequired[list[dict[str, Any]]]
     passed: NotRequired[bool | None]
 

@@ -104,7 +104,7 @@ def execute(run: Run, out: Path, duration: str | None) -> tuple[dict[str, Any] |
     shown = " ".join([*(f"{k}={v}" for k, v in run.env.items()), "python", *args[1:]])
     if done.returncode == EXIT_EXPECTATION and report.exists():
         unmet = [
-            f"{e.get('check', '?')} (wanted {e.get('expected')!r}, got {e.get('actual')!r})"
+            f"{e.get('check', '?')} (wanted {e.get('expected')!r}, got {e.get('measured')!r})"
             for e in json.loads(report.read_text(encoding="utf-8")).get("expectations", [])
             if not e.get("passed")
         ]

@@ -21,7 +21,7 @@ import pytest
 from daemon_harness import ROOT, TOKEN, Daemon, ready_daemon, wait_for
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
-from chaosd.arena.postmortem import embed_json
+from chaosd.arena.postmortem import embed_json, render_html
 from chaosd.arena.series import Series
 from chaosd.cli import main as cli_main
 
@@ -648,6 +648,114 @@ def test_the_post_mortem_file_opens_offline_with_its_charts(browser: Browser, tm
         assert errors == [] and requests == [out.as_uri()]
     finally:
         context.close()
+
+
+def _fresh_page(browser: Browser, base: str) -> tuple[Page, list[str]]:
+    """A tab not yet on the page (its routes can be set before the first request), and what went wrong in it."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    return page, errors
+
+
+def test_a_failed_control_request_shows_an_error_on_the_page(browser: Browser, daemon: Daemon) -> None:
+    page, errors = _fresh_page(browser, daemon.base)
+    try:
+        page.route("**/api/v1/scenarios", lambda route: route.fulfill(status=500, json={"error": {"message": "x"}}))
+        page.route(
+            "**/api/v1/faults", lambda route: route.abort() if route.request.method == "POST" else route.fallback()
+        )
+        page.goto(daemon.base + "/arena")
+        expect(page.locator("#connection")).to_have_text("● live", timeout=10_000)
+        note = page.locator("#scenario-list-note")
+        expect(note).to_have_text("✗ the scenarios could not be listed (/api/v1/scenarios: HTTP 500)")
+        expect(note).to_have_class(re.compile(r"\berror\b"))
+        expect(page.locator("#scenario-name option")).to_have_count(0)
+        # A change whose request never reaches the daemon says so beside its button.
+        page.fill("#token", TOKEN)
+        page.click("#token-save")
+        page.get_by_role("button", name="Slow agent", exact=True).click()
+        expect(page.locator('.fault-row[data-action="slow_agent"] .note')).to_have_text("✗ the daemon did not answer")
+        # Told on the page, not left as an unhandled rejection (Chromium itself logs the failed loads).
+        assert not [e for e in errors if "500" not in e and "ERR_FAILED" not in e], errors
+    finally:
+        page.close()
+
+
+def test_a_rendering_error_is_shown_in_the_problems_banner_until_a_round_succeeds(
+    browser: Browser, daemon: Daemon
+) -> None:
+    page, errors = _fresh_page(browser, daemon.base)
+    try:
+        broken = {"on": True}
+        tally = {"injected": 0, "recovered": 0, "failed": 0, "mean_recovery_s": None}
+
+        def answer(route: Route) -> None:
+            if not broken["on"]:
+                route.fallback()
+                return
+            route.fulfill(json={"step_s": 1.0, "window_s": 600.0, "points": None, "faults": tally})
+
+        page.route("**/api/v1/timeseries", answer)
+        page.goto(daemon.base + "/arena")
+        banner = page.locator("#problems")
+        expect(banner).to_be_visible(timeout=10_000)
+        expect(banner.locator('li[data-part="charts"]')).to_have_text(re.compile(r"^charts: .*null"))
+        assert any("chaosd arena: charts:" in e for e in errors), errors
+        broken["on"] = False
+        expect(banner).to_be_hidden(timeout=10_000)
+        expect(page.locator('#charts svg.chart[data-chart="queue_depth"] path.line')).to_have_attribute(
+            "d", re.compile(r"^M"), timeout=10_000
+        )
+    finally:
+        page.close()
+
+
+# Each chart as drawn: its id, title, and per series its key, stroke colour, legend label and legend colour.
+_CHART_FACES = """svgs => svgs.map(s => {
+  const legend = [...s.closest("figure").querySelectorAll(".legend li")];
+  return {
+    id: s.dataset.chart,
+    title: s.getAttribute("aria-label"),
+    series: [...s.querySelectorAll("path.line")].map((p, i) => [
+      p.dataset.series,
+      getComputedStyle(p).stroke,
+      legend[i].textContent,
+      getComputedStyle(legend[i], "::before").color,
+    ]),
+  };
+})"""
+
+
+def test_the_live_page_and_the_post_mortem_draw_the_same_charts(
+    arena: _Arena, browser: Browser, daemon: Daemon, tmp_path: Path
+) -> None:
+    page = arena.page
+    expect(page.locator("#charts svg.chart")).to_have_count(5, timeout=10_000)
+    live = page.locator("#charts svg.chart").evaluate_all(_CHART_FACES)
+    code, report = daemon.get("/api/v1/report")
+    assert code == 200 and report["timeline"]
+    out = tmp_path / "live.html"
+    out.write_text(render_html(report, "the live run"), encoding="utf-8")
+    pm = browser.new_page()
+    try:
+        pm.goto(out.as_uri())
+        charts, _ = _pm_charts(report)
+        expect(pm.locator("svg.chart")).to_have_count(charts)
+        drawn = pm.locator("svg.chart").evaluate_all(_CHART_FACES)
+    finally:
+        pm.close()
+    shared = ["queue_depth", "queue_slope", "sojourn_p95", "throughput"]
+    assert [c["id"] for c in live][:4] == [c["id"] for c in drawn][:4] == shared
+    if report["throttle"]["policy"] == "aimd":  # both draw aimd's factor; otherwise the live page's refusals only
+        shared.append("throttle")
+    by_id = {c["id"]: c for c in drawn}
+    assert [c for c in live if c["id"] in shared] == [by_id[i] for i in shared]
+    throughput = by_id["throughput"]["series"]
+    assert [s[2] for s in throughput] == ["offered", "throughput", "goodput"]
+    assert len({s[1] for s in throughput}) == 3  # each line its own colour, the legend's
+    assert all(s[1] == s[3] for c in live for s in c["series"])
 
 
 def test_report_command_refuses_a_missing_or_invalid_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -96,6 +96,15 @@ def test_bad_config_names_file_field_and_problem_and_runs_nothing(
     assert not report.exists() and out == ""
 
 
+def test_an_unknown_key_from_the_environment_is_named_and_its_value_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHAOSD_API__LISTENN", "hunter2-not-shown")
+    code, out, err = _run(["run", "--duration", "5", "--report", str(tmp_path / "r.json")], capsys)
+    assert code == 2 and out == ""
+    assert err == "chaosd: error: environment CHAOSD_API__LISTENN: api.listenn: unknown key\n"
+
+
 BAD_SCENARIOS = [
     ("name: x\n", "duration", "Field required"),
     ("name: x\nduration: 10s\nload: {rate: -1}\n", "load.rate", "greater than or equal to 0"),
@@ -166,8 +175,14 @@ def test_failed_expectation_exits_3_with_the_report_written(tmp_path: Path, caps
     code, out, _ = _run(["run", str(scenario), "--report", str(report)], capsys)
     assert code == 3
     data = json.loads(report.read_text())
-    assert data["expectations"][0]["expect"] == "min_grade" and not data["expectations"][0]["passed"]
-    assert "FAIL" in out
+    [entry] = data["expectations"]
+    # One vocabulary: the names the views declare, and no other.
+    assert set(entry) == {"check", "expected", "measured", "passed", "incident", "because"}
+    assert entry["check"] == "min_grade" and entry["expected"] == "A+" and not entry["passed"]
+    assert f"  expect     FAIL: min_grade A+ (measured {entry['measured']})" in out
+    # The summary of the written report reads the same entry.
+    code, summary, _ = _run(["report", str(report)], capsys)
+    assert code == 0 and f"  expect     FAIL: min_grade A+ (measured {entry['measured']})" in summary
 
 
 @pytest.mark.parametrize(

@@ -169,8 +169,8 @@ class FakeDaemon:
     def _scenario(self, state: str) -> dict[str, Any]:
         done = state == "finished"
         expectations: list[dict[str, Any]] = [
-            {"expect": "min_grade", "wanted": "A", "actual": "A" if self.scenario_passed else "C"},
-            {"expect": "lost_tasks", "wanted": 0, "actual": 0, "passed": True},
+            {"check": "min_grade", "expected": "A", "measured": "A" if self.scenario_passed else "C"},
+            {"check": "lost_tasks", "expected": 0, "measured": 0, "passed": True},
         ]
         expectations[0]["passed"] = bool(self.scenario_passed)
         return {
@@ -546,6 +546,35 @@ def test_inspect_counts_pending_faults_apart_and_time_causes_in_seconds(daemon: 
     assert "collapsed_s" not in rows
     assert "  time collapsed 69 s (1 episode(s), final state healthy)" in out
     assert not any("3.11697" in line or "0.015033" in line for line in out)
+
+
+def test_inspect_says_the_table_by_action_covers_only_the_listed_faults(daemon: FakeDaemon) -> None:
+    """A long run's report lists its newest faults: the table must not pass for all that the header counts."""
+    report: dict[str, Any] = {
+        "score": {"total": 90.0, "grade": "A"},
+        "faults": [_fault(i, "kill_worker", recovery_s=1.0, recovered=True, outcome="recovered") for i in (249, 250)],
+        "faults_summary": {
+            "injected": 250,
+            "recovered": 250,
+            "failed": 0,
+            "pending": 0,
+            "unmeasured": 0,
+            "lever": None,
+            "faults_listed": 2,
+        },
+        "diagnostics": [],
+    }
+    daemon.routes["GET", "/api/v1/report"] = lambda _: (200, report)
+    code, out, _ = _cli("inspect", "--addr", daemon.addr)
+    assert code == EXIT_OK
+    assert out[2] == "faults     250 total · 250 recovered · 0 failed · 0 pending"
+    assert "recovery time by action (the newest 2 of 250 faults)" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out if line.startswith("  ")}
+    assert rows["kill_worker"][:2] == ["2", "2"]
+    # All listed: the table covers every fault and says nothing more.
+    report["faults_summary"] = {**report["faults_summary"], "injected": 2, "recovered": 2}
+    code, out, _ = _cli("inspect", "--addr", daemon.addr)
+    assert "recovery time by action" in out
 
 
 def test_inspect_json_prints_the_report(daemon: FakeDaemon) -> None:

@@ -17,7 +17,7 @@ from chaosd.errors import ConfigError
 __all__ = ["embed_json", "load_report", "render_html", "write_postmortem"]
 
 # In dependency order; their top-level names must not collide (they share one scope once joined).
-_MODULES = ("dom.js", "format.js", "ring.js", "charts.js", "postmortem.js", "pm_entry.js")
+_MODULES = ("dom.js", "format.js", "ring.js", "charts.js", "chartdefs.js", "postmortem.js", "pm_entry.js")
 
 
 def _static(name: str) -> str:

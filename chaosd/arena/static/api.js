@@ -11,10 +11,28 @@ export function setToken(token) {
   else sessionStorage.removeItem(TOKEN_KEY);
 }
 
+// A read that failed: the daemon did not answer (status 0), refused it, or sent no JSON.
+export class RequestError extends Error {
+  constructor(path, status, why) {
+    super(`${path}: ${why}`);
+    this.name = "RequestError";
+    this.status = status;
+  }
+}
+
 export async function getJSON(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
-  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
-  return response.json();
+  let response;
+  try {
+    response = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store" });
+  } catch (err) {
+    throw new RequestError(path, 0, "the daemon did not answer");
+  }
+  if (!response.ok) throw new RequestError(path, response.status, `HTTP ${response.status}`);
+  try {
+    return await response.json();
+  } catch (err) {
+    throw new RequestError(path, response.status, "not JSON");
+  }
 }
 
 // A change: resolves to {ok, status, body, message}; message is the API's own error text when refused.

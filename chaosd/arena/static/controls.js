@@ -45,7 +45,12 @@ function actionButton(label, attrs, run) {
   button.addEventListener("click", async () => {
     note.classList.remove("error");
     setText(note, "…");
-    const result = await run();
+    let result;
+    try {
+      result = await run();
+    } catch (err) {
+      result = { ok: false, message: err instanceof Error ? err.message : String(err) };
+    }
     note.classList.toggle("error", !result.ok);
     setText(note, result.ok ? "✓ done" : `✗ ${result.message}`);
   });
@@ -197,9 +202,15 @@ export class Controls {
 
   _scenarioBox() {
     const name = el("select", { id: "scenario-name" });
-    getJSON("/api/v1/scenarios").then((body) => {
-      for (const s of body.scenarios || []) name.append(el("option", { value: s }, s));
-    });
+    const listed = el("span", { class: "note", id: "scenario-list-note", role: "status", "aria-live": "polite" });
+    getJSON("/api/v1/scenarios")
+      .then((body) => {
+        for (const s of body.scenarios || []) name.append(el("option", { value: s }, s));
+      })
+      .catch((err) => {
+        listed.classList.add("error");
+        setText(listed, `✗ the scenarios could not be listed (${err.message})`);
+      });
     const speed = el("input", { id: "scenario-speed", type: "number", min: 1, max: 1000, step: "any", value: 1 });
     const run = actionButton("Run scenario", { id: "scenario-run" }, async () => {
       const result = await send("POST", "/api/v1/scenarios/run", { name: name.value, speed: Number(speed.value) });
@@ -218,6 +229,7 @@ export class Controls {
       { class: "plan" },
       el("legend", {}, "Scenario"),
       el("label", { for: "scenario-name" }, "scenario ", name),
+      listed,
       el("label", { for: "scenario-speed" }, "speed × ", speed),
       run.button,
       stop.button,

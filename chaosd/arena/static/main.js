@@ -1,41 +1,16 @@
 // The Arena, live: polls the status, the active faults and the telemetry series; follows the event stream.
 import { AgentCards } from "./agents.js";
-import { getJSON } from "./api.js";
+import { RequestError, getJSON } from "./api.js";
+import { CHARTS, admissionChart, chartPointsFromSeries } from "./chartdefs.js";
 import { LineChart } from "./charts.js";
 import { Controls } from "./controls.js";
 import { DagView } from "./dag.js";
 import { el } from "./dom.js";
 import { EventLog } from "./log.js";
 import { renderPostmortem } from "./postmortem.js";
+import { clearProblem, reportProblem, watchProblems } from "./problems.js";
 import { Stream } from "./stream.js";
 import { TopBar } from "./top.js";
-
-const LIVE_CHARTS = [
-  { id: "queue_depth", title: "Queue depth (tasks)", series: [{ key: "queue_depth", label: "depth", cls: "s1" }], digits: 0 },
-  { id: "queue_slope", title: "dQ/dt (tasks/s)", series: [{ key: "queue_slope", label: "dQ/dt", cls: "s2" }] },
-  { id: "sojourn_p95", title: "p95 sojourn (s)", series: [{ key: "sojourn_p95", label: "p95", cls: "s2" }], digits: 3 },
-  {
-    id: "throughput",
-    title: "Throughput vs offered (tasks/s)",
-    series: [
-      { key: "arrival_rate", label: "offered", cls: "s3" },
-      { key: "throughput", label: "throughput", cls: "s1" },
-      { key: "goodput", label: "goodput", cls: "s4" },
-    ],
-  },
-];
-
-// The admission chart follows the policy: aimd's factor, or what was refused (offered − admitted) otherwise.
-function admissionChart(policy) {
-  if (policy === "aimd") {
-    return { id: "throttle", title: "Throttle factor (aimd)", series: [{ key: "throttle_factor", label: "factor", cls: "s2" }], digits: 2 };
-  }
-  return {
-    id: "refused",
-    title: `Refused: offered − admitted (tasks/s; admission ${policy ?? "?"})`,
-    series: [{ key: "refused", label: "refused", cls: "s2" }],
-  };
-}
 
 // Each fault's interval on the charts: from its injection to the service's recovery (or its end; still open:
 // the chart's right edge). A failed fault is red.
@@ -51,12 +26,10 @@ export function faultMarks(faults, now) {
   });
 }
 
-function withRefused(points) {
-  return points.map((p) => ({ ...p, refused: Math.max(0, Number(p.arrival_rate) - Number(p.admitted_rate)) }));
-}
-
-// Runs ``task`` every ``ms`` with never two in flight; ``now()`` runs it at once (debounced).
-function poller(task, ms) {
+// Runs ``task`` every ``ms`` with never two in flight; ``now()`` runs it at once (debounced). A request that
+// fails is the connection line's to tell (the next round tries again); anything else went wrong drawing the
+// page, and is shown in the problems banner under ``name`` until a round succeeds.
+function poller(name, task, ms) {
   let busy = false;
   let again = false;
   let timer = null;
@@ -69,8 +42,9 @@ function poller(task, ms) {
     busy = true;
     try {
       await task();
+      clearProblem(name);
     } catch (err) {
-      // the connection line says the daemon is away; the next round tries again
+      if (!(err instanceof RequestError)) reportProblem(name, err);
     } finally {
       busy = false;
       timer = setTimeout(run, again ? 50 : ms);
@@ -86,7 +60,7 @@ async function boot() {
   const agents = new AgentCards(document.getElementById("agents"));
   const log = new EventLog(document.getElementById("log"), document.getElementById("log-filter"));
   const chartsRoot = document.getElementById("charts");
-  const charts = LIVE_CHARTS.map((spec) => new LineChart(chartsRoot, spec));
+  const charts = CHARTS.map((spec) => new LineChart(chartsRoot, spec));
   let admission = null; // drawn once the first status names the policy
   let points = [];
   let controls = null;
@@ -94,7 +68,7 @@ async function boot() {
   let active = [];
   let faults = []; // every fault still in memory: the charts' bands, the survival's verdicts
 
-  const statusPoll = poller(async () => {
+  const statusPoll = poller("status", async () => {
     const [s, f] = await Promise.all([getJSON("/api/v1/status"), getJSON("/api/v1/faults?active=true")]);
     status = s;
     active = f.faults || [];
@@ -112,11 +86,11 @@ async function boot() {
       controls.survivalProgress(plan, faults);
     }
   }, 1000);
-  const seriesPoll = poller(async () => {
+  const seriesPoll = poller("charts", async () => {
     const [ts, f] = await Promise.all([getJSON("/api/v1/timeseries"), getJSON("/api/v1/faults")]);
     top.faults(ts.faults);
     faults = f.faults || [];
-    points = withRefused(ts.points);
+    points = chartPointsFromSeries(ts.points);
     const now = points.length ? points[points.length - 1].t : 0;
     const marks = faultMarks(faults, now);
     for (const chart of charts) chart.update(points, marks);
@@ -185,4 +159,5 @@ async function openRun(hash) {
   }
 }
 
-boot();
+watchProblems();
+boot().catch((err) => reportProblem("page", err));

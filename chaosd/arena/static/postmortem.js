@@ -1,31 +1,16 @@
 // The post-mortem of a finished run: its score, its timeline with the faults and the detector's alarms marked
 // (overload amber, collapse red), admission control, its verdicts.
+import { CHARTS, admissionChart, chartPointsFromTimeline } from "./chartdefs.js";
 import { LineChart } from "./charts.js";
 import { el } from "./dom.js";
 import { fmtNum, fmtSeconds } from "./format.js";
 import { ScoreRing } from "./ring.js";
 
-const PM_CHARTS = [
-  { id: "queue_depth", title: "Queue depth (tasks)", series: [{ key: "queue_depth", label: "depth", cls: "s1" }], digits: 0 },
-  { id: "queue_slope", title: "dQ/dt (tasks/s)", series: [{ key: "queue_slope", label: "dQ/dt", cls: "s2" }] },
-  { id: "sojourn_p95", title: "p95 sojourn (s)", series: [{ key: "sojourn_p95", label: "p95", cls: "s2" }], digits: 3 },
-  {
-    id: "throughput",
-    title: "Throughput vs offered (tasks/s)",
-    series: [
-      { key: "offered_per_s", label: "offered", cls: "s3" },
-      { key: "throughput_per_s", label: "throughput", cls: "s1" },
-      { key: "goodput_per_s", label: "goodput", cls: "s4" },
-    ],
-  },
-];
-// Only aimd moves the factor; the capacity policy bounds the queue instead (see the admission facts).
-const PM_THROTTLE = { id: "throttle", title: "Throttle factor (aimd)", series: [{ key: "throttle_factor", label: "factor", cls: "s2" }], digits: 2 };
-
-// The charts of a report: the throttle factor's when the run used aimd (or a report too old to say).
+// The charts of a report: the shared ones, and the throttle factor's when the run used aimd (or a report too
+// old to say).
 export function pmCharts(report) {
-  const policy = (report.throttle || {}).policy;
-  return policy === undefined || policy === "aimd" ? [...PM_CHARTS, PM_THROTTLE] : PM_CHARTS;
+  const admission = admissionChart((report.throttle || {}).policy, { refused: false });
+  return admission ? [...CHARTS, admission] : CHARTS;
 }
 
 function pmAdmission(report) {
@@ -51,15 +36,6 @@ function pmDetector(report) {
   const parts = [`${alarms} alarm${alarms === 1 ? "" : "s"}`, `${c.count ?? 0} collapsed`];
   if (c.stalls !== undefined) parts.push(`${c.stalls} stall${c.stalls === 1 ? "" : "s"}`);
   return `${parts.join(", ")}; ended ${c.final_state ?? "–"}`;
-}
-
-// dQ/dt from the timeline's queue depths: the change between a point and the one before, per second.
-export function withSlope(timeline) {
-  return timeline.map((p, i) => {
-    const prev = timeline[i - 1];
-    const dt = prev ? Number(p.t) - Number(prev.t) : 0;
-    return { ...p, queue_slope: dt > 0 ? (Number(p.queue_depth) - Number(prev.queue_depth)) / dt : 0 };
-  });
 }
 
 // p95 of sorted numbers by nearest rank, ceil(0.95·n) in integers (as the text summary's): an observed value.
@@ -141,7 +117,7 @@ export function renderPostmortem(root, report, title) {
   const charts = el("div", { class: "charts" });
   const timeline = report.timeline || [];
   const marks = pmMarks(report);
-  const points = withSlope(timeline);
+  const points = chartPointsFromTimeline(timeline);
   for (const spec of pmCharts(report)) new LineChart(charts, spec).update(points, marks);
   const summary = pmTable(
     ["action", "faults", "recovered", "mean recovery", "p95 recovery"],
@@ -168,7 +144,6 @@ export function renderPostmortem(root, report, title) {
     grouped.map((i) => [
       String(i.id),
       (i.faults || []).map((id) => `#${id}`).join(", "),
-      String(i.id),
       (i.actions || []).join(", "),
       `${fmtNum(i.started_at)} s`,
       fmtSeconds(i.recovery_s),
@@ -181,13 +156,13 @@ export function renderPostmortem(root, report, title) {
     (report.diagnostics || []).map((d) => [d.cause, String(d.count), `${fmtNum(100 * d.share, 0)} %`]),
     "pm-diagnostics",
   );
-  const wanted = report.expectations || [];
-  const expectations = wanted.length
+  const judged = report.expectations || [];
+  const expectations = judged.length
     ? [
         el("h3", {}, "Expectations"),
         pmTable(
-          ["check", "wanted", "measured", "passed"],
-          wanted.map((e) => [e.check, String(e.wanted ?? e.expected), String(e.measured ?? e.actual), e.passed ? "✓" : "✗"]),
+          ["check", "expected", "measured", "passed"],
+          judged.map((e) => [e.check, String(e.expected), String(e.measured), e.passed ? "✓" : "✗"]),
           "pm-expectations",
         ),
       ]
