@@ -16,6 +16,7 @@ from chaosd.errors import FaultError
 from chaosd.events import Event
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.incidents import IncidentBook
+from chaosd.faults.injector import matches
 from chaosd.history import RecentLog
 from chaosd.plans import (
     Plan,
@@ -33,7 +34,7 @@ from chaosd.report import rounded
 from chaosd.runner import Experiment
 from chaosd.scenario import Scenario
 from chaosd.score import ScoreWeights, diagnose
-from chaosd.views import PlanStatus, WindowReport, WindowSummary
+from chaosd.views import FaultsBody, PlanStatus, ScoreBody, StatusBody, WindowReport, WindowSummary
 from chaosd.wire import PENDING, TERMINAL
 
 __all__ = ["Controller", "PlanRun"]
@@ -145,6 +146,46 @@ class Controller:
 
     def revert_matching(self, labels: dict[str, str], actions: frozenset[str]) -> list[FaultRecord]:
         return self.exp.injector.revert_matching(labels, actions)
+
+    def take_back(self, record: FaultRecord) -> None:
+        """Revert a fault whose injection was not stored (the request is answered 503, as if never made)."""
+        if record.active:
+            self.exp.injector.revert(record.id, why="unstored")
+
+    def fault(self, fault_id: int) -> FaultRecord:
+        """A fault kept in memory (history.faults), or a 404 on ``id``."""
+        return self.exp.injector.get(fault_id)
+
+    def forgotten(self, fault_id: int) -> bool:
+        """Injected in this run but older than the faults kept in memory: only storage still holds it."""
+        injector = self.exp.injector
+        return injector.faults.get(fault_id) is None and 0 < fault_id <= injector.injected
+
+    def faults(
+        self, active: bool | None, labels: dict[str, str], actions: frozenset[str], states: frozenset[str]
+    ) -> FaultsBody:
+        """The faults kept in memory (the newest history.faults) that are (not) ``active`` and the selector picks."""
+        injector = self.exp.injector
+        records: list[FaultRecord] = list(injector.faults)
+        if active is not None:
+            records = [f for f in records if f.active == active]
+        if labels or actions or states:
+            records = [f for f in records if matches(f, labels, actions, states)]
+        return {
+            "faults": [f.as_dict() for f in records],
+            "lever": injector.lever,
+            "injected": injector.injected,
+            "first_in_memory": injector.faults.first_kept,
+        }
+
+    @property
+    def lever(self) -> str | None:
+        """Why the safety lever is pulled; None while it is not."""
+        return self.exp.injector.lever
+
+    def restore_lever(self, reason: str | None) -> None:
+        """Pulled again as it was, when its release was not stored (no fault got in meanwhile: same request)."""
+        self.exp.injector.lever = reason
 
     def pull_lever(self, reason: str) -> int:
         return self.exp.injector.pull_lever(reason)
@@ -397,6 +438,18 @@ class Controller:
         self.exp.events.record(window.started_at, "window", id=window.id, name=window.name, state="opened")
         return window
 
+    def discard_window(self, window: Window) -> None:
+        """Forget a window whose opening was not stored, as if it had never been opened."""
+        if window.open:
+            self.close_window(window.id)
+        self.windows.pop(window.id, None)
+
+    def reopen_window(self, window: Window) -> None:
+        """Open again a window whose closing was not stored, counting on as if it had never closed."""
+        window.ended_at = window.until_fault = window.final = None
+        if window.book is not None:
+            self.exp.injector.books.append(window.book)
+
     def window(self, window_id: int) -> Window:
         found = self.windows.get(window_id)
         if found is None:
@@ -525,6 +578,74 @@ class Controller:
                 reverted.append(record.id)
         return reverted
 
+    # --- what the daemon serves about the experiment -----------------------------------------------
+
+    def pipeline_problems(self) -> list[str]:
+        """Why the pipeline cannot serve now (for /readyz): its backend unreachable, or no telemetry yet."""
+        problems = []
+        backend = getattr(self.exp.pipeline, "backend_health", None)
+        if backend is not None and (down := backend()):
+            problems.append(down)  # the Redis runtime: unreachable now, and why
+        if self.exp.telemetry.latest is None:
+            problems.append("pipeline: no telemetry yet")
+        return problems
+
+    def status(self, run_id: str, started_unix: float) -> StatusBody:
+        """The pipeline's snapshot: agents, leader, DAG, queue, detector, throttle, telemetry, score, plans."""
+        exp = self.exp
+        p = exp.pipeline
+        snap = exp.telemetry.latest
+        backend = getattr(p, "backend_health", None)
+        return {
+            "run_id": run_id,
+            "started_unix": started_unix,
+            "uptime_s": p.elapsed(),
+            "agents": [
+                {"id": a.id, "kind": a.kind, "state": a.state, "restarts": a.restart_count, "gave_up": a.gave_up}
+                for a in p.agents.values()
+            ],
+            "leader": p.dispatcher.leader_id,
+            "route": list(p.route_names or ()),
+            "dag": {
+                "nodes": sorted(p.dag.edges),
+                "edges": sorted(f"{a}->{b}" for a, succ in p.dag.edges.items() for b in succ),
+                "removed_nodes": sorted(p.dag.removed_nodes),
+                "removed_edges": sorted(f"{a}->{b}" for a, b in p.dag.removed_edges),
+                "breakers_open": sorted(p.avoided),
+            },
+            "queue": {"depth": p.queue.depth, "capacity": p.queue.capacity},
+            "detector": exp.detector.state.value,
+            "throttle_factor": exp.throttle.factor,
+            "admission": {
+                "policy": exp.throttle.policy,
+                "limit": exp.throttle.limit,
+                "standing": exp.throttle.standing,
+                "capacity_per_s": snap.capacity_rate if snap is not None else 0.0,
+                "shed_per_s": snap.shed_rate if snap is not None else 0.0,
+            },
+            "backend": backend() if backend is not None else None,
+            "telemetry": snap.as_dict() if snap is not None else None,
+            "score": exp.live_score().as_dict(),
+            "faults_active": len(exp.injector.active()),
+            "lever": exp.injector.lever,
+            "survival": self.survival.state if self.survival is not None else "idle",
+            "scenario": self.scenario.state if self.scenario is not None else "idle",
+            "stopping": self.stopping,
+        }
+
+    def score(self) -> ScoreBody:
+        """The daemon's live score, with its fault totals."""
+        exp = self.exp
+        return {
+            **exp.live_score().as_dict(),
+            "faults_injected": exp.injector.injected,
+            "faults_recovered": exp.injector.outcomes["recovered"],
+        }
+
+    def report(self) -> dict[str, Any]:
+        """The run report so far, listing the newest history.report faults and incidents."""
+        return self.exp.report(listed=self.exp.settings.history.report)
+
     def sizes(self) -> dict[str, int]:
         """How many entries each long-lived in-memory structure holds now (for bounds, soak and tests)."""
         exp = self.exp
@@ -534,7 +655,7 @@ class Controller:
             "faults": len(exp.injector.faults),
             "faults_pending": len(exp.injector.in_play),
             "incidents": len(exp.injector.incidents),
-            "timeline": len(exp._timeline),
+            "timeline": exp.timeline_points,
             "plan_log": len(exp.plan_log) + sum(len(run.log) for run in plans),
             "collapse_episodes": len(exp.detector.episodes),
             "throttle_actions": len(exp.throttle.actions),

@@ -102,6 +102,11 @@ class Experiment:
         self.expectations: list[dict[str, Any]] = []
         self._walked: tuple[float, tuple[int, int, int]] | None = None  # accounted(): the last walk, and when
 
+    @property
+    def timeline_points(self) -> int:
+        """How many report timeline points are kept (at most ``history.timeline``)."""
+        return len(self._timeline)
+
     def accounted(self, fresh: bool = False) -> tuple[int, int, int]:
         """``ledger.unaccounted(pipeline.holders())``: (lost among all tasks, lost among measured ones, measured
         still held).

@@ -20,11 +20,13 @@ from aiohttp.typedefs import Middleware
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
+from chaosd.api.errors import HttpError
 from chaosd.api.keys import (
     BROKER,
     CONTROLLER,
     HTTP_STATS,
     LIMITS,
+    OPENAPI,
     REGISTRY,
     REPORT,
     RUN_ID,
@@ -33,9 +35,11 @@ from chaosd.api.keys import (
     STORAGE,
     TRACING,
 )
-from chaosd.api.routes import UNDO, check_query, declared_body_type, routes
+from chaosd.api.routes import UNDO, declared_body_type
+from chaosd.api.schemas import openapi_document
 from chaosd.api.server import HostPolicy, HttpStats, error_body, own_origin, request_ended, request_started
 from chaosd.api.sse import Broker
+from chaosd.api.table import ENDPOINTS, check_query, route_defs
 from chaosd.arena.mount import add_arena
 from chaosd.clock import unix_time
 from chaosd.config import ApiConfig, Settings
@@ -137,9 +141,24 @@ async def durable(request: web.Request, handler: Handler) -> web.StreamResponse:
     return _unstored(f"not recorded in storage, so undone: {why}")
 
 
+def _protocol(request: web.Request, exc: web.HTTPException) -> HttpError:
+    """aiohttp's own refusals (no route, no such method, a body past client_max_size) in chaosd's words."""
+    # The path is quoted as sent (percent-encoded) and cut short: nothing raw is echoed back.
+    path = request.rel_url.raw_path[:200]
+    if exc.status == 413:
+        return HttpError(
+            413, "body", f"body larger than {request.app[LIMITS].max_body_bytes} bytes (api.max_body_bytes)"
+        )
+    if exc.status == 405:
+        return HttpError(405, None, f"method {request.method} not allowed on {path}")
+    if exc.status == 404:
+        return HttpError(404, None, f"no route {path}")
+    return HttpError(exc.status, None, exc.reason)
+
+
 @web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """One place maps every error to a JSON 4xx (or a logged 500)."""
+    """One place maps every error to a JSON 4xx (or a logged 500): protocol errors, then domain errors."""
     try:
         resource = request.match_info.route.resource
         if resource is not None and request.match_info.http_exception is None:
@@ -148,15 +167,10 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        message = exc.reason
-        if exc.status == 413:
-            message = f"body larger than {request.app[LIMITS].max_body_bytes} bytes (api.max_body_bytes)"
-        # The path is quoted as sent (percent-encoded) and cut short: nothing raw is echoed back.
-        if exc.status == 405:
-            message = f"method {request.method} not allowed on {request.rel_url.raw_path[:200]}"
-        if exc.status == 404:
-            message = f"no route {request.rel_url.raw_path[:200]}"
-        return _error(exc.status, message, "body" if exc.status == 413 else None)
+        refused = _protocol(request, exc)
+        return _error(refused.status, refused.message, refused.field)
+    except HttpError as exc:
+        return _error(exc.status, exc.message, exc.field)
     except FaultError as exc:
         return _error(exc.status, exc.message, exc.field)
     except ConfigError as exc:
@@ -369,7 +383,8 @@ def build_app(
     app[BROKER] = broker
     app[HTTP_STATS] = stats = HttpStats(lambda: broker.subscribers, lambda: broker.refused)
     app[REGISTRY] = make_registry(controller.exp, tracing.counts if tracing is not None else None, server=stats)
-    app.router.add_routes(routes)
+    app[OPENAPI] = openapi_document(ENDPOINTS)
+    app.router.add_routes(route_defs(ENDPOINTS))
     add_arena(app, controller)  # the page at / and /arena, and GET /api/v1/timeseries
     app.cleanup_ctx.append(_storage_ctx(settings.storage.path))
     app.cleanup_ctx.append(_broker_ctx)

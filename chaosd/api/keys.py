@@ -19,6 +19,7 @@ __all__ = [
     "CONTROLLER",
     "HTTP_STATS",
     "LIMITS",
+    "OPENAPI",
     "REGISTRY",
     "REPORT",
     "RUN_ID",
@@ -35,6 +36,7 @@ RUN_ID = web.AppKey("run_id", str)
 STARTED = web.AppKey("started", float)
 STOP = web.AppKey("stop", asyncio.Event)  # ends the pipeline (the last step of shutdown but two)
 REPORT = web.AppKey("report", dict)  # empty until the run ends cleanly
+OPENAPI = web.AppKey("openapi", dict)  # the document served, walked from the route table at build
 REGISTRY = web.AppKey("registry", MetricsRegistry)
 HTTP_STATS = web.AppKey("http_stats", HttpStats)
 LIMITS = web.AppKey("limits", ApiConfig)  # the [api] limits the server enforces

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from chaosd.api.errors import HttpError
 from chaosd.api.server import error_body
-from chaosd.errors import FaultError
 from chaosd.events import Event, EventLog
 
 __all__ = ["Broker"]
@@ -38,7 +38,7 @@ def _last_event_id(request: web.Request) -> int | None:
     if not raw:
         return None
     if not _ID.fullmatch(raw):
-        raise FaultError(field, "must be a non-negative integer of at most 20 digits", status=400)
+        raise HttpError(400, field, "must be a non-negative integer of at most 20 digits")
     return int(raw)
 
 
@@ -46,12 +46,12 @@ def _kinds(raw: str | None) -> frozenset[str]:
     if not raw:
         return frozenset()
     if len(raw) > _MAX_TYPES_CHARS:
-        raise FaultError("types", f"must be at most {_MAX_TYPES_CHARS} characters", status=400)
+        raise HttpError(400, "types", f"must be at most {_MAX_TYPES_CHARS} characters")
     kinds = raw.split(",")
     for n, kind in enumerate(kinds, 1):
         if not _TYPE.fullmatch(kind):
             message = f"item {n} is not an event type: each comma-separated type is 1 to 32 of a-z and _"
-            raise FaultError("types", message, status=400)
+            raise HttpError(400, "types", message)
     return frozenset(kinds)
 
 
@@ -59,7 +59,7 @@ def _replay(raw: str | None) -> int:
     if raw is None:
         return 0
     if not _REPLAY.fullmatch(raw) or int(raw) > _MAX_REPLAY:
-        raise FaultError("replay", f"must be an integer from 0 to {_MAX_REPLAY}", status=400)
+        raise HttpError(400, "replay", f"must be an integer from 0 to {_MAX_REPLAY}")
     return int(raw)
 
 
