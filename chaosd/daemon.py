@@ -20,7 +20,7 @@ import os
 import resource
 import signal
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -39,7 +39,7 @@ from chaosd.storage import unwritable
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.wire import is_loopback
 
-__all__ = ["banner", "check_bind", "serve"]
+__all__ = ["Daemon", "banner", "check_bind", "serve"]
 
 log = logging.getLogger("chaosd")
 
@@ -128,114 +128,201 @@ def _raise_fd_limit(wanted: int) -> int:
     return soft
 
 
-async def _serve(settings: Settings, out: Callable[[str], None], source: str) -> int:
-    loop = asyncio.get_running_loop()
-    clock = LoopClock(loop)
-    stop = asyncio.Event()
-    main: asyncio.Task[int] | None = asyncio.current_task()
-    experiment = Experiment(settings, clock, warmup=0.0, scenario=None, virtual=False)
-    controller = Controller(experiment)
-    run_id = uuid.uuid4().hex[:12]
-    tracing = Tracing(clock, unix_time() - clock.now(), settings.tracing.sample_every, otlp_exporter_from_env())
-    tracing.attach(experiment)
-    if tracing.enabled:
-        out(f"chaosd: tracing to OTLP, one task in {tracing.every} sampled, every fault traced")
-    app = build_app(settings, controller, run_id, tracing)
-    fds = _raise_fd_limit(settings.api.max_connections + 256)
-    if fds < settings.api.max_connections + 64:
-        log.warning(
-            "open-file limit %d is below api.max_connections %d: raise it (ulimit -n)",
-            fds,
-            settings.api.max_connections,
+class _CannotStart(Exception):
+    """A startup step that failed in a way the user can fix: the one line that says so (exit 2)."""
+
+
+class Daemon:
+    """One run of the daemon. :meth:`run` calls, in order:
+
+    1. :meth:`capture_signals`: from now on SIGINT, SIGTERM and SIGHUP start the graceful stop;
+    2. :meth:`startup`: check the report path, bind the port, set the runner up (its cleanup contexts open
+       storage, the event broker, the pipeline), start accepting. Each step pushes its undo right after it
+       succeeded, so a step that fails undoes, newest first, exactly what started before it (exit 2);
+    3. :meth:`serve`: say where to look, then wait for the stop;
+    4. :meth:`shutdown`: the undos, newest first: plans stop and faults revert (streams still open), the port
+       stops accepting, the runner's cleanup ends the streams, stops the pipeline, writes the report, closes
+       storage;
+    5. on every way out, a forced one too (:meth:`_finish`): release the signals, flush storage and the spans.
+
+    A forced exit (a second signal) cancels :meth:`run` wherever it is: the undos not yet run are abandoned.
+    """
+
+    def __init__(self, settings: Settings, out: Callable[[str], None], source: str) -> None:
+        """Builds the parts on the running loop; nothing listens, runs or writes yet."""
+        self.settings = settings
+        self.out = out
+        self.source = source
+        self.clock = LoopClock(asyncio.get_running_loop())
+        self.stop = asyncio.Event()
+        self.experiment = Experiment(settings, self.clock, warmup=0.0, scenario=None, virtual=False)
+        self.controller = Controller(self.experiment)
+        self.run_id = uuid.uuid4().hex[:12]
+        self.tracing = Tracing(
+            self.clock, unix_time() - self.clock.now(), settings.tracing.sample_every, otlp_exporter_from_env()
         )
+        self.tracing.attach(self.experiment)
+        if self.tracing.enabled:
+            out(f"chaosd: tracing to OTLP, one task in {self.tracing.every} sampled, every fault traced")
+        self.app = build_app(settings, self.controller, self.run_id, self.tracing)
+        fds = _raise_fd_limit(settings.api.max_connections + 256)
+        if fds < settings.api.max_connections + 64:
+            log.warning(
+                "open-file limit %d is below api.max_connections %d: raise it (ulimit -n)",
+                fds,
+                settings.api.max_connections,
+            )
+        self.runner = web.AppRunner(
+            self.app, handle_signals=False, access_log=None, shutdown_timeout=settings.daemon.shutdown_grace
+        )
+        self.door = FrontDoor(self.runner, self.app[LIMITS], self.app[HTTP_STATS])
+        self.addresses: list[tuple[str, int]] = []
+        self.reverted: int | None = None  # None until the active faults have been reverted
+        self._signals: _Stop | None = None
+        self._undo: list[Callable[[], Awaitable[None]]] = []  # what started, oldest first
+        self._next_status = settings.daemon.status_interval
+        self.experiment.telemetry.listen(self._status)
 
-    def begin(sig: signal.Signals) -> None:
-        out(f"chaosd: {sig.name} received, stopping (another signal a second or more later forces the exit)")
-        controller.refuse_new()
-        stop.set()
+    async def run(self) -> int:
+        """The lifecycle in its documented order; the exit code: 0 stopped cleanly, 1 forced or no report,
+        2 could not start."""
+        self.capture_signals()
+        try:
+            if not await self.startup():
+                return 2
+            await self.serve()
+            await self.shutdown()
+        except asyncio.CancelledError:
+            return self._forced()
+        finally:
+            await self._finish()
+        return self._result()
 
-    on_signal = _Stop(begin, main)
-    for signum in STOP_SIGNALS:
-        loop.add_signal_handler(signum, on_signal, signum)
+    def capture_signals(self) -> None:
+        self._signals = _Stop(self._begin_stop, asyncio.current_task())
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, self._signals, signum)
 
-    interval = settings.daemon.status_interval
-    next_status = [interval]
+    async def startup(self) -> bool:
+        """Start every part in order; False once the reason is printed and what had started is undone."""
+        try:
+            await self._start()
+        except Exception as exc:
+            await self._unwind()
+            if not isinstance(exc, _CannotStart):
+                raise
+            self.out(str(exc))
+            return False
+        return True
 
-    def on_snapshot(snap: Snapshot) -> None:
-        if snap.t >= next_status[0]:
-            next_status[0] += interval
-            line = status_line(snap, experiment.detector.state.value, experiment.throttle.factor)
-            out(line + backend_note(experiment))
-
-    experiment.telemetry.listen(on_snapshot)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=settings.daemon.shutdown_grace)
-    door: FrontDoor | None = None
-    reverted: int | None = None  # None until the active faults have been reverted
-    try:
-        door = FrontDoor(runner, app[LIMITS], app[HTTP_STATS])
+    async def _start(self) -> None:
+        settings = self.settings
         # A report that cannot be written is found out now, not when a month-long run ends.
         if (problem := unwritable(Path(settings.daemon.report))) is not None:
-            out(f"chaosd: cannot write the report to {settings.daemon.report} (daemon.report): {problem}")
-            return 2
+            raise _CannotStart(
+                f"chaosd: cannot write the report to {settings.daemon.report} (daemon.report): {problem}"
+            )
         try:  # before anything starts: a busy port leaves no pipeline, no storage, no report
-            addresses = await door.bind(settings.api.host, settings.api.port)
+            self.addresses = await self.door.bind(settings.api.host, settings.api.port)
         except OSError as exc:  # a gaierror (no such host) has its own strerror; errno -2 has no text
             why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
-            out(f"chaosd: cannot listen on {settings.api.host}:{settings.api.port} ({source}): {why}")
-            return 2
-        try:  # storage opens first: an unwritable history stops the daemon before the pipeline starts
-            await runner.setup()
+            where = f"{settings.api.host}:{settings.api.port}"
+            raise _CannotStart(f"chaosd: cannot listen on {where} ({self.source}): {why}") from exc
+        self._undo.append(self.door.close)  # releases the port
+        # Pushed before the setup: aiohttp's cleanup also undoes a setup that failed halfway (the contexts that
+        # started, newest first). Storage opens first: an unwritable history stops before the pipeline starts.
+        self._undo.append(self.runner.cleanup)
+        try:
+            await self.runner.setup()
         except ChaosdError as exc:
-            out(f"chaosd: {exc}")
-            await door.close()
-            return 2
-        await door.serve()
-        for host, port in addresses:
-            out(f"chaosd: listening on {_url(host, port)} (run {run_id})")
-        for line in banner(settings, *addresses[0]):
-            out(line)
-        out(f"chaosd: pipeline running in real time (offered {settings.load.rate:g} tasks/s); Ctrl-C stops")
+            raise _CannotStart(f"chaosd: {exc}") from exc
+        await self.door.serve()
+        self._undo.append(self.door.close)  # stops accepting before the runner's cleanup
+        self._undo.append(self._stop_plans)  # while the pipeline runs and streams are open: clients see the reverts
+
+    async def serve(self) -> None:
+        """Say where to look, then wait for the first stop signal."""
+        settings = self.settings
+        for host, port in self.addresses:
+            self.out(f"chaosd: listening on {_url(host, port)} (run {self.run_id})")
+        for line in banner(settings, *self.addresses[0]):
+            self.out(line)
+        self.out(f"chaosd: pipeline running in real time (offered {settings.load.rate:g} tasks/s); Ctrl-C stops")
         if settings.api.token is None:  # only possible on loopback: check_bind refuses anything else
-            out(
+            self.out(
                 "chaosd: warning: no api.token, so anyone who can reach this address may inject and revert faults"
                 " (set CHAOSD_API__TOKEN or api.token_file)"
             )
-        await stop.wait()
-        # The documented order: new faults are already refused; plans stop and faults are reverted
-        # while the pipeline still runs and streams are open (so clients see the reverts), then the
-        # door closes, streams end, the pipeline stops, the report is written, storage flushes.
-        reverted = await controller.shutdown()
-        await door.close()
-        await runner.cleanup()
-    except asyncio.CancelledError:
-        forced = on_signal.forced.name if on_signal.forced is not None else "a second signal"
+        await self.stop.wait()
+
+    async def shutdown(self) -> None:
+        """Undo the startup, newest first (new faults are refused since the signal): plans stop and faults
+        revert, the port stops accepting, then the runner's cleanup ends the streams (``on_shutdown``), stops
+        the pipeline and writes the report, and closes storage (its cleanup contexts, in reverse)."""
+        await self._unwind()
+
+    async def _unwind(self) -> None:
+        while self._undo:
+            await self._undo.pop()()
+
+    async def _stop_plans(self) -> None:
+        self.reverted = await self.controller.shutdown()
+
+    def _begin_stop(self, sig: signal.Signals) -> None:
+        self.out(f"chaosd: {sig.name} received, stopping (another signal a second or more later forces the exit)")
+        self.controller.refuse_new()
+        self.stop.set()
+
+    def _status(self, snap: Snapshot) -> None:
+        if snap.t >= self._next_status:
+            self._next_status += self.settings.daemon.status_interval
+            exp = self.experiment
+            self.out(status_line(snap, exp.detector.state.value, exp.throttle.factor) + backend_note(exp))
+
+    def _forced(self) -> int:
+        forced = self._signals.forced if self._signals is not None else None
+        name = forced.name if forced is not None else "a second signal"
         faults = "active faults may not have been reverted"
-        if reverted is not None:
-            faults = f"{reverted} active fault(s) reverted"
-        written = f"report written to {settings.daemon.report}" if app[REPORT] else "no report written"
-        out(f"chaosd: {forced} again: forced exit; {faults}, {written}")
+        if self.reverted is not None:
+            faults = f"{self.reverted} active fault(s) reverted"
+        written = f"report written to {self.settings.daemon.report}" if self.app[REPORT] else "no report written"
+        self.out(f"chaosd: {name} again: forced exit; {faults}, {written}")
         return 1
-    finally:
+
+    async def _finish(self) -> None:
+        """On every way out: the signals released, what storage has queued written, the spans flushed."""
+        loop = asyncio.get_running_loop()
+        first = self._signals.first if self._signals is not None else None
         for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
-            if on_signal.first is not None:  # stopping: what is left is bounded, and an echo must not kill it
+            if first is not None:  # stopping: what is left is bounded, and an echo must not kill it
                 signal.signal(signum, signal.SIG_IGN)
-        if STORAGE in app:  # on every way out, what was queued still lands (a no-op after a clean cleanup)
+        grace = self.settings.daemon.shutdown_grace
+        if STORAGE in self.app:  # a no-op after a clean cleanup
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(app[STORAGE].close(), settings.daemon.shutdown_grace)
+                await asyncio.wait_for(self.app[STORAGE].close(), grace)
         # Ends open fault spans and flushes the exporter, within what is left of the grace period since the
         # signal: the flush runs on a thread of its own that the exit does not wait for.
-        began = on_signal.first if on_signal.first is not None else wall_time()
-        budget = max(_MIN_FLUSH, began + settings.daemon.shutdown_grace - wall_time())
-        if not tracing.close(budget):
-            out(f"chaosd: the span exporter did not finish within {budget:.1f} s; unexported spans dropped")
-    report = app[REPORT]
-    if not report:
-        out("chaosd: the pipeline did not stop cleanly; no report written")
-        return 1
-    out(render_summary(report))
-    out(f"chaosd: reverted {reverted or 0} active fault(s); report written to {settings.daemon.report}")
-    return 0
+        began = first if first is not None else wall_time()
+        budget = max(_MIN_FLUSH, began + grace - wall_time())
+        if not self.tracing.close(budget):
+            self.out(f"chaosd: the span exporter did not finish within {budget:.1f} s; unexported spans dropped")
+
+    def _result(self) -> int:
+        report = self.app[REPORT]
+        if not report:
+            self.out("chaosd: the pipeline did not stop cleanly; no report written")
+            return 1
+        self.out(render_summary(report))
+        self.out(
+            f"chaosd: reverted {self.reverted or 0} active fault(s); report written to {self.settings.daemon.report}"
+        )
+        return 0
+
+
+async def _serve(settings: Settings, out: Callable[[str], None], source: str) -> int:
+    return await Daemon(settings, out, source).run()
 
 
 def serve(settings: Settings, out: Callable[[str], None], *, source: str = "api.host, api.port") -> int:
