@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -104,7 +105,9 @@ def test_inject_wait_prints_the_recovery_and_exits_by_the_verdict(daemon: Daemon
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("fault ") and " injected: kill_agent on worker-2" in lines[0]
-    assert lines[1].startswith(f"fault {lines[0].split()[1]} recovered in ") and lines[1].endswith("(heal clock)")
+    # A loaded host may add how long it stalled the daemon before the verdict.
+    verdict = rf"fault {lines[0].split()[1]} recovered in [0-9.]+ m?s \(heal clock\)(; the host stalled the daemon .*)?"
+    assert re.fullmatch(verdict, lines[1]), lines[1]
     # Still pending when the wait runs out: exit 3, saying so.
     argv = [sys.executable, "-m", "chaosd", "inject", "slow_agent", "--target", "worker-3", "--ttl", "60s"]
     argv += ["--wait", "1s", "--addr", daemon.base, "--token", TOKEN]
