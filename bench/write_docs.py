@@ -151,12 +151,12 @@ one from the repository root to measure it again.
 """
 
 _SECTION = re.compile(r"^## (?P<title>.+?)\n(?P<body>.*?)(?=^## |\Z)", re.M | re.S)
-_KEY = re.compile(r"^<!-- bench: (?P<name>[a-z_]+), digest (?P<digest>[0-9a-f]{16}) -->\n(?P<body>.*)", re.M | re.S)
+_KEY = re.compile(r"^<!-- bench: (?P<name>[a-z_]+), digest (?P<digest>[0-9a-f]{16}) -->\n", re.M)
 
 
-def digest(body: str) -> str:
-    """Of what the script wrote below a section's marker: a hand edit there no longer matches it."""
-    return hashlib.sha256(body.rstrip("\n").encode()).hexdigest()[:16]
+def digest(section: str) -> str:
+    """Of a section as the script wrote it, less its marker line: a hand edit anywhere in it no longer matches."""
+    return hashlib.sha256(_KEY.sub("", section, count=1).rstrip("\n").encode()).hexdigest()[:16]
 
 
 def tampered(text: str) -> list[str]:
@@ -164,7 +164,7 @@ def tampered(text: str) -> list[str]:
     bad = []
     for m in _SECTION.finditer(text):
         key = _KEY.search(m.group("body"))
-        if key is not None and digest(key.group("body")) != key.group("digest"):
+        if key is not None and digest(m.group(0)) != key.group("digest"):
             bad.append(key.group("name"))
     return bad
 
@@ -242,7 +242,13 @@ def measure(bench: Bench) -> str:
 
 
 def _section(bench: Bench, body: str) -> str:
-    return f"## {bench.title}\n\n<!-- bench: {bench.name}, digest {digest(body)} -->\n{body}"
+    return _marked(bench.name, f"## {bench.title}\n\n{body}")
+
+
+def _marked(name: str, section: str) -> str:
+    """The section with its marker (its bench and digest) after the heading."""
+    title, rest = section.split("\n\n", 1)
+    return f"{title}\n\n<!-- bench: {name}, digest {digest(section)} -->\n{rest}"
 
 
 def main() -> int:

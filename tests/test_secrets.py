@@ -80,7 +80,7 @@ def test_the_token_is_found_nowhere_after_a_run_that_used_it(tmp_path: Path) -> 
             concrete = path.replace("/runs/{id}", f"/runs/{d.run_id}").replace(
                 "/windows/{id}", f"/windows/{window['id']}"
             )
-            concrete = concrete.replace("{id}", str(fault["id"]))
+            concrete = concrete.replace("{id}", str(fault["id"])).replace("{name}", "main.js")
             with urllib.request.urlopen(d.base + concrete, timeout=10) as resp:
                 assert resp.status == 200, concrete
                 answers.append(resp.read().decode())
@@ -248,7 +248,7 @@ def test_the_redis_password_is_found_nowhere_but_redis_and_the_workers(tmp_path:
                 concrete = path.replace("/runs/{id}", f"/runs/{d.run_id}").replace(
                     "/windows/{id}", f"/windows/{window['id']}"
                 )
-                concrete = concrete.replace("{id}", str(fault["id"]))
+                concrete = concrete.replace("{id}", str(fault["id"])).replace("{name}", "main.js")
                 with urllib.request.urlopen(d.base + concrete, timeout=10) as resp:
                     assert resp.status == 200, concrete
                     answers.append(resp.read().decode())
