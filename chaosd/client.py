@@ -23,7 +23,7 @@ from chaosd import __version__
 from chaosd.clock import wall_time
 from chaosd.durations import parse_duration
 from chaosd.errors import ChaosdError
-from chaosd.humanize import action_rows, cause_rows, fixes, judged_line, seconds, table, time_causes, value
+from chaosd.humanize import action_rows, cause_rows, fixes, host_stall, judged_line, seconds, table, time_causes, value
 from chaosd.humanize import rate as rate_per_s
 from chaosd.wire import MAX_WAIT_S, TERMINAL, is_loopback
 
@@ -429,7 +429,7 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
             if isinstance(took, int | float)
             else " (with its incident)"
         )
-        out(f"fault {fault['id']} recovered{how}{_stalled(fault)}")
+        out(f"fault {fault['id']} recovered{how}{host_stall(fault.get('stalled_s'))}")
         return EXIT_OK
     if outcome in ("failed", "unmeasured"):
         err(f"chaosd: fault {fault['id']} {outcome}: " + _VERDICT_HINTS[outcome])
@@ -443,14 +443,6 @@ _VERDICT_HINTS = {
     "unmeasured": "nothing to judge it against (no baseline yet, no [slo]), or the daemon's process kept "
     "stalling (a loaded host) until recovery.limit",
 }
-
-
-def _stalled(fault: Mapping[str, Any]) -> str:
-    """What the host, not the pipeline, contributed: the seconds the daemon's own process was stalled."""
-    stalled = fault.get("stalled_s")
-    if not isinstance(stalled, int | float) or stalled <= 0:
-        return ""
-    return f"; the host stalled the daemon {seconds(float(stalled))} before the verdict (not judged)"
 
 
 def await_verdict(client: Client, fault: dict[str, Any], wait: float) -> dict[str, Any]:
@@ -727,7 +719,7 @@ def _verdict(fault: Mapping[str, Any]) -> str:
     if outcome == "recovered":
         took = fault.get("recovery_s")
         how = f" in {seconds(float(took))}" if isinstance(took, int | float) else " (with its incident)"
-        return f"{what}{how} ({action}){_stalled(fault)}"
+        return f"{what}{how} ({action}){host_stall(fault.get('stalled_s'))}"
     return f"{what} ({action}): {_VERDICT_HINTS.get(str(outcome), str(outcome))}"
 
 

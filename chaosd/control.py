@@ -28,6 +28,7 @@ from chaosd.plans import (
     scenario_plan,
     survival_plan,
     survival_timing,
+    verdicts_due,
     window_report,
 )
 from chaosd.report import rounded
@@ -301,10 +302,8 @@ class Controller:
         if found is None:
             return None
         number, members = found
-        recovery = self.exp.settings.recovery
         now = self.exp.pipeline.elapsed()
-        ends = [m.injected_at + m.ttl for m in members if m.active]
-        bound = max([0.0, *(e - now for e in ends)]) + recovery.limit + recovery.confirm + 1.0
+        bound = verdicts_due(self.exp, members)
         names = ", ".join(f"{m.id} {m.action}" for m in members)
         run.reason = (
             f"waiting for steady state: incident {number} (faults {names}) is still open; "
@@ -348,9 +347,8 @@ class Controller:
                 await self.exp.clock.sleep(remaining)  # the last faults run out; the run lasts what was asked
             if run.kind == "scenario":  # expectations never judge a pending fault; bounded: one not
                 # recovered within recovery.limit of its end is failed by the injector
-                recovery = self.exp.settings.recovery
-                pending = [f.id for f in self._owned(run, pending=True)]
-                await self.await_verdicts(pending, recovery.limit + recovery.confirm + 1.0)
+                pending = self._owned(run, pending=True)
+                await self.await_verdicts([f.id for f in pending], verdicts_due(self.exp, pending))
         except asyncio.CancelledError:
             run.state = "stopped"
             run.reason = run.reason or "stopped"

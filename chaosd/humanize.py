@@ -53,6 +53,14 @@ def millis(x: float) -> str:
     return f"{x * 1000:.1f} ms" if abs(x) < 1 else seconds(x)
 
 
+def host_stall(stalled: object) -> str:
+    """``; the host stalled the daemon 1.1 s …`` for a positive ``stalled_s``, else nothing: what the host, not the
+    pipeline, held up before a verdict."""
+    if not isinstance(stalled, int | float) or stalled <= 0:
+        return ""
+    return f"; the host stalled the daemon {seconds(float(stalled))} before the verdict (not judged)"
+
+
 def percent(share: float) -> str:
     """A share in [0, 1] as a percentage: ``92.2%``."""
     return f"{share * 100:.1f}%"

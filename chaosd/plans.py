@@ -17,7 +17,7 @@ from chaosd.errors import FaultError, ScenarioError
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.incidents import IncidentBook
 from chaosd.history import RecentLog
-from chaosd.humanize import seconds
+from chaosd.humanize import host_stall, seconds
 from chaosd.runner import Experiment
 from chaosd.scenario import CHECKS, Scenario, ScenarioAction
 from chaosd.score import ScoreInputs, ScoreWeights, compute_score
@@ -141,6 +141,15 @@ def scenario_plan(
     return plan
 
 
+def verdicts_due(exp: Experiment, records: Sequence[FaultRecord]) -> float:
+    """Seconds from now by which the injector has judged every one of ``records``: each gets its verdict within
+    ``recovery.limit`` of its end (its revert, or its TTL), after a ``recovery.confirm`` hold; a second to spare."""
+    now = exp.pipeline.elapsed()
+    ends = [r.reverted_at if r.reverted_at is not None else r.injected_at + r.ttl for r in records]
+    recovery = exp.settings.recovery
+    return max([0.0, *(end - now for end in ends)]) + recovery.limit + recovery.confirm + 1.0
+
+
 async def _await_apart(
     exp: Experiment,
     apart: Sequence[tuple[FaultRecord, int]],
@@ -155,8 +164,7 @@ async def _await_apart(
     """
     clock = exp.clock
     start = clock.now()
-    latest_end = max(r.injected_at + r.ttl for r, _ in apart) - exp.pipeline.elapsed()
-    latest = start + max(0.0, latest_end) + exp.settings.recovery.limit + exp.settings.recovery.confirm + 1.0
+    latest = start + verdicts_due(exp, [r for r, _ in apart])
     names = ", ".join(f"fault {r.id} (actions.{i} {r.action})" for r, i in apart)
     entry: dict[str, Any] = {
         "at": exp.pipeline.elapsed(),
@@ -492,8 +500,7 @@ def _because(key: str, measured: Any, blame: Mapping[str, Any] | None, faults: S
     if blame is None:
         return f"{key}: measured {measured}"
     members = ", ".join(f"{n} {a}" for n, a in zip(blame["faults"], blame["actions"], strict=True))
-    stalled = float(blame.get("stalled_s") or 0.0)
-    host = f"; the host stalled the daemon {seconds(stalled)} before the verdict (not judged)" if stalled > 0 else ""
+    host = host_stall(blame.get("stalled_s"))
     if key == "max_recovery_s":
         took = seconds(float(blame["recovery_s"]))
         return f"max_recovery_s: incident {blame['id']} (faults {members}) took {took} to recover{host}"
