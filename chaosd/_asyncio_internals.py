@@ -11,7 +11,7 @@ import contextvars
 import heapq
 import selectors
 from collections.abc import Callable, Generator
-from typing import Any, TypeVarTuple, Unpack
+from typing import TypeVarTuple, Unpack
 
 __all__ = [
     "MAXIMUM_SELECT_TIMEOUT",
@@ -91,8 +91,8 @@ class Alarm:
     # alarm for a future (``asyncio.isfuture``) and call it back itself in ``gather`` or ``wait_for``; without one,
     # those wrap it in a task like any awaitable. Class defaults: an alarm is made per sleep, and sets only these.
     _handle: asyncio.TimerHandle | None = None
-    _wakeup: Any = None  # the task's wake-up, and its context: a cancel calls it at once
-    _context: Any = None
+    _wakeup: Callable[[Alarm], object] | None = None  # the task's wake-up, and its context: a cancel calls it at once
+    _context: contextvars.Context | None = None
     _cancelled: asyncio.CancelledError | None = None
 
     def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
@@ -115,7 +115,9 @@ class Alarm:
     def get_loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
 
-    def add_done_callback(self, wakeup: Any, *, context: Any = None) -> None:
+    def add_done_callback(
+        self, wakeup: Callable[[Alarm], object], *, context: contextvars.Context | None = None
+    ) -> None:
         when, self._when = self._when, None
         assert when is not None, "an alarm wakes one task once"
         self._wakeup, self._context = wakeup, context
@@ -128,12 +130,12 @@ class Alarm:
             raise self._cancelled
 
     def cancel(self, msg: str | None = None) -> bool:
-        handle = self._handle
-        if handle is None or self._cancelled is not None:
+        handle, wakeup = self._handle, self._wakeup  # both set together (add_done_callback), cleared together
+        if handle is None or wakeup is None or self._cancelled is not None:
             return False
         handle.cancel()
         self._cancelled = asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
-        self._loop.call_soon(self._wakeup, self, context=self._context)
+        self._loop.call_soon(wakeup, self, context=self._context)
         return True
 
 

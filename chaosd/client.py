@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from chaosd import __version__
 from chaosd.clock import wall_time
@@ -26,6 +26,9 @@ from chaosd.errors import ChaosdError
 from chaosd.humanize import action_rows, cause_rows, fixes, host_stall, judged_line, seconds, table, time_causes, value
 from chaosd.humanize import rate as rate_per_s
 from chaosd.wire import MAX_WAIT_S, TERMINAL, is_loopback
+
+if TYPE_CHECKING:  # the views import pydantic, which a client command never needs at run time
+    from chaosd.views import PlanKind, ReportView
 
 __all__ = [
     "COMMANDS",
@@ -71,6 +74,7 @@ PLAN_EXIT_CODES = (
 )
 
 Out = Callable[[str], None]
+Answer = Mapping[str, object]  # a JSON object the daemon answered: its values are checked where they are read
 
 
 class ClientError(ChaosdError):
@@ -103,13 +107,14 @@ class Client:
         self,
         method: str,
         path: str,
-        body: Any = None,
+        body: object = None,
         *,
         content_type: str = "application/json",
         raw: bytes | None = None,
         timeout: float | None = None,
-    ) -> Any:
-        """Send ``body`` as JSON (or ``raw`` bytes as ``content_type``); JSON answers are decoded, others are text."""
+    ) -> object:
+        """Send ``body`` as JSON (or ``raw`` bytes as ``content_type``); JSON answers are decoded, others are text
+        (None for an empty answer)."""
         data = raw if raw is not None else None if body is None else json.dumps(body, allow_nan=False).encode()
         headers = {"Accept": "application/json", "User-Agent": f"chaosd/{__version__}"}
         if data is not None or method not in ("GET", "HEAD"):
@@ -239,6 +244,59 @@ def _error_detail(body: bytes) -> str:
     except (ValueError, KeyError, TypeError, AttributeError):
         return body.decode("utf-8", "replace").strip()[:200]
     return f"{field}: {message}" if field else str(message)
+
+
+# --- reading answers ----------------------------------------------------------------------------------------------
+# A value not in docs/api.md's shape raises TypeError, which run_client_command reports as an unexpected answer.
+
+
+def _object(answer: object) -> dict[str, object]:
+    """``answer`` as the JSON object it should be; TypeError if it is anything else."""
+    if not isinstance(answer, dict):
+        raise TypeError(f"expected a JSON object, got {type(answer).__name__}")
+    return answer
+
+
+def _array(value: object) -> list[object]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a JSON array, got {type(value).__name__}")
+    return value
+
+
+def _objects(value: object) -> list[dict[str, object]]:
+    """A list of JSON objects; none for a missing (null) or empty one."""
+    return [_object(item) for item in _array(value or [])]
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _float(value: object) -> float:
+    """``float(value)``, for the values it takes (numbers, and numbers as text)."""
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"float() argument must be a string or a real number, not {type(value).__name__!r}")
+    return float(value)
+
+
+def _report(answer: object) -> ReportView:
+    """``GET /api/v1/report``'s answer as its view, once the blocks read here are JSON objects (or lists of them).
+
+    The faults, their summary and the diagnostics are always there (empty when an older daemon left them out);
+    every other field, of the report or its blocks, is read with ``.get`` or fails as an unexpected answer.
+    """
+    report = _object(answer)
+    for key in ("score", "collapse", "throttle"):
+        _object(report.get(key) or {})
+    checked = {
+        **report,
+        "faults": _objects(report.get("faults")),
+        "faults_summary": _object(report.get("faults_summary") or {}),
+        "diagnostics": _objects(report.get("diagnostics")),
+    }
+    return cast("ReportView", checked)  # its blocks checked just above
 
 
 # --- argument parsing ---------------------------------------------------------------------------------------------
@@ -399,7 +457,7 @@ def run_client_command(args: argparse.Namespace, out: Out, err: Out) -> int:
 
 
 def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
-    body: dict[str, Any] = {"action": args.action}
+    body: dict[str, object] = {"action": args.action}
     if args.target is not None:
         body["target"] = args.target
     params = _params(args.param)
@@ -411,7 +469,7 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
     if labels:
         body["labels"] = labels
     wait = _duration("--wait", args.wait) if args.wait is not None else None
-    fault = client.request("POST", "/api/v1/faults", body)
+    fault = _object(client.request("POST", "/api/v1/faults", body))
     if wait is not None:
         fault = await_verdict(client, fault, wait)
     if args.json:
@@ -432,7 +490,7 @@ def _inject(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
         out(f"fault {fault['id']} recovered{how}{host_stall(fault.get('stalled_s'))}")
         return EXIT_OK
     if outcome in ("failed", "unmeasured"):
-        err(f"chaosd: fault {fault['id']} {outcome}: " + _VERDICT_HINTS[outcome])
+        err(f"chaosd: fault {fault['id']} {outcome}: " + _VERDICT_HINTS[str(outcome)])
     else:
         err(f"chaosd: fault {fault['id']} still {outcome} after {wait:g} s (--wait)")
     return EXIT_EXPECTATION
@@ -445,7 +503,7 @@ _VERDICT_HINTS = {
 }
 
 
-def await_verdict(client: Client, fault: dict[str, Any], wait: float) -> dict[str, Any]:
+def await_verdict(client: Client, fault: Answer, wait: float) -> dict[str, object]:
     """Long-poll the fault (the daemon answers at its verdict) until it has one or ``wait`` runs out."""
     deadline = wall_time() + wait
     while fault["outcome"] not in TERMINAL:
@@ -454,11 +512,11 @@ def await_verdict(client: Client, fault: dict[str, Any], wait: float) -> dict[st
             break
         poll = min(left, MAX_WAIT_S)
         path = f"/api/v1/faults/{fault['id']}?wait={poll:.3f}"
-        fault = client.request("GET", path, timeout=poll + client.timeout)
+        fault = _object(client.request("GET", path, timeout=poll + client.timeout))
     return dict(fault)
 
 
-def _reverted(fault: Mapping[str, Any]) -> str:
+def _reverted(fault: Answer) -> str:
     return f"fault {fault['id']} reverted: {fault['action']} on {_targets(fault)} ({fault.get('outcome', '?')})"
 
 
@@ -469,12 +527,19 @@ def _faults(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
     if args.json:
         out(_json(answer))
         return EXIT_OK
-    faults = answer["faults"]
+    faults = _objects(_object(answer)["faults"])
     if not faults:
         out("no active faults" if args.active else "no faults")
         return EXIT_OK
     rows = [
-        (str(f["id"]), f["action"], _targets(f), f["outcome"], _secs(f.get("injected_at")), _secs(f.get("recovery_s")))
+        (
+            str(f["id"]),
+            _text(f["action"]),
+            _targets(f),
+            _text(f["outcome"]),
+            _secs(f.get("injected_at")),
+            _secs(f.get("recovery_s")),
+        )
         for f in faults
     ]
     for line in table(("id", "action", "targets", "outcome", "injected_at", "recovery_s"), rows, "<<<<>>"):
@@ -487,21 +552,21 @@ def _revert(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
     if (args.id is None) == (not picked):
         raise ClientError(EXIT_USAGE, "give a fault ID or a selector (--label KEY=VALUE, --action NAME), not both")
     if args.id is None:
-        answer = client.request("DELETE", f"/api/v1/faults?{urllib.parse.urlencode(picked)}")
-        for fault in answer["faults"]:
+        answer = _object(client.request("DELETE", f"/api/v1/faults?{urllib.parse.urlencode(picked)}"))
+        for fault in _objects(answer["faults"]):
             out(_reverted(fault))
-        out(f"{len(answer['reverted'])} fault(s) reverted")
+        out(f"{len(_array(answer['reverted']))} fault(s) reverted")
         return EXIT_OK
     try:
         fault_id = int(args.id)
     except ValueError:
         raise ClientError(EXIT_USAGE, f"ID: not a fault id: {args.id!r}") from None
-    out(_reverted(client.request("DELETE", f"/api/v1/faults/{fault_id}")))
+    out(_reverted(_object(client.request("DELETE", f"/api/v1/faults/{fault_id}"))))
     return EXIT_OK
 
 
 def _abort(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
-    answer = client.request("POST", "/api/v1/lever", {"reason": args.reason} if args.reason else {})
+    answer = _object(client.request("POST", "/api/v1/lever", {"reason": args.reason} if args.reason else {}))
     out(f"lever pulled ({answer['lever']}): {answer['reverted']} fault(s) reverted; new faults are refused")
     return EXIT_OK
 
@@ -514,26 +579,26 @@ def _release(client: Client, args: argparse.Namespace, out: Out, err: Out) -> in
 
 def _survival(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
     if args.verb == "stop":
-        status = client.request("DELETE", "/api/v1/survival")
-        out(_stopped("survival", status))
+        out(_stopped("survival", _object(client.request("DELETE", "/api/v1/survival"))))
         return EXIT_OK
-    body: dict[str, Any] = {}
+    body: dict[str, object] = {}
     for flag, text in (("--interval", args.interval), ("--duration", args.duration)):
         if _duration(flag, text) <= 0:
             raise ClientError(EXIT_USAGE, f"{flag}: must be > 0, got {text!r}")
         body[flag[2:]] = text.strip()  # as typed: the API takes "10s" and parses it with the same rules
     if args.actions is not None:
-        body["actions"] = [a.strip() for a in args.actions.split(",") if a.strip()]
-        if not body["actions"]:
+        actions = [a.strip() for a in args.actions.split(",") if a.strip()]
+        if not actions:
             raise ClientError(EXIT_USAGE, f"--actions: no action named in {args.actions!r}")
+        body["actions"] = actions
     if args.overlap:
         body["overlap"] = True
-    status = client.request("POST", "/api/v1/survival", body)
+    status: Answer = _object(client.request("POST", "/api/v1/survival", body))
     live = _LiveLine(out, sys.stdout if sys.stdout.isatty() else None)
     watch = _FaultWatch(client, live.note)
     ours = False  # stopped by this client (Ctrl-C): the run ended as asked
 
-    def show(status: Any) -> None:
+    def show(status: Answer) -> None:
         watch.update(status)
         live.show(status)
 
@@ -543,7 +608,7 @@ def _survival(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
     except KeyboardInterrupt:
         live.end()
         out("interrupted: stopping survival")
-        status = client.request("DELETE", "/api/v1/survival")
+        status = _object(client.request("DELETE", "/api/v1/survival"))
         ours = True
     finally:
         live.end()
@@ -558,25 +623,25 @@ def _inspect(client: Client, args: argparse.Namespace, out: Out, err: Out) -> in
     if args.json:
         out(_json(report))
         return EXIT_OK
-    for line in _inspect_lines(report):
+    for line in _inspect_lines(_report(report)):
         out(line)
     return EXIT_OK
 
 
-def _stopped(kind: str, status: Any) -> str:
+def _stopped(kind: PlanKind, status: Answer) -> str:
     """The answer to a stop: the plan's state, progress and reason, and the faults reverted with it."""
     name = f" {status['name']}" if kind == "scenario" and status.get("name") else ""
     reason = f" · {status['reason']}" if status.get("reason") else ""
-    log = status.get("log") or []
+    log = _array(status.get("log") or [])
     last = log[-1] if log and isinstance(log[-1], dict) else {}
     reverted = last.get("reverted") if last.get("action") == "stop" else None
-    faults = f" · reverted fault(s) {', '.join(map(str, reverted))}" if reverted else ""
+    faults = f" · reverted fault(s) {', '.join(map(str, _array(reverted)))}" if reverted else ""
     return f"{kind}{name} {status['state']}: {_progress(status)}{reason}{faults}"
 
 
 def _scenario(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int:
     if args.scenario_command == "stop":
-        out(_stopped("scenario", client.request("DELETE", "/api/v1/scenarios/current")))
+        out(_stopped("scenario", _object(client.request("DELETE", "/api/v1/scenarios/current"))))
         return EXIT_OK
     try:
         speed = float(args.speed)
@@ -592,12 +657,13 @@ def _scenario(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
         except OSError as exc:
             raise ClientError(EXIT_USAGE, f"FILE_OR_NAME: cannot read {given}: {exc.strerror}") from None
         query = urllib.parse.urlencode({"speed": f"{speed:g}"})
-        status = client.request("POST", f"/api/v1/scenarios/run?{query}", raw=text, content_type="application/yaml")
+        answer = client.request("POST", f"/api/v1/scenarios/run?{query}", raw=text, content_type="application/yaml")
     elif path.suffix in (".yaml", ".yml") or os.sep in given:
         raise ClientError(EXIT_USAGE, f"FILE_OR_NAME: no such file: {given}")
     else:
         body = {"name": given, "speed": int(speed) if speed.is_integer() else speed}
-        status = client.request("POST", "/api/v1/scenarios/run", body)
+        answer = client.request("POST", "/api/v1/scenarios/run", body)
+    status: Answer = _object(answer)
     name = status.get("name") or given
     out(f"scenario {name} started (speed {speed:g}×)")
     if not args.wait:
@@ -611,7 +677,7 @@ def _scenario(client: Client, args: argparse.Namespace, out: Out, err: Out) -> i
         err(f"chaosd: stopped waiting; scenario {name} still runs (chaosd scenario stop stops it)")
         return _EXIT_INTERRUPTED
     watch.end()
-    for e in status.get("expectations") or []:
+    for e in _array(status.get("expectations") or []):
         out(_expectation(e))
     passed = status.get("passed")
     verdict = "passed" if passed else "FAILED" if passed is False else "no verdict"
@@ -639,7 +705,7 @@ def _pause() -> None:
     time.sleep(_POLL_S)
 
 
-def _follow(client: Client, path: str, status: Any, show: Callable[[Any], None]) -> Any:
+def _follow(client: Client, path: str, status: Answer, show: Callable[[Answer], None]) -> Answer:
     """Poll ``path`` until the plan has ended (any end state); ``idle`` means the daemon no longer knows the run
     we started, and a state it does not document is a server error, never a reason to poll forever."""
     while (state := status.get("state")) not in _ENDED:
@@ -648,12 +714,12 @@ def _follow(client: Client, path: str, status: Any, show: Callable[[Any], None])
         if state != _RUNNING:
             raise ClientError(EXIT_SERVER, f"chaosd at {client.base} answered an unknown plan state {state!r}")
         _pause()
-        status = client.request("GET", path)
+        status = _object(client.request("GET", path))
         show(status)
     return status
 
 
-def _plan_exit(status: Any, ours: bool, err: Out) -> int:
+def _plan_exit(status: Answer, ours: bool, err: Out) -> int:
     """The exit code of a plan that has ended: 0 if it reached its end (or this client stopped it), else 7."""
     state = status.get("state")
     if state == "finished" or (state == "stopped" and ours):
@@ -670,12 +736,12 @@ class _FaultWatch:
     def __init__(self, client: Client, out: Out) -> None:
         self._client = client
         self._out = out
-        self._seen: set[tuple[Any, ...]] = set()
-        self._open: dict[int, Mapping[str, Any]] = {}
+        self._seen: set[tuple[object, ...]] = set()
+        self._open: dict[int, Answer] = {}
 
-    def update(self, status: Any) -> None:
-        start = float(status.get("started_at") or 0.0)
-        for entry in status.get("log") or []:
+    def update(self, status: Answer) -> None:
+        start = _float(status.get("started_at") or 0.0)
+        for entry in _array(status.get("log") or []):
             if not isinstance(entry, dict):
                 continue
             fault_id = entry.get("fault")
@@ -695,7 +761,7 @@ class _FaultWatch:
                 self._out(f"{at}  {entry.get('action', '?')} not injected: {entry['error']}")
         for fault_id in list(self._open):
             try:
-                fault = self._client.request("GET", f"/api/v1/faults/{fault_id}")
+                fault = _object(self._client.request("GET", f"/api/v1/faults/{fault_id}"))
             except ClientError as exc:
                 if exc.code != EXIT_REJECTED:  # unreachable, a server error: the run's own poll says so
                     raise
@@ -712,7 +778,7 @@ class _FaultWatch:
         self._open.clear()
 
 
-def _verdict(fault: Mapping[str, Any]) -> str:
+def _verdict(fault: Answer) -> str:
     outcome = fault["outcome"]
     what = f"fault {fault['id']} {outcome}"
     action = fault.get("action", "?")
@@ -732,14 +798,14 @@ class _LiveLine:
         self._width = 0
         self._last: float | None = None
 
-    def show(self, status: Any) -> None:
+    def show(self, status: Answer) -> None:
         line = f"survival {status.get('state', '?')}: {_progress(status)}"
         if self._tty is not None:
             self._tty.write("\r" + line.ljust(self._width))
             self._tty.flush()
             self._width = len(line)
             return
-        elapsed = float(status.get("elapsed_s") or 0.0)
+        elapsed = _float(status.get("elapsed_s") or 0.0)
         if self._last is None or elapsed - self._last >= _LINE_EVERY_S:
             self._out(line)
             self._last = elapsed
@@ -762,11 +828,11 @@ class _LiveLine:
 # --- rendering ----------------------------------------------------------------------------------------------------
 
 
-def _inspect_lines(report: Any) -> list[str]:
+def _inspect_lines(report: ReportView) -> list[str]:
     """The inspect summary: score, recovery as the score judges it, fault counts, mean and p95 recovery per
     action, count causes with their shares and time causes apart, what to fix."""
-    faults = report.get("faults") or []
-    summary = report.get("faults_summary") or {}
+    faults = report["faults"]
+    summary = report["faults_summary"]
     score = report.get("score")
     injected = summary.get("injected", len(faults))
     recovered = summary.get("recovered", sum(1 for f in faults if f.get("outcome") == "recovered"))
@@ -803,7 +869,7 @@ def _inspect_lines(report: Any) -> list[str]:
             "recovery time by action" + (f" (the newest {listed} of {injected} faults)" if listed < injected else "")
         )
         lines.extend("  " + r for r in table(("action", "faults", "recovered", "mean", "p95"), rows, "<>>>>"))
-    diagnostics = report.get("diagnostics") or []
+    diagnostics = report["diagnostics"]
     causes = cause_rows(diagnostics)
     if causes:
         lines.append("diagnostics by cause")
@@ -816,16 +882,16 @@ def _inspect_lines(report: Any) -> list[str]:
     return lines
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=True)
 
 
-def _targets(fault: Any) -> str:
-    return ", ".join(str(t) for t in fault.get("targets") or [fault.get("target", "?")])
+def _targets(fault: Answer) -> str:
+    return ", ".join(str(t) for t in _array(fault.get("targets") or [fault.get("target", "?")]))
 
 
-def _secs(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.2f}"
+def _secs(value: object) -> str:
+    return "-" if value is None else f"{_float(value):.2f}"
 
 
 def _clock(seconds: float) -> str:
@@ -834,7 +900,7 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
-def _progress(status: Any) -> str:
+def _progress(status: Answer) -> str:
     """elapsed · actions · score (grade) from a survival or scenario status.
 
     The score is the plan's own window (``daemon_score`` is the daemon's lifetime, not shown here); it has no
@@ -842,12 +908,12 @@ def _progress(status: Any) -> str:
     """
     actions = status.get("actions")
     count = len(actions) if isinstance(actions, list) else actions if actions is not None else 0
-    score = status.get("score") or {}
+    score = _object(status.get("score") or {})
     shown = f"{score['total']:.1f} ({score['grade']})" if score.get("total") is not None else "-"
-    return f"elapsed {_clock(float(status.get('elapsed_s') or 0.0))} · actions {count} · score {shown}"
+    return f"elapsed {_clock(_float(status.get('elapsed_s') or 0.0))} · actions {count} · score {shown}"
 
 
-def _expectation(e: Any) -> str:
+def _expectation(e: object) -> str:
     if not isinstance(e, dict):
         return f"  expect     {e}"
     mark = "pass" if e.get("passed") else "FAIL"

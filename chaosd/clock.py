@@ -13,9 +13,12 @@ import select
 import selectors
 import time
 from collections.abc import Awaitable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from chaosd._asyncio_internals import Alarm, ClockedSelector, ClockedSelectorLoop, keeps_asyncio_time
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 __all__ = [
     "Clock",
@@ -70,13 +73,13 @@ class _VirtualSelector(ClockedSelector):
         self._jumps = 0
         self._real = selectors.DefaultSelector()
 
-    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+    def register(self, fileobj: FileDescriptorLike, events: int, data: object = None) -> selectors.SelectorKey:
         return self._real.register(fileobj, events, data)
 
-    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+    def unregister(self, fileobj: FileDescriptorLike) -> selectors.SelectorKey:
         return self._real.unregister(fileobj)
 
-    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+    def modify(self, fileobj: FileDescriptorLike, events: int, data: object = None) -> selectors.SelectorKey:
         return self._real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
@@ -99,7 +102,7 @@ class _VirtualSelector(ClockedSelector):
         self.now += timeout
         return []
 
-    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+    def get_map(self) -> Mapping[FileDescriptorLike, selectors.SelectorKey]:
         return self._real.get_map()
 
     def close(self) -> None:

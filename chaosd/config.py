@@ -11,14 +11,25 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from chaosd.durations import Seconds
 from chaosd.errors import ConfigError
 from chaosd.handlers import handler_problems
+from chaosd.urls import parse_upstream
 
 __all__ = [
     "AdmissionPolicy",
@@ -41,6 +52,7 @@ __all__ = [
     "SinkConfig",
     "SloConfig",
     "StageConfig",
+    "StageKind",
     "StopCondition",
     "StorageConfig",
     "SupervisorConfig",
@@ -56,6 +68,7 @@ __all__ = [
 ENV_PREFIX = "CHAOSD_"
 
 AdmissionPolicy = Literal["capacity", "aimd", "none"]
+StageKind = Literal["compute", "tool", "llm", "memory", "mcp", "python"]
 
 
 class _Model(BaseModel):
@@ -141,12 +154,26 @@ class PressureConfig(_Model):
 
 class StageConfig(_Model):
     name: str = Field(min_length=1, max_length=64)
-    kind: Literal["compute", "tool", "llm", "memory", "mcp", "python"] = "compute"
+    kind: StageKind = "compute"
     handler: str | None = Field(
         default=None, min_length=1, description='python: "package.module:function", an async callable of yours'
     )
     params: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="python: a table handed to the handler as context.params"
+    )
+    setup: str | None = Field(
+        default=None,
+        min_length=1,
+        description='python: "package.module:function", awaited once at start; what it returns is context.state',
+    )
+    teardown: str | None = Field(
+        default=None,
+        min_length=1,
+        description='python: "package.module:function", awaited once at stop with the state setup returned',
+    )
+    dependencies: tuple[str, ...] = Field(
+        default=(),
+        description="python: names from [dependencies] whose calls pass through chaosd's fault proxy",
     )
     service: ServiceConfig = ServiceConfig()
     timeout: Seconds = Field(default=0.0, ge=0, description="0 = none")
@@ -171,6 +198,28 @@ class StageConfig(_Model):
     restore_time: Seconds = Field(default=0.005, ge=0, description="memory: time to restore one entry")
     breaker_threshold: int = Field(default=5, ge=0, description="consecutive failed attempts that open the breaker")
     breaker_reset: Seconds = Field(default=2.0, gt=0, description="seconds open before a trial (half-open)")
+
+
+_DEPENDENCY_NAME = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
+
+
+class DependencyConfig(_Model):
+    """Something a python stage calls: its calls go through a fault proxy chaosd starts in front of it."""
+
+    upstream: SecretStr = Field(
+        description='"http://host:port/base", "https://…" or "tcp://host:port"; a password in it is never shown'
+    )
+
+    @field_validator("upstream")
+    @classmethod
+    def _parses(cls, upstream: SecretStr) -> SecretStr:
+        parse_upstream(upstream.get_secret_value())  # its message never holds the password
+        return upstream
+
+
+def dependency_kind(dependency: DependencyConfig) -> Literal["http", "tcp"]:
+    """``tcp`` for a raw TCP dependency, else ``http`` (an https upstream is called as http through its proxy)."""
+    return "tcp" if dependency.upstream.get_secret_value().lower().startswith("tcp://") else "http"
 
 
 class OrchestratorConfig(_Model):
@@ -228,6 +277,11 @@ class RecoveryConfig(_Model):
     tolerance: float = Field(default=0.25, gt=0, description="relative distance from the baseline allowed")
     confirm: Seconds = Field(default=3.0, ge=0, description="how long the service must stay within it")
     limit: Seconds = Field(default=60.0, gt=0, description="after the fault ends; else the recovery failed")
+    unplanned_after: Seconds = Field(
+        default=5.0,
+        ge=0,
+        description="out of tolerance this long with no fault in play opens an incident nobody injected; 0 = never",
+    )
     cpu_wait: float = Field(
         default=0.2,
         gt=0,
@@ -400,7 +454,7 @@ class ApiConfig(_Model):
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod
-    def _host_list(cls, value: Any) -> Any:
+    def _host_list(cls, value: object) -> object:
         if isinstance(value, str):
             raise ValueError('must be a list of host names, e.g. ["chaosd", "10.0.0.5"] (or ["*"] for any)')
         return value
@@ -418,7 +472,7 @@ class ApiConfig(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _read_token_file(cls, data: Any) -> Any:
+    def _read_token_file(cls, data: object) -> object:
         if not isinstance(data, Mapping) or not data.get("token_file"):
             return data
         if data.get("token") is not None:
@@ -513,6 +567,9 @@ class Settings(BaseSettings):
     storage: StorageConfig = StorageConfig()
     tracing: TracingConfig = TracingConfig()
     backend: BackendConfig = BackendConfig()
+    dependencies: dict[Annotated[str, StringConstraints(pattern=_DEPENDENCY_NAME)], DependencyConfig] = Field(
+        default_factory=dict, description="what python stages call, by name: each gets a fault proxy"
+    )
 
     @field_validator("stages")
     @classmethod
@@ -557,18 +614,19 @@ class Settings(BaseSettings):
         return env_settings, init_settings
 
 
-def deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: Mapping[str, object], overlay: Mapping[str, object]) -> dict[str, object]:
     """Tables merge key by key; anything else (numbers, lists) is replaced."""
     merged = dict(base)
     for key, value in overlay.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
+        current = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            merged[key] = deep_merge(current, value)
         else:
             merged[key] = value
     return merged
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, object]:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
@@ -580,14 +638,16 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError([(str(path), "", f"not valid TOML: {exc}")]) from None
 
 
-def _has_path(data: Any, loc: tuple[int | str, ...]) -> bool:
+def _has_path(data: object, loc: tuple[int | str, ...]) -> bool:
     for part in loc:
         if isinstance(data, Mapping):
             if part not in data:
                 return False
-        elif not (isinstance(data, list | tuple) and isinstance(part, int) and part < len(data)):
+            data = data[part]
+        elif isinstance(data, list | tuple) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
             return False
-        data = data[part]
     return True
 
 
@@ -599,13 +659,14 @@ def _env_name(loc: tuple[int | str, ...]) -> str | None:
     return None
 
 
-def _describe(error: Mapping[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     msg = str(error["msg"])
     if error["type"] == "extra_forbidden":  # pydantic's type for a key no model declares (file, overlay or env)
         return "unknown key"
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    secret = any("token" in str(part) for part in error["loc"])  # a rejected secret is never echoed
+    # A rejected secret is never echoed (a dependency's upstream URL may hold a password).
+    secret = any(str(part) in ("token", "upstream") for part in error["loc"])
     if error["type"] != "missing" and "input" in error and not secret:
         shown = repr(error["input"])
         if len(shown) <= 60 and not isinstance(error["input"], Mapping):
@@ -615,12 +676,13 @@ def _describe(error: Mapping[str, Any]) -> str:
 
 def load_settings(
     config_path: Path | None = None,
-    overlay: Mapping[str, Any] | None = None,
+    overlay: Mapping[str, object] | None = None,
     overlay_source: str = "scenario",
 ) -> Settings:
     """Defaults < TOML file < overlay (a scenario's) < ``CHAOSD_…`` environment."""
     file_data = read_toml(config_path) if config_path is not None else {}
-    data = deep_merge(file_data, overlay or {})
+    # TOML in: unchecked tables, passed as keywords (BaseSettings's own are typed) for the model to check.
+    data: dict[str, Any] = deep_merge(file_data, overlay or {})
     try:
         settings = Settings(**data)
     except ValidationError as exc:
@@ -640,14 +702,14 @@ def load_settings(
             problems.append((source, field, _describe(error)))
         raise ConfigError(problems) from None
     # Handlers are imported here, once the stages are valid, so a bad one stops chaosd before anything runs.
-    handlers = handler_problems(settings.stages)
+    handlers = handler_problems(settings.stages, settings.dependencies)
     if handlers:
         source = _stages_source(config_path, overlay, overlay_source)
         raise ConfigError([(source, field, problem) for field, problem in handlers])
     return settings
 
 
-def _stages_source(config_path: Path | None, overlay: Mapping[str, Any] | None, overlay_source: str) -> str:
+def _stages_source(config_path: Path | None, overlay: Mapping[str, object] | None, overlay_source: str) -> str:
     """Where the stage list came from: it is replaced whole, never merged, so one source holds all of it."""
     if ENV_PREFIX + "STAGES" in os.environ:
         return f"environment {ENV_PREFIX}STAGES"

@@ -10,7 +10,6 @@ import contextlib
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from chaosd.errors import FaultError
 from chaosd.events import Event
@@ -35,7 +34,24 @@ from chaosd.report import rounded
 from chaosd.runner import Experiment
 from chaosd.scenario import Scenario
 from chaosd.score import ScoreWeights, diagnose
-from chaosd.views import FaultsBody, PlanStatus, ScoreBody, StatusBody, WindowReport, WindowSummary
+from chaosd.telemetry.stages import StageWindow
+from chaosd.views import (
+    ExpectationView,
+    FaultsBody,
+    LiveCounts,
+    LiveWindow,
+    PlanEnd,
+    PlanKind,
+    PlanReport,
+    PlanState,
+    PlanStatus,
+    ReportView,
+    ScoreBody,
+    StatusBody,
+    TaskCounts,
+    WindowReport,
+    WindowSummary,
+)
 from chaosd.wire import PENDING, TERMINAL
 
 __all__ = ["Controller", "PlanRun"]
@@ -47,18 +63,18 @@ log = logging.getLogger("chaosd")
 class PlanRun:
     """A survival or scenario run against the live pipeline."""
 
-    kind: str  # "survival" | "scenario"
+    kind: PlanKind
     name: str
     started_at: float
     duration: float
-    state: str = "running"  # running → finished | stopped | failed
+    state: PlanState = "running"  # running → finished | stopped | failed
     ended_at: float | None = None
     reason: str | None = None
     log: RecentLog = field(default_factory=lambda: RecentLog(1000))  # the newest history.entries
-    expectations: list[dict[str, Any]] = field(default_factory=list)
+    expectations: list[ExpectationView] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     before: Tally | None = None  # the task counts when it started: its window is what happened since
-    final: dict[str, Any] | None = None  # its window report as it ended (see Controller.plan_report)
+    final: PlanReport | None = None  # its window report as it ended (see Controller.plan_report)
     book: IncidentBook | None = None  # its incidents' running totals, for its score
 
     def owns(self, record: FaultRecord) -> bool:
@@ -119,6 +135,10 @@ class Controller:
         self._window_ids = 0
         self.problems: list[str] = []  # crashed plans, for /readyz
         self.crashed: list[str] = []  # a crashed pipeline, for /healthz: the daemon needs a restart
+        # The status body's per-stage figures: read per status request, over about the telemetry window.
+        self.stage_window = StageWindow(
+            lambda: experiment.pipeline.stages, experiment.clock.now, experiment.settings.telemetry.window
+        )
 
     def refuse_new(self) -> None:
         """The first step of shutdown: no new fault from anyone (the injector refuses survival's too)."""
@@ -265,7 +285,7 @@ class Controller:
         self.exp.events.record(run.started_at, "scenario", name=scenario.name, state="started", speed=speed)
         return run
 
-    def _new_run(self, kind: str, name: str, duration: float) -> PlanRun:
+    def _new_run(self, kind: PlanKind, name: str, duration: float) -> PlanRun:
         run = PlanRun(kind, name, self.exp.pipeline.elapsed(), duration)
         run.log = RecentLog(self.exp.settings.history.entries)
         run.book = IncidentBook(run.owns)
@@ -329,13 +349,13 @@ class Controller:
         return None
 
     async def _drive(
-        self, run: PlanRun, plan: Plan, expect: Mapping[str, Any] | None = None, *, steady: bool = True
+        self, run: PlanRun, plan: Plan, expect: Mapping[str, object] | None = None, *, steady: bool = True
     ) -> None:
         try:
             refused = await self._await_steady(run) if steady else None
             if refused is not None:
-                run.state, run.reason = "failed", refused
-                self._finish(run)
+                run.reason = refused
+                self._finish(run, "failed")
                 return
             if run.kind == "scenario":  # it ends with its last action; a sped-up one may stretch (see stretch)
                 await plan(self.exp)
@@ -350,15 +370,14 @@ class Controller:
                 pending = self._owned(run, pending=True)
                 await self.await_verdicts([f.id for f in pending], verdicts_due(self.exp, pending))
         except asyncio.CancelledError:
-            run.state = "stopped"
             run.reason = run.reason or "stopped"
-            self._finish(run)
+            self._finish(run, "stopped")
             raise
         except Exception as exc:
-            run.state, run.reason = "failed", f"{type(exc).__name__}: {exc}"
+            run.reason = f"{type(exc).__name__}: {exc}"
             self.problems.append(f"{run.kind} crashed: {run.reason}")
             log.exception("%s run crashed", run.kind)
-            self._finish(run)
+            self._finish(run, "failed")
             return
         if run.kind == "scenario" and expect:
             run.expectations = evaluate_expectations(expect, self.plan_report(run))
@@ -366,8 +385,7 @@ class Controller:
             if self.exp.injector.lever is not None:
                 run.reason = f"stop condition: {self.exp.injector.lever}"
             self.revert_faults(run)  # normally none left: each ends by its TTL before the run does
-        run.state = "finished"
-        self._finish(run)
+        self._finish(run, "finished")
 
     async def await_verdicts(self, fault_ids: Collection[int], timeout: float) -> None:
         """Until each fault has its verdict, woken by the verdict events themselves; or ``timeout`` seconds."""
@@ -392,13 +410,14 @@ class Controller:
         finally:
             unsubscribe()
 
-    def _finish(self, run: PlanRun) -> None:
+    def _finish(self, run: PlanRun, state: PlanEnd) -> None:
+        run.state = state
         run.ended_at = self.exp.pipeline.elapsed()
         run.final = self.plan_report(run)  # the window ends with the run: its status stops moving
         self._forget_book(run.book)
-        self.exp.events.record(run.ended_at, run.kind, name=run.name, state=run.state, reason=run.reason)
+        self.exp.events.record(run.ended_at, run.kind, name=run.name, state=state, reason=run.reason)
 
-    def plan_report(self, run: PlanRun) -> dict[str, Any]:
+    def plan_report(self, run: PlanRun) -> PlanReport:
         """What a plan's expectations judge, and its status scores: its own window, not the daemon's lifetime.
 
         Task counts and the score are the difference of the live counts between the plan's start and
@@ -409,8 +428,7 @@ class Controller:
             return run.final
         window = self._window(run, faults=True)
         window["actions"] = list(run.log)  # the newest history.entries
-        result: dict[str, Any] = rounded(window)
-        return result
+        return rounded(window)
 
     # --- measurement windows --------------------------------------------------------------------
 
@@ -478,8 +496,7 @@ class Controller:
             "window": report["window"],
             "diagnostics": [{"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)],
         }
-        result: WindowReport = rounded(body)
-        return result
+        return rounded(body)
 
     def close_window(self, window_id: int) -> WindowReport:
         window = self.window(window_id)
@@ -502,7 +519,7 @@ class Controller:
         )
         return window.final
 
-    def _window(self, run: PlanRun | Window, *, faults: bool) -> dict[str, Any]:
+    def _window(self, run: PlanRun | Window, *, faults: bool) -> PlanReport:
         """The plan's window now: task counts, score, incidents (and its faults as dicts, when ``faults``).
 
         The score needs the counts and the plan's incidents only; rendering every fault (``faults``)
@@ -511,20 +528,26 @@ class Controller:
         records = self._owned(run)  # those still in memory: its score reads its book, which counted them all
         incidents = self.exp.injector.incidents
         numbers = sorted({f.incident for f in records if f.incident})
-        now = self._counts()
-        now["faults"] = [f.as_dict() for f in records] if faults else []
-        now["incidents"] = [i.as_dict() for n in numbers if (i := incidents.get(n)) is not None]
+        now: LiveWindow = {
+            **self._counts(),
+            "faults": [f.as_dict() for f in records] if faults else [],
+            "incidents": [i.as_dict() for n in numbers if (i := incidents.get(n)) is not None],
+        }
         before = run.before or Tally()  # a plan without a snapshot: judged from the daemon's start
         ids = {f.id for f in records}
         weights = ScoreWeights.from_config(self.exp.settings.score)
-        window = window_report(before, now, ids, weights, run.book)
-        # The incidents holding its faults: what ``max_recovery_s`` judges (as the run report's do).
-        window["incidents"] = [i for i in now["incidents"] if ids.intersection(i["faults"])]
+        measures = window_report(before, now, ids, weights, run.book)
         end = run.ended_at if run.ended_at is not None else self.exp.pipeline.elapsed()
-        window["window"] = {"start_at": run.started_at, "end_at": end}
-        return window
+        return {
+            "tasks": measures["tasks"],
+            "score": measures["score"],
+            "faults": measures["faults"],
+            # The incidents holding its faults: what ``max_recovery_s`` judges (as the run report's do).
+            "incidents": [i for i in now["incidents"] if ids.intersection(i["faults"])],
+            "window": {"start_at": run.started_at, "end_at": end},
+        }
 
-    def _counts(self) -> dict[str, Any]:
+    def _counts(self) -> LiveCounts:
         """The live report's task counts (what :meth:`Tally.of` reads), without building the whole report.
 
         ``Experiment.report()`` also renders every fault, incident and the timeline: too much for a status
@@ -533,7 +556,7 @@ class Controller:
         p = self.exp.pipeline
         m = p.ledger.measured
         _, lost, in_flight = self.exp.accounted()
-        tasks = {
+        tasks: TaskCounts = {
             "offered": m.offered,
             "accepted": m.accepted,
             "completed": m.completed,
@@ -610,6 +633,10 @@ class Controller:
                 "removed_nodes": sorted(p.dag.removed_nodes),
                 "removed_edges": sorted(f"{a}->{b}" for a, b in p.dag.removed_edges),
                 "breakers_open": sorted(p.avoided),
+                "dependencies": [
+                    f"{n}/{d}" for n, stage in sorted(p.stages.items()) for d in sorted(stage.dependencies)
+                ],
+                "stages": self.stage_window.figures(),
             },
             "queue": {"depth": p.queue.depth, "capacity": p.queue.capacity},
             "detector": exp.detector.state.value,
@@ -640,7 +667,7 @@ class Controller:
             "faults_recovered": exp.injector.outcomes["recovered"],
         }
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> ReportView:
         """The run report so far, listing the newest history.report faults and incidents."""
         return self.exp.report(listed=self.exp.settings.history.report)
 
@@ -691,8 +718,7 @@ class Controller:
         if run.kind == "scenario":
             status["expectations"] = run.expectations
             status["passed"] = all(e["passed"] for e in run.expectations) if run.state == "finished" else None
-        result: PlanStatus = rounded(status)
-        return result
+        return rounded(status)
 
     async def shutdown(self) -> int:
         """Refuse new faults, stop the plans, revert every active fault. Returns how many were reverted."""

@@ -37,6 +37,7 @@ from chaosd.report import render_summary
 from chaosd.runner import Experiment
 from chaosd.storage import unwritable
 from chaosd.telemetry.snapshot import Snapshot
+from chaosd.views import DetectorStateName
 from chaosd.wire import is_loopback
 
 __all__ = ["Daemon", "banner", "check_bind", "serve"]
@@ -69,7 +70,7 @@ class _Stop:
             self._main.cancel()
 
 
-def status_line(snap: Snapshot, state: str, factor: float) -> str:
+def status_line(snap: Snapshot, state: DetectorStateName, factor: float) -> str:
     return (
         f"t={snap.t:8.1f}s λ={snap.arrival_rate:7.1f}/s capacity={snap.capacity_rate:7.1f}/s "
         f"done={snap.throughput:7.1f}/s good={snap.goodput:7.1f}/s shed={snap.shed_rate:6.1f}/s "
@@ -286,7 +287,7 @@ class Daemon:
         faults = "active faults may not have been reverted"
         if self.reverted is not None:
             faults = f"{self.reverted} active fault(s) reverted"
-        written = f"report written to {self.settings.daemon.report}" if self.app[REPORT] else "no report written"
+        written = f"report written to {self.settings.daemon.report}" if self.app[REPORT].report else "no report written"
         self.out(f"chaosd: {name} again: forced exit; {faults}, {written}")
         return 1
 
@@ -310,8 +311,8 @@ class Daemon:
             self.out(f"chaosd: the span exporter did not finish within {budget:.1f} s; unexported spans dropped")
 
     def _result(self) -> int:
-        report = self.app[REPORT]
-        if not report:
+        report = self.app[REPORT].report
+        if report is None:
             self.out("chaosd: the pipeline did not stop cleanly; no report written")
             return 1
         self.out(render_summary(report))

@@ -13,9 +13,52 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Literal, TypeVar, Unpack, cast, overload
 
-__all__ = ["Event", "EventLog", "Observers"]
+from chaosd.event_kinds import (
+    AgentAlive,
+    AgentDead,
+    AgentJoined,
+    BackendConnected,
+    BackendReachable,
+    BackendReadiness,
+    BackendRestarted,
+    BackendRestored,
+    BackendUnlisted,
+    BackendUnreachable,
+    BreakerChanged,
+    DagRerouted,
+    DetectorChanged,
+    EventKind,
+    FaultEventData,
+    FaultInjected,
+    FaultMechanismRecovered,
+    FaultRecovered,
+    FaultReverted,
+    FaultUnrecovered,
+    IncidentOpened,
+    IncidentRecovered,
+    IncidentUnrecovered,
+    LeaderElected,
+    LeaderLost,
+    LeverPulled,
+    LeverReleased,
+    McpReconnected,
+    MemoryRepaired,
+    PlanEnded,
+    RunChanged,
+    ScenarioStarted,
+    ScoreChanged,
+    SupervisorGaveUp,
+    SupervisorRestarted,
+    SurvivalStarted,
+    ThrottleChanged,
+    WindowClosed,
+    WindowOpened,
+)
+from chaosd.views import PlanKind
+
+__all__ = ["Event", "EventKind", "EventLog", "Observers", "fault_data"]
 
 log = logging.getLogger("chaosd.events")
 _A = TypeVar("_A")
@@ -26,14 +69,23 @@ MAX_OBSERVER_NAMES = 32  # the metric's label values: beyond this many observers
 class Event:
     id: int
     t: float  # seconds since the run started
-    kind: str
-    data: Mapping[str, Any] = field(default_factory=dict)
+    kind: EventKind
+    # One of chaosd.event_kinds' payloads, by kind (see EventLog.record); read generically where it is
+    # serialised (the SSE stream, storage), through fault_data where a fault's fields are read.
+    data: Mapping[str, object] = field(default_factory=dict)
     # The object the event is about (a fault's record), for in-process observers: never serialised, and
     # there even when the object has left the bounded in-memory history (a fault older than history.faults).
-    about: Any = field(default=None, compare=False, repr=False)
+    about: object = field(default=None, compare=False, repr=False)
 
 
-def observer_name(callback: Callable[..., Any]) -> str:
+def fault_data(event: Event) -> FaultEventData | None:
+    """The payload of a ``fault`` event, for readers of its fields; None for an event of any other kind."""
+    if event.kind != "fault":
+        return None
+    return cast("FaultEventData", event.data)  # kind checked: record's fault overloads typed it
+
+
+def observer_name(callback: Callable[..., object]) -> str:
     """A short, stable name for a callback: its qualified name without the ``<locals>`` noise."""
     name = getattr(callback, "__qualname__", None) or type(callback).__qualname__
     return str(name).replace("<locals>.", "")
@@ -86,7 +138,135 @@ class EventLog:
         self._subscribers: list[tuple[str, Callable[[Event], None]]] = []
         self.observers = Observers()
 
-    def record(self, t: float, kind: str, *, about: Any = None, **data: Any) -> Event:
+    # One overload per payload shape (chaosd.event_kinds): a call passes the fields of its kind's shape.
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultInjected]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultReverted]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultMechanismRecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultRecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultUnrecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["incident"], *, about: object = None, **data: Unpack[IncidentOpened]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["incident"], *, about: object = None, **data: Unpack[IncidentRecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["incident"], *, about: object = None, **data: Unpack[IncidentUnrecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["lever"], **data: Unpack[LeverPulled]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["lever"], **data: Unpack[LeverReleased]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["leader"], **data: Unpack[LeaderLost]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["leader"], **data: Unpack[LeaderElected]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["agent"], **data: Unpack[AgentDead]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["agent"], **data: Unpack[AgentAlive]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["agent"], **data: Unpack[AgentJoined]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["supervisor"], **data: Unpack[SupervisorGaveUp]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["supervisor"], **data: Unpack[SupervisorRestarted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["mcp"], **data: Unpack[McpReconnected]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["memory"], **data: Unpack[MemoryRepaired]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["breaker"], **data: Unpack[BreakerChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["dag"], **data: Unpack[DagRerouted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendConnected]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendReadiness]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendRestarted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendRestored]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendUnlisted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendUnreachable]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendReachable]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["run"], **data: Unpack[RunChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["detector"], **data: Unpack[DetectorChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["throttle"], **data: Unpack[ThrottleChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["score"], **data: Unpack[ScoreChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["survival"], **data: Unpack[SurvivalStarted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["scenario"], **data: Unpack[ScenarioStarted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: PlanKind, **data: Unpack[PlanEnded]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["window"], **data: Unpack[WindowOpened]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["window"], **data: Unpack[WindowClosed]) -> Event: ...
+
+    def record(self, t: float, kind: EventKind, *, about: object = None, **data: object) -> Event:
         event = Event(self._next_id, t, kind, data, about)
         self._next_id += 1
         # The log keeps the event without its object: what it holds stays bounded by history.faults.

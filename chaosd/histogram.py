@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import array
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 
 import numpy as np
@@ -83,6 +83,16 @@ class LogHistogram:
     def sum(self) -> float:
         self._flush()
         return self._sum
+
+    def add_counts(self, counts: Mapping[int, int], total: float) -> None:
+        """Add samples binned elsewhere (another process's histogram of the same buckets): ``counts`` maps a bucket
+        index to how many samples it gained, ``total`` is their sum. Indices beyond the top go to the top."""
+        buckets = self._counts
+        top = self._top
+        for index, n in counts.items():
+            buckets[min(max(index, 0), top)] += n
+            self._count += n
+        self._sum += total
 
     def snapshot(self) -> npt.NDArray[np.int64]:
         """The bucket counts now, read-only: the same array as last time while no sample has come since (an idle

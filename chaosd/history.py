@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from chaosd.views import PlanLogEntry
 
 __all__ = ["Kept", "RecentLog", "Sum"]
 
@@ -93,18 +96,18 @@ class RecentLog:
     """A plan's log: the newest ``limit`` entries, and how many succeeded in all."""
 
     def __init__(self, limit: int) -> None:
-        self._entries: deque[dict[str, Any]] = deque(maxlen=limit)
+        self._entries: deque[PlanLogEntry] = deque(maxlen=limit)
         self.ok = 0  # entries with a true "ok" when they were logged (actions carried out)
 
-    def append(self, entry: dict[str, Any]) -> None:
+    def append(self, entry: PlanLogEntry) -> None:
         self._entries.append(entry)
         if entry.get("ok"):
             self.ok += 1
 
-    def newest(self, n: int) -> list[dict[str, Any]]:
+    def newest(self, n: int) -> list[PlanLogEntry]:
         return list(self._entries)[-n:] if n > 0 else []
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[PlanLogEntry]:
         return iter(self._entries)
 
     def __len__(self) -> int:

@@ -13,8 +13,11 @@ imports the engine or numpy: the client commands use it too.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the views import pydantic: a client command imports this module, not them
+    from chaosd.views import DiagnosticView, FaultsSummaryView, FaultView, ReportView
 
 __all__ = [
     "action_rows",
@@ -78,7 +81,7 @@ def number(x: float) -> str:
     return f"{x:.1f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def value(v: Any) -> str:
+def value(v: str | int | float | bool | None) -> str:
     """A measured or expected value (an expectation's): booleans as yes/no, floats rounded, None as a dash."""
     if isinstance(v, bool):
         return "yes" if v else "no"
@@ -107,7 +110,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str) -> l
     ]
 
 
-def judged_line(summary: Mapping[str, Any], faults: Sequence[Mapping[str, Any]] = ()) -> str:
+def judged_line(summary: FaultsSummaryView, faults: Sequence[FaultView] = ()) -> str:
     """``recovered N of M judged (P pending)``: the score's recovery rate, pending and unmeasured faults apart."""
     recovered = int(summary.get("recovered", sum(1 for f in faults if f.get("outcome") == "recovered")))
     failed = int(summary.get("failed", sum(1 for f in faults if f.get("outcome") == "failed")))
@@ -124,7 +127,7 @@ def judged_line(summary: Mapping[str, Any], faults: Sequence[Mapping[str, Any]] 
     return f"recovered {recovered} of {judged} judged, {percent(recovered / judged)}{tail}"
 
 
-def action_rows(faults: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, str, str]]:
+def action_rows(faults: Iterable[FaultView]) -> list[tuple[str, str, str, str, str]]:
     """Per action: faults, recovered, mean and p95 recovery time (a dash where none has a time of its own)."""
     counts: dict[str, int] = {}
     recovered: dict[str, int] = {}
@@ -134,8 +137,8 @@ def action_rows(faults: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str
         counts[action] = counts.get(action, 0) + 1
         recovered[action] = recovered.get(action, 0) + (f.get("outcome") == "recovered" or f.get("recovered") is True)
         bucket = times.setdefault(action, [])
-        if f.get("recovery_s") is not None:
-            bucket.append(float(f["recovery_s"]))
+        if (recovery_s := f.get("recovery_s")) is not None:
+            bucket.append(float(recovery_s))
     return [
         (
             action,
@@ -148,18 +151,18 @@ def action_rows(faults: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str
     ]
 
 
-def _is_time(d: Mapping[str, Any]) -> bool:
+def _is_time(d: DiagnosticView) -> bool:
     return str(d["cause"]).endswith("_s")
 
 
-def cause_rows(diagnostics: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+def cause_rows(diagnostics: Iterable[DiagnosticView]) -> list[tuple[str, str, str]]:
     """Count causes only, each with its share of the counted problems (seconds are never among them)."""
     counted = [d for d in diagnostics if not _is_time(d)]
     total = sum(int(d["count"]) for d in counted)
     return [(str(d["cause"]), str(d["count"]), percent(int(d["count"]) / total) if total else "-") for d in counted]
 
 
-def time_causes(diagnostics: Iterable[Mapping[str, Any]]) -> list[str]:
+def time_causes(diagnostics: Iterable[DiagnosticView]) -> list[str]:
     """Time causes (``collapsed_s``), in seconds: ``time collapsed 207 s (1 episode(s), final state collapsed)``."""
     lines = []
     for d in diagnostics:
@@ -175,25 +178,25 @@ def time_causes(diagnostics: Iterable[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def fixes(r: Mapping[str, Any]) -> list[str]:
+def fixes(r: ReportView) -> list[str]:
     """What to fix, from the diagnostics and what the report says of the configuration; each line names its
     evidence. Empty when nothing stands out."""
     causes = {str(d["cause"]): d for d in r.get("diagnostics") or ()}
     tasks = r.get("tasks") or {}
-    runtime = r.get("runtime") or {}
+    runtime = r.get("runtime")
     throttle = r.get("throttle") or {}
     queue = r.get("queue") or {}
     out: list[str] = []
     dead = causes.get("agents_dead")
     if dead:
         names = ", ".join(map(str, dead.get("agents") or ())) or str(dead["count"])
-        gave_up = list(runtime.get("gave_up") or ())
+        gave_up = list((runtime.get("gave_up") if runtime else None) or ())
         if gave_up:
             out.append(
                 f"dead agents: the supervisor gave up on {', '.join(map(str, gave_up))} (agents_dead: {names}; "
                 "runtime.gave_up): raise supervisor.max_restarts or fix what keeps killing them"
             )
-        elif not runtime.get("restarts"):
+        elif not (runtime.get("restarts") if runtime else None):
             out.append(
                 f"dead agents and nothing restarted them (agents_dead: {names}; runtime.restarts 0): "
                 "turn the supervisor on (supervisor.enabled = true)"

@@ -10,7 +10,7 @@ import math
 import random
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError, ScenarioError
@@ -19,9 +19,21 @@ from chaosd.faults.incidents import IncidentBook
 from chaosd.history import RecentLog
 from chaosd.humanize import host_stall, seconds
 from chaosd.runner import Experiment
-from chaosd.scenario import CHECKS, Scenario, ScenarioAction
+from chaosd.scenario import CHECKS, Scenario, ScenarioAction, split_metadata
 from chaosd.score import ScoreInputs, ScoreWeights, compute_score
-from chaosd.views import ExpectationView, ExpectedIncident
+from chaosd.views import (
+    ExpectationView,
+    ExpectedIncident,
+    FaultView,
+    IncidentView,
+    LiveCounts,
+    LiveWindow,
+    PlanLogEntry,
+    PlanReport,
+    ReportView,
+    TaskCounts,
+    WindowMeasures,
+)
 from chaosd.wire import TERMINAL
 
 __all__ = [
@@ -29,12 +41,14 @@ __all__ = [
     "SURVIVAL_DEFAULT",
     "SURVIVAL_MARGIN",
     "SURVIVAL_MIN_TTL",
+    "Expectation",
     "Plan",
     "Tally",
     "check_actions",
     "check_expectations",
     "check_speed",
     "evaluate_expectations",
+    "parse_expectations",
     "scenario_plan",
     "survival_plan",
     "survival_timing",
@@ -42,16 +56,7 @@ __all__ = [
 ]
 
 SURVIVAL_DEFAULT = tuple(sorted(CATALOGUE))
-Plan = Callable[[Experiment], Coroutine[Any, Any, None]]
-
-
-def _split_metadata(metadata: Mapping[str, Any]) -> tuple[float | None, dict[str, object]]:
-    """ARES metadata → (ttl, params): ``duration`` is the fault's TTL, ``params`` or any other key a parameter."""
-    meta = dict(metadata)
-    ttl = meta.pop("duration", None)
-    params = dict(meta.pop("params", None) or {})
-    params.update(meta)
-    return (None if ttl is None else float(parse_duration(ttl))), params  # type: ignore[arg-type]
+Plan = Callable[[Experiment], Coroutine[object, object, None]]
 
 
 def check_actions(actions: Sequence[ScenarioAction], source: str, max_ttl: float) -> None:
@@ -68,7 +73,7 @@ def check_actions(actions: Sequence[ScenarioAction], source: str, max_ttl: float
             problems.append((source, f"{where}.type", f"unknown action {kind!r} (valid: {valid})"))
             continue
         try:
-            ttl, params = _split_metadata(item.action.metadata)
+            ttl, params = split_metadata(item.action.metadata)
             spec.check_params(params)
         except FaultError as exc:
             problems.append((source, f"{where}.metadata.{exc.field.removeprefix('params.')}", exc.message))
@@ -120,22 +125,22 @@ def scenario_plan(
                     t0 += waited
                     if stretch is not None and waited > 0:
                         stretch(waited)
-            entry: dict[str, Any] = {"at": exp.pipeline.elapsed(), "action": spec.type, "target": spec.target_id}
+            entry: PlanLogEntry = {"at": exp.pipeline.elapsed(), "action": spec.type, "target": spec.target_id}
             if spec.type == "verify_leader":
                 leader, waited = await _leader_within_failover(exp)
-                entry.update(ok=leader is not None, leader=leader, waited_s=waited)
+                entry["ok"], entry["leader"], entry["waited_s"] = leader is not None, leader, waited
                 entries.append(entry)
                 continue
-            ttl, params = _split_metadata(spec.metadata)
+            ttl, params = split_metadata(spec.metadata)
             if ttl is not None:
                 ttl /= speed
             try:
                 record = exp.injector.inject(spec.type, spec.target_id, params, ttl, owner=owner)
-                entry.update(ok=True, fault=record.id, targets=list(record.targets))
+                entry["ok"], entry["fault"], entry["targets"] = True, record.id, list(record.targets)
                 ttl_1 = record.ttl * speed  # its speed-1 TTL (the configured default when not given)
                 mine.append((record, at_1 + ttl_1, index))
             except FaultError as exc:
-                entry.update(ok=False, error=str(exc))
+                entry["ok"], entry["error"] = False, str(exc)
             entries.append(entry)
 
     return plan
@@ -166,7 +171,7 @@ async def _await_apart(
     start = clock.now()
     latest = start + verdicts_due(exp, [r for r, _ in apart])
     names = ", ".join(f"fault {r.id} (actions.{i} {r.action})" for r, i in apart)
-    entry: dict[str, Any] = {
+    entry: PlanLogEntry = {
         "at": exp.pipeline.elapsed(),
         "action": "wait",
         "state": "waiting",
@@ -179,7 +184,7 @@ async def _await_apart(
     for record, _ in apart:
         settled = await _settled(exp, record, latest) and settled
     waited = clock.now() - start
-    entry.update(state="done" if settled else "timed out", waited_s=waited)
+    entry["state"], entry["waited_s"] = "done" if settled else "timed out", waited
     return waited
 
 
@@ -260,6 +265,10 @@ def survival_plan(
 
     async def plan(exp: Experiment) -> None:
         rng = random.Random(f"chaosd:{seed}:survival")
+        # A python stage's dependencies are the only targets of the dependency_* actions: without any, those
+        # actions are left out of the rounds (so the rounds of a run without dependencies stay as they were).
+        called = any(s.dependencies for s in exp.pipeline.stages.values())
+        applicable = [a for a in actions if called or not a.startswith("dependency_")] or list(actions)
         clock = exp.clock
         t0 = clock.now()
         entries = exp.plan_log if log is None else log
@@ -294,9 +303,9 @@ def survival_plan(
                     continue
                 late = max(0.0, clock.now() - slot)  # waited for the previous verdict: the fault ends on time
                 fault_ttl = min(exp.settings.faults.default_ttl if ttl is None else ttl, interval - room - late)
-            for _ in range(len(actions)):  # an action that cannot apply now yields to the next one
+            for _ in range(len(applicable)):  # an action that cannot apply now yields to the next one
                 if not queue:
-                    queue = _round(actions, rng)
+                    queue = _round(applicable, rng)
                 action = queue.pop(0)
                 target = _survival_target(exp, action, rng)
                 if target is None:
@@ -350,104 +359,168 @@ def _survival_target(exp: Experiment, action: str, rng: random.Random) -> str | 
 
 _GRADES = ("F", "D", "C", "B", "A", "A+")
 
+Written = str | int | float | bool  # an ``expect:`` value as written, once checked (ExpectationView.expected)
+Measured = str | int | float | bool | None  # what a check measures (None: a measurement the report has not got)
+JudgedReport = ReportView | PlanReport  # a run's report, or a scenario's window on the daemon
+T = TypeVar("T")
+
 # What one check measures on a report, whether that passes, and the incident behind the measurement.
-_Judged = tuple[Any, bool, Mapping[str, Any] | None]
-_Judge = Callable[[Any, Mapping[str, Any], list[Mapping[str, Any]]], _Judged]  # Any: as written, checked first
+_Judged = tuple[Measured, bool, IncidentView | None]
+_Measure = Callable[[JudgedReport, list[IncidentView]], _Judged]  # a check, bound to the value it compares with
 
 
-def _min_grade(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """Why an ``expect:`` value cannot be compared: what :func:`check_expectations` says of it."""
+
+    message: str
+
+
+def _min_grade(wanted: str, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
     measured = report["score"]["grade"]
-    return measured, measured in _GRADES and _GRADES.index(measured) >= _GRADES.index(str(wanted)), None
+    return measured, measured in _GRADES and _GRADES.index(measured) >= _GRADES.index(wanted), None
 
 
-def _min_score(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+def _min_score(wanted: float, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
     measured = report["score"]["total"]
-    return measured, measured is not None and measured >= float(wanted), None
+    return measured, measured is not None and measured >= wanted, None
 
 
-def _min_availability(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+def _min_availability(wanted: float, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
     measured = report["score"]["availability"]
-    return measured, measured is not None and measured >= float(wanted), None
+    return measured, measured is not None and measured >= wanted, None
 
 
-def _max_recovery_s(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+def _max_recovery_s(wanted: float, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
     # Per incident: overlapping faults share one recovery (a lone fault is its own incident).
-    timed = [i for i in incidents if i["recovery_s"] is not None]
-    slowest = max(timed, key=lambda i: i["recovery_s"], default=None)
-    measured = slowest["recovery_s"] if slowest is not None else 0.0
-    return measured, measured <= float(parse_duration(wanted)), slowest  # type: ignore[arg-type]
+    timed = [(took, i) for i in incidents if (took := i["recovery_s"]) is not None]
+    slowest = max(timed, key=lambda timed_incident: timed_incident[0], default=None)
+    measured = slowest[0] if slowest is not None else 0.0
+    # float(): a duration written as an integer is compared as the float it makes (one too large overflows here).
+    return measured, measured <= float(wanted), slowest[1] if slowest is not None else None
 
 
-def _lost_tasks(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+def _lost_tasks(wanted: int, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
     measured = report["tasks"]["lost"]
-    return measured, measured <= int(wanted), None
+    return measured, measured <= wanted, None
 
 
-def _duplicated_tasks(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+def _duplicated_tasks(wanted: int, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
     measured = report["tasks"]["duplicated"]
-    return measured, measured <= int(wanted), None
+    return measured, measured <= wanted, None
 
 
-def _all_recovered(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+def _all_recovered(wanted: bool, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
     measured = all(f["recovered"] for f in report.get("faults", []))
-    return measured, measured == bool(wanted), None
+    return measured, measured == wanted, None
 
 
-def _checks_pass(wanted: Any, report: Mapping[str, Any], incidents: list[Mapping[str, Any]]) -> _Judged:
+def _checks_pass(wanted: bool, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
     measured = all(a.get("ok", False) for a in report.get("actions", []) if a.get("action") != "wait")
-    return measured, measured == bool(wanted), None
+    return measured, measured == wanted, None
+
+
+# Readers: an ``expect:`` value as written → the value its judge compares with, or why it cannot be compared.
+
+
+def _grade(wanted: object) -> str | _Problem:
+    if not isinstance(wanted, str) or wanted not in _GRADES:
+        return _Problem(f"must be a grade ({', '.join(_GRADES)})")
+    return wanted
+
+
+def _points(wanted: object) -> float | _Problem:
+    if isinstance(wanted, bool) or not isinstance(wanted, int | float) or not 0 <= wanted <= 100:
+        return _Problem("must be a number from 0 to 100")
+    return float(wanted)
+
+
+def _most_tasks(wanted: object) -> int | _Problem:
+    if (
+        isinstance(wanted, bool)
+        or not isinstance(wanted, int | float)
+        or not (math.isfinite(wanted) and wanted == int(wanted) >= 0)
+    ):
+        return _Problem("must be a whole number ≥ 0 (the most tasks allowed)")
+    return int(wanted)
+
+
+def _flag(wanted: object) -> bool | _Problem:
+    if not isinstance(wanted, bool):
+        return _Problem("must be true or false")
+    return wanted
+
+
+def _duration(wanted: object) -> float | _Problem:
+    try:
+        seconds = parse_duration(wanted)
+    except ValueError:
+        return _Problem("not a duration (use seconds, or a number with ms, s, m or h)")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+        return _Problem("must be a duration ≥ 0")
+    return seconds  # an int as written stays one: its judge converts it
+
+
+def _check(
+    read: Callable[[object], T | _Problem], judge: Callable[[T, JudgedReport, list[IncidentView]], _Judged]
+) -> Callable[[object], _Measure | _Problem]:
+    """One check of :data:`_JUDGES`: its value read by ``read``, then bound to ``judge``."""
+
+    def bind(wanted: object) -> _Measure | _Problem:
+        value = read(wanted)
+        if isinstance(value, _Problem):
+            return value
+        return lambda report, incidents: judge(value, report, incidents)
+
+    return bind
 
 
 # The one list of checks: check_expectations accepts exactly these keys, evaluate_expectations judges them.
-_JUDGES: dict[str, _Judge] = {
-    "min_grade": _min_grade,
-    "min_score": _min_score,
-    "max_recovery_s": _max_recovery_s,
-    "lost_tasks": _lost_tasks,
-    "duplicated_tasks": _duplicated_tasks,
-    "all_recovered": _all_recovered,
-    "checks_pass": _checks_pass,
-    "min_availability": _min_availability,
+_JUDGES: dict[str, Callable[[object], _Measure | _Problem]] = {
+    "min_grade": _check(_grade, _min_grade),
+    "min_score": _check(_points, _min_score),
+    "max_recovery_s": _check(_duration, _max_recovery_s),
+    "lost_tasks": _check(_most_tasks, _lost_tasks),
+    "duplicated_tasks": _check(_most_tasks, _duplicated_tasks),
+    "all_recovered": _check(_flag, _all_recovered),
+    "checks_pass": _check(_flag, _checks_pass),
+    "min_availability": _check(_points, _min_availability),
 }
 EXPECT_KEYS = tuple(_JUDGES)
 
 
-def check_expectations(expect: Mapping[str, Any], source: str) -> None:
-    """Refuse unknown keys and values that cannot be compared, before anything runs."""
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """One ``expect:`` key, checked: the key, its value as written, and its check bound to that value."""
+
+    check: str
+    expected: Written
+    measure: _Measure
+
+
+def parse_expectations(expect: Mapping[str, object], source: str) -> list[Expectation]:
+    """``expect:`` read once, in its order; refuses unknown keys and values that cannot be compared."""
     problems: list[tuple[str, str, str]] = []
+    checks: list[Expectation] = []
     for key, wanted in expect.items():
-        problem = _expectation_problem(key, wanted)
-        if problem is not None:
-            problems.append((source, f"expect.{key}", problem))
+        bind = _JUDGES.get(key)
+        measure = _Problem(f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})") if bind is None else bind(wanted)
+        if isinstance(measure, _Problem):
+            problems.append((source, f"expect.{key}", measure.message))
+            continue
+        assert isinstance(wanted, str | int | float | bool)  # no reader takes anything else
+        checks.append(Expectation(key, wanted, measure))
     if problems:
         raise ScenarioError(problems)
+    return checks
 
 
-def _expectation_problem(key: str, wanted: object) -> str | None:
-    number = wanted if isinstance(wanted, int | float) and not isinstance(wanted, bool) else None
-    if key not in _JUDGES:
-        return f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})"
-    if key == "min_grade" and wanted not in _GRADES:
-        return f"must be a grade ({', '.join(_GRADES)})"
-    if key in ("min_score", "min_availability") and not (number is not None and 0 <= number <= 100):
-        return "must be a number from 0 to 100"
-    if key in ("lost_tasks", "duplicated_tasks") and not (
-        number is not None and math.isfinite(number) and number == int(number) >= 0
-    ):
-        return "must be a whole number ≥ 0 (the most tasks allowed)"
-    if key in ("all_recovered", "checks_pass") and not isinstance(wanted, bool):
-        return "must be true or false"
-    if key == "max_recovery_s":
-        try:
-            seconds = parse_duration(wanted)
-        except ValueError:
-            return "not a duration (use seconds, or a number with ms, s, m or h)"
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
-            return "must be a duration ≥ 0"
-    return None
+def check_expectations(expect: Mapping[str, object], source: str) -> None:
+    """Refuse unknown keys and values that cannot be compared, before anything runs."""
+    parse_expectations(expect, source)
 
 
-def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def evaluate_expectations(expect: Mapping[str, object], report: JudgedReport) -> list[ExpectationView]:
     """Check ``expect:`` against a report (a run's, or a scenario's window): one entry per expectation.
 
     Each entry is an :class:`~chaosd.views.ExpectationView`: ``check`` (the key), ``expected`` (as
@@ -455,32 +528,33 @@ def evaluate_expectations(expect: Mapping[str, Any], report: Mapping[str, Any]) 
     measurement the report does not have (no score yet: nothing was offered) is None and fails.
     Refuses what :func:`check_expectations` refuses.
     """
-    check_expectations(expect, "scenario")
-    results: list[dict[str, Any]] = []
+    checks = parse_expectations(expect, "scenario")
+    results: list[ExpectationView] = []
     faults = report.get("faults", [])
     ids = {f["id"] for f in faults}
     incidents = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
-    for key, wanted in expect.items():
-        measured, ok, blame = _JUDGES[key](wanted, report, incidents)
+    for check in checks:
+        key = check.check
+        measured, ok, blame = check.measure(report, incidents)
         if not ok and key in ("min_grade", "min_score", "min_availability"):
             blame = _worst_incident(incidents)
-        result: ExpectationView = {"check": key, "expected": wanted, "measured": measured, "passed": bool(ok)}
+        result: ExpectationView = {"check": key, "expected": check.expected, "measured": measured, "passed": bool(ok)}
         if blame is not None:
             result["incident"] = _named(blame)
         if not ok:
             result["because"] = _because(key, measured, blame, faults)
-        results.append(dict(result))
+        results.append(result)
     return results
 
 
-def _worst_incident(incidents: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def _worst_incident(incidents: Sequence[IncidentView]) -> IncidentView | None:
     """What most likely cost the grade: a failed incident, else the one longest out of tolerance."""
     failed = [i for i in incidents if i["outcome"] == "failed"]
     pool = failed or [i for i in incidents if i.get("impact_s", 0) > 0]
     return max(pool, key=lambda i: (i.get("impact_s", 0.0), i["id"]), default=None)
 
 
-def _named(incident: Mapping[str, Any]) -> ExpectedIncident:
+def _named(incident: IncidentView) -> ExpectedIncident:
     return {
         "id": incident["id"],
         "faults": list(incident["faults"]),
@@ -492,7 +566,7 @@ def _named(incident: Mapping[str, Any]) -> ExpectedIncident:
     }
 
 
-def _because(key: str, measured: Any, blame: Mapping[str, Any] | None, faults: Sequence[Mapping[str, Any]]) -> str:
+def _because(key: str, measured: Measured, blame: IncidentView | None, faults: Sequence[FaultView]) -> str:
     """A failed expectation's cause in words: the check, and the fault or incident behind the number."""
     if key == "all_recovered":
         bad = [f"fault {f['id']} ({f['action']}: {f['outcome']})" for f in faults if not f["recovered"]]
@@ -501,8 +575,9 @@ def _because(key: str, measured: Any, blame: Mapping[str, Any] | None, faults: S
         return f"{key}: measured {measured}"
     members = ", ".join(f"{n} {a}" for n, a in zip(blame["faults"], blame["actions"], strict=True))
     host = host_stall(blame.get("stalled_s"))
-    if key == "max_recovery_s":
-        took = seconds(float(blame["recovery_s"]))
+    recovery = blame["recovery_s"]
+    if key == "max_recovery_s" and recovery is not None:  # its blame is the slowest timed incident
+        took = seconds(float(recovery))
         return f"max_recovery_s: incident {blame['id']} (faults {members}) took {took} to recover{host}"
     return (
         f"{key}: measured {measured}; incident {blame['id']} (faults {members}) {blame['outcome']}, "
@@ -534,7 +609,7 @@ class Tally:
     corrupted: int = 0  # memory reads that returned corrupted data undetected
 
     @classmethod
-    def of(cls, report: Mapping[str, Any]) -> Tally:
+    def of(cls, report: ReportView | LiveCounts) -> Tally:
         t = report["tasks"]
         causes = {d["cause"]: d["count"] for d in report.get("diagnostics", [])}
         return cls(
@@ -554,11 +629,11 @@ class Tally:
 
 def window_report(
     before: Tally,
-    report: Mapping[str, Any],
+    report: ReportView | LiveWindow,
     fault_ids: Collection[int],
     weights: ScoreWeights,
     book: IncidentBook | None = None,
-) -> dict[str, Any]:
+) -> WindowMeasures:
     """What happened since ``before``, from the live ``report``: task counts, their score, the window's faults.
 
     ``faults`` keeps only ``fault_ids`` (the scenario's). ``lost`` counts tasks that went missing in the
@@ -603,10 +678,18 @@ def window_report(
         faults_inconsistent=inconsistent,
     )
     score = compute_score(counts, weights)
-    tasks = {
-        name: grew(name) for name in ("offered", "accepted", "completed", "late", "degraded", "failed", "rejected")
+    tasks: TaskCounts = {
+        "offered": grew("offered"),
+        "accepted": grew("accepted"),
+        "completed": grew("completed"),
+        "late": grew("late"),
+        "degraded": grew("degraded"),
+        "failed": grew("failed"),
+        "rejected": grew("rejected"),
+        "lost": lost,
+        "duplicated": grew("duplicated"),
+        "in_flight": after.in_flight,
     }
-    tasks.update(lost=lost, duplicated=grew("duplicated"), in_flight=after.in_flight)
     return {"tasks": tasks, "score": score.as_dict(), "faults": faults}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -18,50 +18,62 @@ from chaosd.humanize import (
     judged_line,
     millis,
     number,
+    percent,
     rate,
     seconds,
     table,
     time_causes,
     value,
 )
+from chaosd.views import IncidentView, LatencyBlock, ReportView, StageReportView, ThrottleView
 
 __all__ = ["latency_block", "render_summary", "rounded", "write_report"]
 
 
 _LEAVES = frozenset({int, str, bool, type(None)})
+T = TypeVar("T")
 
 
-def rounded(value: Any) -> Any:
+def rounded(value: T) -> T:
     """Floats to 6 decimals (microseconds), recursively: reports stay readable and byte-stable.
 
-    Exact types first, leaves inline: a report holds tens of thousands of values, and a call per value
-    (or an ABC check) would be most of a long run's report time.
+    The same shape comes back (a view stays its view); mappings come back as dicts, tuples as lists.
     """
+    return cast(T, _rounded(value))  # rebuilt key for key, item for item: same shape
+
+
+def _rounded(value: object) -> object:
+    # Exact types first, leaves inline: a report holds tens of thousands of values, and a call per value
+    # (or an ABC check) would be most of a long run's report time.
     kind = type(value)
     if kind is float:
-        return round(value, 6)
+        return round(cast(float, value), 6)  # its exact type is float
     if kind is dict:
         return {
-            k: round(v, 6) if type(v) is float else v if type(v) in _LEAVES else rounded(v) for k, v in value.items()
+            k: round(v, 6) if type(v) is float else v if type(v) in _LEAVES else _rounded(v)
+            for k, v in cast(dict[object, object], value).items()  # its exact type is dict
         }
     if kind is list or kind is tuple:
-        return [round(v, 6) if type(v) is float else v if type(v) in _LEAVES else rounded(v) for v in value]
+        return [
+            round(v, 6) if type(v) is float else v if type(v) in _LEAVES else _rounded(v)
+            for v in cast(list[object] | tuple[object, ...], value)  # its exact type is list or tuple
+        ]
     if isinstance(value, float):  # a float subclass (numpy's float64)
         return round(float(value), 6)
     if isinstance(value, Mapping):
-        return {k: rounded(v) for k, v in value.items()}
+        return {k: _rounded(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [rounded(v) for v in value]
+        return [_rounded(v) for v in value]
     return value
 
 
-def latency_block(counts: npt.NDArray[np.int64], total: float) -> dict[str, float | int]:
+def latency_block(counts: npt.NDArray[np.int64], total: float) -> LatencyBlock:
     n = int(counts.sum())
     p50, p95, p99 = percentiles(counts, (0.5, 0.95, 0.99))
     return {"count": n, "mean": total / n if n else 0.0, "p50": p50, "p95": p95, "p99": p99}
 
 
-def write_report(report: Mapping[str, Any], path: Path) -> None:
+def write_report(report: ReportView, path: Path) -> None:
     """Write atomically: a reader never sees half a report."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -69,14 +81,14 @@ def write_report(report: Mapping[str, Any], path: Path) -> None:
     tmp.replace(path)
 
 
-def _latency(block: Mapping[str, Any]) -> str:
+def _latency(block: LatencyBlock) -> str:
     return (
         f"mean {millis(block['mean'])} · p50 {millis(block['p50'])} · p95 {millis(block['p95'])} · "
         f"p99 {millis(block['p99'])}"
     )
 
 
-def render_summary(r: Mapping[str, Any]) -> str:
+def render_summary(r: ReportView) -> str:
     """The run's text summary: what was offered and done, did it heal (faults, per action), why (causes, time
     causes apart), what to fix. Every number goes through :mod:`chaosd.humanize`'s rounding."""
     t = r["tasks"]
@@ -129,6 +141,7 @@ def render_summary(r: Mapping[str, Any]) -> str:
             lines.append(f"  by action{note}")
             header = ("action", "faults", "recovered", "mean recovery", "p95 recovery")
             lines.extend("    " + row for row in table(header, rows, "<>>>>"))
+        lines.extend(_unplanned_lines(r.get("incidents") or []))
         if sc["total"] is None:
             lines.append(f"  score      none yet: nothing measured (formula v{sc['version']})")
         else:
@@ -141,9 +154,10 @@ def render_summary(r: Mapping[str, Any]) -> str:
             lines.append(f"  causes     {top}")
         for line in time_causes(diagnostics):
             lines.append(f"             {line}")
-        for e in r.get("expectations", []):
-            mark = "pass" if e["passed"] else "FAIL"
-            lines.append(f"  expect     {mark}: {e['check']} {value(e['expected'])} (measured {value(e['measured'])})")
+        for x in r.get("expectations", []):
+            mark = "pass" if x["passed"] else "FAIL"
+            lines.append(f"  expect     {mark}: {x['check']} {value(x['expected'])} (measured {value(x['measured'])})")
+    lines.extend(_stage_lines(r.get("stages") or {}))
     lines.append(_admission(th))
     todo = fixes(r)
     lines.append("  what to fix" + ("" if todo else "  nothing stands out"))
@@ -151,7 +165,56 @@ def render_summary(r: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _admission(th: Mapping[str, Any]) -> str:
+def _unplanned_lines(incidents: list[IncidentView]) -> list[str]:
+    """One line per incident nobody injected: when, its verdict, and its cause."""
+    lines = []
+    for i in incidents:
+        if not i.get("unplanned"):
+            continue
+        cause = i.get("cause")
+        if cause is not None and cause["stage"] is not None:
+            why = f"{cause['stage']} · {cause['reason']}" + (f" ({cause['error']})" if cause["error"] else "")
+            why += f", {cause['failed']} failed attempts"
+        else:
+            why = ", ".join(cause["signals"]) if cause is not None else "unknown"
+        verdict = i["outcome"] if i["recovery_s"] is None else f"recovered in {seconds(i['recovery_s'])}"
+        lines.append(
+            f"  unplanned  incident #{i['id']} at {seconds(i['started_at'])}, no fault injected: {verdict} · {why}"
+        )
+    return lines
+
+
+def _stage_lines(stages: Mapping[str, StageReportView]) -> list[str]:
+    """Per stage over the measured window: attempts, failed (the two commonest reasons), retries, p95, breaker."""
+    rows = []
+    for name, st in stages.items():
+        attempts = st["attempts"]
+        failed = attempts - st["succeeded"]
+        top = sorted(st["failures"].items(), key=lambda kv: (-kv[1], kv[0]))[:2]
+        why = ", ".join(f"{reason} {n}" for reason, n in top)
+        errors = sorted(st["handler_errors"].items(), key=lambda kv: (-kv[1], kv[0]))[:1]
+        why += "".join(f" ({error} {n})" for error, n in errors)
+        b = st["breaker"]
+        breaker = b["state"] + (f", opened {b['opened']}×" if b["opened"] else "")
+        rows.append(
+            (
+                name,
+                st["kind"],
+                str(attempts),
+                f"{failed} ({percent(failed / attempts)})" if attempts else "0",
+                why or "-",
+                str(st["retries"]),
+                millis(st["p95_s"]) if attempts else "-",
+                breaker,
+            )
+        )
+    if not rows:
+        return []
+    header = ("stage", "kind", "attempts", "failed", "why", "retries", "p95", "breaker")
+    return ["  by stage", *("    " + row for row in table(header, rows, "<<>><>><"))]
+
+
+def _admission(th: ThrottleView) -> str:
     policy = th.get("policy", "aimd" if th["enabled"] else "none")
     if policy == "capacity":
         return (

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import TypedDict
 
 from chaosd import __version__
 from chaosd.backends import make_pipeline
@@ -28,13 +29,44 @@ from chaosd.score import Score, ScoreInputs, ScoreWeights, compute_score, diagno
 from chaosd.telemetry.detector import CollapseDetector, DetectorState
 from chaosd.telemetry.engine import Telemetry
 from chaosd.telemetry.snapshot import Snapshot
+from chaosd.telemetry.stages import StageReading, read_stages, stage_table
 from chaosd.telemetry.throttle import Throttle
-from chaosd.views import TimelinePoint
+from chaosd.views import (
+    CollapseView,
+    DiagnosticView,
+    EpisodeView,
+    ExpectationView,
+    FaultsSummaryView,
+    FaultView,
+    IncidentView,
+    PlanLogEntry,
+    ReportTasks,
+    ReportView,
+    RuntimeView,
+    ScoreView,
+    ThrottleAction,
+    TimelinePoint,
+)
 from chaosd.wire import PENDING
 
 __all__ = ["Experiment", "run_offline"]
 
 T = TypeVar("T")
+# What a plan is (scenario actions, survival picks): chaosd.plans builds them, as its ``Plan``.
+PlanFn = Callable[["Experiment"], Coroutine[object, object, None]]
+
+
+class _Resilience(TypedDict):
+    """The report's measurements of the faults and what they cost (:meth:`Experiment._resilience`)."""
+
+    faults: list[FaultView]
+    incidents: list[IncidentView]
+    faults_summary: FaultsSummaryView
+    runtime: RuntimeView
+    score: ScoreView
+    diagnostics: list[DiagnosticView]
+    actions: list[PlanLogEntry]
+    expectations: list[ExpectationView]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +82,7 @@ class _Mark:
     sojourn_sum: float
     completed: int
     good: int
+    stages: Mapping[str, StageReading]  # each stage's counters: the report's per-stage table is their difference
 
 
 class Experiment:
@@ -99,7 +132,7 @@ class Experiment:
         )
         self.stop = asyncio.Event()
         self.plan_log = RecentLog(keep.entries)  # scenario actions and survival picks, as they happened
-        self.expectations: list[dict[str, Any]] = []
+        self.expectations: list[ExpectationView] = []
         self._walked: tuple[float, tuple[int, int, int]] | None = None  # accounted(): the last walk, and when
 
     @property
@@ -149,6 +182,7 @@ class Experiment:
             sojourn_sum=p.sojourn.sum,
             completed=p.ledger.total.completed,
             good=p.ledger.good,
+            stages=read_stages(p.stages, now - p.t0),
         )
 
     def _on_tick(self, snap: Snapshot) -> None:
@@ -170,21 +204,18 @@ class Experiment:
         self.injector.on_tick(snap)
         if snap.t + 1e-9 >= self._next_sample:
             self._next_sample += self.settings.run.timeline
-            self._timeline.append(
-                rounded(
-                    {
-                        "t": snap.t,
-                        "offered_per_s": snap.arrival_rate,
-                        "throughput_per_s": snap.throughput,
-                        "goodput_per_s": snap.goodput,
-                        "queue_depth": snap.queue_depth,
-                        "sojourn_p95": snap.sojourn_p95,
-                        "utilisation": snap.utilisation,
-                        "state": self.detector.state.value,
-                        "throttle_factor": self.throttle.factor,
-                    }
-                )
-            )
+            point: TimelinePoint = {
+                "t": snap.t,
+                "offered_per_s": snap.arrival_rate,
+                "throughput_per_s": snap.throughput,
+                "goodput_per_s": snap.goodput,
+                "queue_depth": snap.queue_depth,
+                "sojourn_p95": snap.sojourn_p95,
+                "utilisation": snap.utilisation,
+                "state": self.detector.state.value,
+                "throttle_factor": self.throttle.factor,
+            }
+            self._timeline.append(rounded(point))
 
     async def _ticker(self) -> None:
         tick = self.settings.telemetry.tick
@@ -206,8 +237,8 @@ class Experiment:
         duration: float | None,
         stop: asyncio.Event | None = None,
         on_start: Callable[[], None] | None = None,
-        plan: Callable[[Experiment], Coroutine[Any, Any, None]] | None = None,
-    ) -> dict[str, Any]:
+        plan: PlanFn | None = None,
+    ) -> ReportView:
         """Run until ``duration`` seconds of clock time have passed or ``stop`` is set; return the report.
 
         ``plan`` (scenario actions, survival mode) runs beside the pipeline and may end the run early
@@ -256,7 +287,7 @@ class Experiment:
             waiter.cancel()
             await asyncio.gather(waiter, return_exceptions=True)
 
-    def report(self, listed: int | None = None) -> dict[str, Any]:
+    def report(self, listed: int | None = None) -> ReportView:
         """The report over the measured window (warm-up excluded); public field names.
 
         ``listed``: how many of the newest faults and incidents to list (the live report's
@@ -283,12 +314,12 @@ class Experiment:
         # Rounded before they are summed, so the time alarmed is exactly their sum in the report too (while
         # every episode is kept: history.entries); an episode still open counts up to the end of the run.
         detector = self.detector
-        episodes = [
+        episodes: list[EpisodeView] = [
             {
                 "detected_at": e.detected_at,
                 "cleared_at": e.cleared_at,
                 "reason": e.reason,
-                "kind": e.kind,
+                "kind": "collapse" if e.kind == "collapse" else "overload",  # the detector's two kinds
                 "duration_s": round((e.cleared_at if e.cleared_at is not None else end.t) - e.detected_at, 6),
             }
             for e in detector.episodes
@@ -298,7 +329,39 @@ class Experiment:
         queue = p.queue
         throttle = self.throttle
         actions = throttle.actions
-        report: dict[str, Any] = {
+        tasks: ReportTasks = {
+            "offered": measured.offered,
+            "accepted": measured.accepted,
+            "completed": measured.completed,
+            "late": measured.late,
+            "degraded": measured.degraded,
+            "failed": measured.failed,
+            "rejected": measured.rejected,
+            "in_flight": in_flight,
+            "lost": lost_measured,
+            "duplicated": p.audit.measured.count,
+            "rejected_by": dict(sorted(measured.rejected_by.items())),
+            "failed_by": dict(sorted(measured.failed_by.items())),
+            "lost_all_cohorts": lost_all,
+            "retries": p.ledger.retries,
+        }
+        collapse: CollapseView = {
+            "detector": s.detector.enabled,
+            "count": detector.collapse_count,
+            "alarms": detector.episode_count,
+            "stalls": detector.stall_count,
+            "episodes": episodes,
+            "time_alarmed_s": detector.closed_s + still_open,
+            "time_collapsed_s": in_state["collapsed"],
+            "time_overloaded_s": in_state["overload"],
+            "time_stalled_s": in_state["stall"],
+            "final_state": self.detector.state.value,
+        }
+        throttle_actions: list[ThrottleAction] = [
+            {"at": a.at, "action": a.action, "factor": a.factor, "limit": a.limit} for a in actions
+        ]
+        resilience = self._resilience(tasks, collapse, listed)
+        report: ReportView = {
             "chaosd_version": __version__,
             "scenario": self.scenario,
             "seed": s.seed,
@@ -315,22 +378,7 @@ class Experiment:
                 "offered_rho": s.load.rate * mean_service / workers,
                 "peak_rho": peak * mean_service / workers,
             },
-            "tasks": {
-                "offered": measured.offered,
-                "accepted": measured.accepted,
-                "completed": measured.completed,
-                "late": measured.late,
-                "degraded": measured.degraded,
-                "failed": measured.failed,
-                "rejected": measured.rejected,
-                "in_flight": in_flight,
-                "lost": lost_measured,
-                "duplicated": p.audit.measured.count,
-                "rejected_by": dict(sorted(measured.rejected_by.items())),
-                "failed_by": dict(sorted(measured.failed_by.items())),
-                "lost_all_cohorts": lost_all,
-                "retries": p.ledger.retries,
-            },
+            "tasks": tasks,
             "throughput": {
                 "completed_per_s": (end.completed - warm.completed) / span if span else 0.0,
                 "goodput_per_s": (end.good - warm.good) / span if span else 0.0,
@@ -348,18 +396,7 @@ class Experiment:
                 "wait": latency_block(end.wait - warm.wait, end.wait_sum - warm.wait_sum),
                 "sojourn": latency_block(end.sojourn - warm.sojourn, end.sojourn_sum - warm.sojourn_sum),
             },
-            "collapse": {
-                "detector": s.detector.enabled,
-                "count": detector.collapse_count,
-                "alarms": detector.episode_count,
-                "stalls": detector.stall_count,
-                "episodes": episodes,
-                "time_alarmed_s": detector.closed_s + still_open,
-                "time_collapsed_s": in_state["collapsed"],
-                "time_overloaded_s": in_state["overload"],
-                "time_stalled_s": in_state["stall"],
-                "final_state": self.detector.state.value,
-            },
+            "collapse": collapse,
             "throttle": {
                 "enabled": throttle.policy != "none",
                 "policy": throttle.policy,
@@ -372,13 +409,21 @@ class Experiment:
                 "lowest_factor": throttle.lowest_factor,
                 "final_factor": throttle.factor,
                 "refused": measured.rejected_by.get("throttled", 0) + measured.rejected_by.get("shed", 0),
-                "actions": [{"at": a.at, "action": a.action, "factor": a.factor, "limit": a.limit} for a in actions],
+                "actions": throttle_actions,
                 "actions_truncated": throttle.decreases + throttle.increases + throttle.changes - len(actions),
             },
-            "timeline": None,  # filled in after rounding: its points were rounded as they were taken
+            "timeline": [],  # filled in after rounding: its points were rounded as they were taken
+            "faults": resilience["faults"],
+            "incidents": resilience["incidents"],
+            "faults_summary": resilience["faults_summary"],
+            "runtime": resilience["runtime"],
+            "score": resilience["score"],
+            "diagnostics": resilience["diagnostics"],
+            "actions": resilience["actions"],
+            "expectations": resilience["expectations"],
+            "stages": stage_table(p.stages, warm.stages, end.stages, self.clock.now()),
         }
-        report.update(self._resilience(report, listed))
-        result: dict[str, Any] = rounded(report)
+        result = rounded(report)
         result["timeline"] = list(self._timeline)
         return result
 
@@ -411,10 +456,9 @@ class Experiment:
             ScoreWeights.from_config(self.settings.score),
         )
 
-    def _resilience(self, report: dict[str, Any], listed: int | None) -> dict[str, Any]:
+    def _resilience(self, t: ReportTasks, collapse: CollapseView, listed: int | None) -> _Resilience:
         """Faults with their recoveries, the score, diagnostics — all from measurements of this run."""
         p = self.pipeline
-        t = report["tasks"]
         injector = self.injector
         # The newest history.faults (or ``listed``) faults and incidents; the counts are of all.
         faults = [f.as_dict() for f in _newest(injector.faults, listed)]
@@ -434,9 +478,8 @@ class Experiment:
         causes["faults_failed"] = injector.outcomes["failed"]
         dead = sorted(a.id for a in p.agents.values() if not a.alive)
         causes["agents_dead"] = len(dead)
-        collapse = report["collapse"]
         causes["collapsed_s"] = round(collapse["time_collapsed_s"])
-        diagnostics: list[dict[str, Any]] = [
+        diagnostics: list[DiagnosticView] = [
             {"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)
         ]
         for d in diagnostics:
@@ -466,7 +509,7 @@ class Experiment:
                 "faults_listed": len(faults),
                 "incidents_listed": len(incidents),
                 "baseline": baseline.as_dict() if (baseline := self.injector.baseline()) is not None else None,
-                "slo": self.settings.slo.model_dump(),
+                "slo": {"availability": self.settings.slo.availability, "p95": self.settings.slo.p95},
                 "lever": self.injector.lever,
             },
             "runtime": {
@@ -498,7 +541,7 @@ class _Interrupt:
 
     def __init__(self, stop: asyncio.Event) -> None:
         self.stop = stop
-        self.task: asyncio.Task[dict[str, Any]] | None = None
+        self.task: asyncio.Task[ReportView] | None = None
         self.first: float | None = None
         self.forced = False
 
@@ -526,10 +569,10 @@ def run_offline(
     warmup: float,
     virtual: bool = True,
     scenario: str | None = None,
-    plan: Callable[[Experiment], Coroutine[Any, Any, None]] | None = None,
+    plan: PlanFn | None = None,
     on_tick: Callable[[Snapshot], None] | None = None,
     stop_on: tuple[int, ...] = (),
-) -> dict[str, Any]:
+) -> ReportView:
     """Run one experiment on a fresh loop (virtual time unless ``virtual`` is False); return its report.
 
     ``on_tick`` sees every telemetry snapshot (a progress display). A signal in ``stop_on`` ends the run at the
@@ -542,7 +585,7 @@ def run_offline(
     stop = asyncio.Event()
     interrupt = _Interrupt(stop)
 
-    async def main() -> dict[str, Any]:
+    async def main() -> ReportView:
         experiment = Experiment(settings, clock, warmup=warmup, scenario=scenario, virtual=virtual)
         if on_tick is not None:
             experiment.telemetry.listen(on_tick)

@@ -11,16 +11,17 @@ import contextlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NoReturn, SupportsFloat, SupportsIndex
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from yaml.composer import Composer
 from yaml.constructor import ConstructorError, SafeConstructor
-from yaml.error import MarkedYAMLError
+from yaml.error import Mark, MarkedYAMLError
+from yaml.events import NodeEvent
 from yaml.nodes import Node
 from yaml.parser import Parser
 from yaml.reader import Reader, ReaderError
@@ -30,6 +31,9 @@ from yaml.scanner import Scanner
 from chaosd.config import Settings, deep_merge, load_settings
 from chaosd.durations import Seconds, parse_duration
 from chaosd.errors import ConfigError, FaultError, ScenarioError
+
+if TYPE_CHECKING:
+    from yaml._yaml import Mark as CMark  # libyaml's
 
 __all__ = [
     "CHECKS",
@@ -42,7 +46,9 @@ __all__ = [
     "load_scenario",
     "parse_scenario",
     "resolve_scenario_name",
+    "seconds_of",
     "settings_for",
+    "split_metadata",
 ]
 
 SHIPPED = Path(__file__).resolve().parent.parent / "scenarios"
@@ -67,10 +73,43 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def seconds_of(value: object) -> float:
+    """A duration as written (``8s``, a number) in seconds: :func:`parse_duration`, then ``float()``.
+
+    Raises ValueError or TypeError as those raise them: for text that is not a duration, or a value
+    ``float()`` cannot take (a list, a mapping, a date).
+    """
+    parsed = parse_duration(value)
+    if isinstance(parsed, str | bytes | SupportsFloat | SupportsIndex):  # what float() takes
+        return float(parsed)
+    raise TypeError(f"float() argument must be a string or a real number, not {_type_name(parsed)!r}")
+
+
+def split_metadata(metadata: Mapping[str, object]) -> tuple[float | None, dict[str, object]]:
+    """ARES metadata → (ttl, params): ``duration`` is the fault's TTL, ``params`` or any other key a parameter.
+
+    ``params`` is what ``dict()`` makes of it (a mapping, or pairs); TypeError or ValueError as it raises them.
+    """
+    meta = dict(metadata)
+    ttl = meta.pop("duration", None)
+    given = meta.pop("params", None) or {}
+    if not isinstance(given, Iterable):
+        raise TypeError(f"{_type_name(given)!r} object is not iterable")  # as dict() says
+    params: dict[str, object] = dict(given)
+    params.update(meta)
+    return (None if ttl is None else seconds_of(ttl)), params
+
+
+def _type_name(value: object) -> str:
+    """Its type as Python's own messages name the types a document parses to: ``list``, ``datetime.date``."""
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
 class ActionSpec(_Model):
     type: str = Field(min_length=1)
     target_id: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, object] = Field(default_factory=dict)
 
     def ttl(self, default_ttl: float) -> float | None:
         """How long the fault lasts: ``metadata.duration``, else ``default_ttl``; None for a check.
@@ -81,7 +120,7 @@ class ActionSpec(_Model):
             return None
         raw = self.metadata.get("duration")
         try:
-            ttl = float(parse_duration(raw)) if raw is not None else default_ttl  # type: ignore[arg-type]
+            ttl = seconds_of(raw) if raw is not None else default_ttl
         except (TypeError, ValueError):
             return default_ttl
         return ttl if math.isfinite(ttl) and ttl > 0 else default_ttl
@@ -111,12 +150,12 @@ class Scenario(_Model):
     tags: tuple[str, ...] = ()
     seed: int | None = Field(default=None, ge=0)
     warmup: Seconds | None = Field(default=None, ge=0, allow_inf_nan=False)
-    load: dict[str, Any] = Field(default_factory=dict)
-    config: dict[str, Any] = Field(default_factory=dict)
+    load: dict[str, object] = Field(default_factory=dict)
+    config: dict[str, object] = Field(default_factory=dict)
     actions: tuple[ScenarioAction, ...] = ()
     # After ``actions``: its validator reads them. None → derived from the actions (``run_duration``).
     duration: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False, validate_default=True)
-    expect: dict[str, Any] = Field(default_factory=dict)
+    expect: dict[str, object] = Field(default_factory=dict)
 
     @field_validator("duration")
     @classmethod
@@ -148,7 +187,7 @@ class Scenario(_Model):
         last_fault = max((w.end for w in self.fault_windows(default_ttl)), default=0.0)
         return max(last_action, last_fault) + SETTLE_S
 
-    def overlay(self) -> dict[str, Any]:
+    def overlay(self) -> dict[str, object]:
         """The scenario's changes to the configuration, in the config file's shape."""
         overlay = deep_merge(self.config, {"load": self.load} if self.load else {})
         if self.seed is not None:
@@ -288,7 +327,7 @@ def parse_scenario(text: str | bytes, source: str, *, max_bytes: int | None = No
 
 
 def settings_for(
-    scenario: Scenario, path: Path, config_path: Path | None, overrides: Mapping[str, Any] | None = None
+    scenario: Scenario, path: Path, config_path: Path | None, overrides: Mapping[str, object] | None = None
 ) -> Settings:
     """The config file overlaid with the scenario, then ``overrides`` (the command line's, e.g. ``seed``).
 
@@ -317,7 +356,7 @@ def _scenario_field(field: str) -> str:
 _NOT_JSON = object()
 
 
-def _json_document(text: str, source: str) -> Any:
+def _json_document(text: str, source: str) -> object:
     """The JSON document in ``text``, held to the YAML limits; ``_NOT_JSON`` if it is not JSON (read it as YAML)."""
     body = text.removeprefix("\ufeff")
     if not body.lstrip(" \t\r\n").startswith("{"):
@@ -339,14 +378,14 @@ def _json_document(text: str, source: str) -> Any:
     return raw
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(name)
 
 
-def _check_shape(document: Any, source: str) -> None:
+def _check_shape(document: object, source: str) -> None:
     """The YAML limits on a parsed JSON document: 32 collections deep, 100,000 nodes."""
     nodes = 0
-    stack: list[tuple[Any, int]] = [(document, 1)]
+    stack: list[tuple[object, int]] = [(document, 1)]
     while stack:
         value, depth = stack.pop()
         nodes += 1
@@ -365,6 +404,11 @@ def _check_shape(document: Any, source: str) -> None:
 
 class _Refused(MarkedYAMLError):
     """A document refused for its shape (depth, size, aliases) rather than its syntax."""
+
+    def __init__(self, problem: str, mark: Mark | CMark | None) -> None:
+        if mark is not None and not isinstance(mark, Mark):  # libyaml's: its position, as yaml.error's
+            mark = Mark(mark.name, mark.index, mark.line, mark.column, None, 0)
+        super().__init__(None, None, problem, mark)
 
 
 if yaml.__with_libyaml__:
@@ -398,14 +442,16 @@ class _BoundedLoader(Composer, _Events, SafeConstructor, Resolver):
 
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         level = self._level
-        event: Any = self.peek_event()  # AliasEvent, ScalarEvent or a collection's start
+        event = self.peek_event()  # AliasEvent, ScalarEvent or a collection's start
+        if not isinstance(event, NodeEvent):  # not a node's first event: the composer's own error
+            return super().compose_node(parent, index)
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > _MAX_ALIASES:
-                raise _Refused(None, None, f"too many YAML aliases (more than {_MAX_ALIASES})", event.start_mark)
+                raise _Refused(f"too many YAML aliases (more than {_MAX_ALIASES})", event.start_mark)
             if event.anchor in self.anchors:  # an undefined one is left to the composer's own error
                 if event.anchor not in self._expanded:
-                    raise _Refused(None, None, "recursive YAML alias (a node inside itself)", event.start_mark)
+                    raise _Refused("recursive YAML alias (a node inside itself)", event.start_mark)
                 nodes, height = self._expanded[event.anchor]
                 self._grow(nodes, level + height, event.start_mark)
             return super().compose_node(parent, index)
@@ -421,15 +467,15 @@ class _BoundedLoader(Composer, _Events, SafeConstructor, Resolver):
         self._peak = max(outer_peak, self._peak)
         return node
 
-    def _grow(self, nodes: int, depth: int, mark: Any) -> None:  # libyaml's Mark or yaml.error.Mark
+    def _grow(self, nodes: int, depth: int, mark: Mark | CMark | None) -> None:
         self._nodes += nodes
         self._peak = max(self._peak, depth)
         if depth > _MAX_DEPTH:
-            raise _Refused(None, None, f"nested deeper than {_MAX_DEPTH} levels", mark)
+            raise _Refused(f"nested deeper than {_MAX_DEPTH} levels", mark)
         if self._nodes > _MAX_NODES:
-            raise _Refused(None, None, f"more than {_MAX_NODES} YAML nodes, counting what aliases expand to", mark)
+            raise _Refused(f"more than {_MAX_NODES} YAML nodes, counting what aliases expand to", mark)
 
-    def construct_object(self, node: Node, deep: bool = False) -> Any:
+    def construct_object(self, node: Node, deep: bool = False) -> object:
         # int("abc"), a 5,000-digit integer or 2020-13-45 raise ValueError quoting the value.
         try:
             return super().construct_object(node, deep)

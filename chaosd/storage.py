@@ -24,13 +24,19 @@ from typing import Any, TypeVar
 
 from chaosd.clock import unix_time, wall_time
 from chaosd.errors import ChaosdError
-from chaosd.views import FaultView, RunBody, RunSummary
+from chaosd.views import EventKind, EventView, FaultView, ReportView, RunBody, RunStatus, RunSummary
 
 __all__ = ["Storage", "unwritable"]
 
 log = logging.getLogger("chaosd.storage")
 _T = TypeVar("_T")
-_Row = tuple[Any, ...]
+_R = TypeVar("_R")
+_Args = tuple[object, ...]  # a statement's parameters
+# The rows the reads select, column by column (the schema below: the JSON columns are TEXT).
+_SummaryRow = tuple[str, float, float | None, RunStatus, str | None]  # id, started, ended, status, score
+_RunRow = tuple[str, float, float | None, RunStatus, str, str | None]  # id, started, ended, status, config, report
+_FaultRow = tuple[str, str]  # run_id, data
+_EventRow = tuple[int, float, EventKind, str]  # id, t, kind, data
 
 # _MIGRATIONS[v] takes the schema from PRAGMA user_version v to v + 1.
 _MIGRATIONS = (
@@ -80,7 +86,7 @@ _EVENT = "INSERT OR IGNORE INTO events (run_id, id, t, kind, data) VALUES (?, ?,
 # Rows are only ever appended (seq = max + 1) and trimmed from the oldest, so seq has no gaps: one index probe.
 _TRIM_EVENTS = "DELETE FROM events WHERE seq <= (SELECT max(seq) FROM events) - ?"
 _FAULTS = "SELECT f.run_id, f.data FROM faults f LEFT JOIN runs r ON r.id = f.run_id"
-_END_STATUSES = ("finished", "aborted", "failed")
+_END_STATUSES: tuple[RunStatus, ...] = ("finished", "aborted", "failed")
 _MAX_BATCH = 5_000
 
 
@@ -98,19 +104,19 @@ def unwritable(path: Path) -> str | None:
     return None
 
 
-def _dumps(value: Any) -> str | None:
+def _dumps(value: object) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _loads(text: str | None) -> Any:
+def _loads(text: str | None) -> Any:  # JSON in: the view it was written from (a score, a report, settings)
     return None if text is None else json.loads(text)
 
 
-def _summary(r: _Row) -> RunSummary:
+def _summary(r: _SummaryRow) -> RunSummary:
     return {"id": r[0], "started_unix": r[1], "ended_unix": r[2], "status": r[3], "score": _loads(r[4])}
 
 
-def _run(r: _Row) -> RunBody:
+def _run(r: _RunRow) -> RunBody:
     faults: list[FaultView] = []  # filled in by the caller
     return {
         "id": r[0],
@@ -124,14 +130,14 @@ def _run(r: _Row) -> RunBody:
     }
 
 
-def _fault(r: _Row) -> FaultView:
-    fault: FaultView = json.loads(r[1])
+def _fault(r: _FaultRow) -> FaultView:
+    fault: FaultView = _loads(r[1])
     fault["run_id"] = r[0]
     return fault
 
 
-def _event(r: _Row) -> dict[str, Any]:
-    return {"id": r[0], "t": r[1], "kind": r[2], "data": json.loads(r[3])}
+def _event(r: _EventRow) -> EventView:
+    return {"id": r[0], "t": r[1], "kind": r[2], "data": _loads(r[3])}
 
 
 @contextlib.contextmanager
@@ -150,7 +156,7 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
 class _Write:
     what: str
     sql: str
-    args: _Row
+    args: _Args
     must_match: bool = False  # an UPDATE that changes no row is an error (finishing an unknown run)
     seq: int = 0  # its place in the order of writes (see Storage.mark)
 
@@ -307,11 +313,11 @@ class Storage:
             self._queue.put(_Flush(loop, done))
             await done
 
-    def run_started(self, run_id: str, started_unix: float, config: Mapping[str, Any]) -> None:
+    def run_started(self, run_id: str, started_unix: float, config: Mapping[str, object]) -> None:
         self._submit("run_started", _RUN_STARTED, lambda: (run_id, started_unix, _dumps(config)))
 
-    def run_finished(self, run_id: str, ended_unix: float, status: str, report: Mapping[str, Any] | None) -> None:
-        def values() -> _Row:
+    def run_finished(self, run_id: str, ended_unix: float, status: RunStatus, report: ReportView | None) -> None:
+        def values() -> _Args:
             if status not in _END_STATUSES:
                 raise ValueError(f"run status {status!r} is not one of {', '.join(_END_STATUSES)}")
             score = None if report is None else report.get("score")
@@ -319,13 +325,13 @@ class Storage:
 
         self._submit("run_finished", _RUN_FINISHED, values, must_match=True)
 
-    def fault_changed(self, run_id: str, fault: Mapping[str, Any]) -> None:
-        def values() -> _Row:
+    def fault_changed(self, run_id: str, fault: FaultView) -> None:
+        def values() -> _Args:
             return (run_id, fault["id"], fault.get("action"), fault.get("outcome"), _dumps(fault))
 
         self._submit("fault_changed", _FAULT_CHANGED, values)
 
-    def event(self, run_id: str, event_id: int, t: float, kind: str, data: Mapping[str, Any]) -> None:
+    def event(self, run_id: str, event_id: int, t: float, kind: EventKind, data: Mapping[str, object]) -> None:
         self._submit("event", _EVENT, lambda: (run_id, event_id, t, kind, _dumps(data)))
 
     async def runs(self, limit: int = 100) -> list[RunSummary]:
@@ -356,11 +362,11 @@ class Storage:
         found = await self._read(f"{_FAULTS} WHERE f.run_id = ? AND f.id = ?", (run_id, fault_id), _fault)
         return found[0] if found else None
 
-    async def events(self, run_id: str, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+    async def events(self, run_id: str, after_id: int = 0, limit: int = 1000) -> list[EventView]:
         sql = "SELECT id, t, kind, data FROM events WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"
         return await self._read(sql, (run_id, after_id, limit), _event)
 
-    def _submit(self, what: str, sql: str, values: Callable[[], _Row], *, must_match: bool = False) -> None:
+    def _submit(self, what: str, sql: str, values: Callable[[], _Args], *, must_match: bool = False) -> None:
         self._seq += 1
         seq = self._seq
         if self._state != "open":
@@ -425,7 +431,7 @@ class Storage:
                 db.execute("UPDATE runs SET status = 'aborted', ended_unix = ? WHERE id = ?", (now, run_id))
                 sql = "SELECT id, data FROM faults WHERE run_id = ? AND outcome IN ('active', 'recovering')"
                 for fault_id, data in db.execute(sql, (run_id,)).fetchall():
-                    fault = json.loads(data)
+                    fault: FaultView = _loads(data)
                     fault["outcome"] = "aborted"
                     if fault.get("reverted_by") is None:
                         fault["reverted_by"] = "aborted"
@@ -502,7 +508,7 @@ class Storage:
             if any(w.sql == _EVENT for w in writes):
                 db.execute(_TRIM_EVENTS, (self.max_events,))
 
-    async def _read(self, sql: str, args: _Row, decode: Callable[[_Row], _T]) -> list[_T]:
+    async def _read(self, sql: str, args: _Args, decode: Callable[[_R], _T]) -> list[_T]:
         """Each read opens its own read-only connection in a worker thread and decodes the rows there."""
 
         def read() -> list[_T]:

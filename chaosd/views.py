@@ -16,23 +16,40 @@ description of a body cannot drift from the body.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Literal, NotRequired
 
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
+from chaosd.wire import FaultClock, FaultOutcome, IncidentOutcome, RevertedBy
+
 __all__ = [
     "ActionView",
+    "AgentKind",
+    "AgentState",
+    "AlarmKind",
     "BaselineView",
+    "BreakerState",
+    "DetectorStateName",
     "Duration",
+    "EventKind",
     "EventView",
     "ExpectationView",
     "ExpectedIncident",
+    "FailReason",
     "FaultView",
+    "IncidentCause",
     "IncidentView",
+    "PlanEnd",
+    "RefuseReason",
     "RunInstant",
     "ScoreView",
+    "ServiceSignal",
     "SnapshotView",
+    "StageBreakerView",
+    "StageNowView",
+    "StageReportView",
+    "ThrottleMove",
     "UnixInstant",
 ]
 
@@ -70,10 +87,12 @@ class FaultView(TypedDict):
     ttl: Annotated[float, Field(ge=0, description="how long it lasts unless reverted, seconds")]
     injected_at: RunInstant
     reverted_at: RunInstant | None
-    reverted_by: Annotated[str | None, Field(description="ttl, revert, lever, shutdown or aborted")]
+    reverted_by: Annotated[
+        RevertedBy | None, Field(description="what ended it; aborted: its run ended first (as stored)")
+    ]
     mechanism_recovered_at: RunInstant | None
     service_recovered_at: RunInstant | None
-    clock: Annotated[str, Field(description="heal: timed from injection; restore: from when it was lifted")]
+    clock: Annotated[FaultClock, Field(description="heal: timed from injection; restore: from when it was lifted")]
     recovery_s: Duration | None
     impact_s: Annotated[float, Field(ge=0, description="seconds out of tolerance while active")]
     impact_tasks: dict[str, int]
@@ -82,25 +101,43 @@ class FaultView(TypedDict):
     ]
     baseline: BaselineView | None
     recovered: bool
-    outcome: Annotated[str, Field(description="active, recovering, recovered, failed, unmeasured (or aborted)")]
+    outcome: Annotated[FaultOutcome, Field(description="aborted: its run ended before its verdict (as stored)")]
     incident: Annotated[int, Field(ge=0)]
     run_id: NotRequired[Annotated[str, Field(description="the run it belongs to (in a run's history)")]]
 
 
+# A figure of the service that left tolerance (the baseline's or the SLO's): what an unplanned incident shows first.
+ServiceSignal = Literal["goodput", "error_rate", "p95", "queue", "availability"]
+
+
+@_closed
+class IncidentCause(TypedDict):
+    """What an incident nobody injected came from, read from the per-stage telemetry since it started."""
+
+    stage: Annotated[str | None, Field(description="the stage with the most failed attempts; null if none failed")]
+    reason: Annotated[FailReason | None, Field(description="why most of that stage's attempts failed")]
+    failed: Annotated[int, Field(ge=0, description="that stage's attempts failed for that reason")]
+    error: Annotated[str | None, Field(description="a python stage: the exception type its handler raised most")]
+    signals: Annotated[list[ServiceSignal], Field(description="the service's figures out of tolerance as it opened")]
+
+
 @_closed
 class IncidentView(TypedDict):
-    """Faults that overlapped in time, judged as one recovery."""
+    """Faults that overlapped in time, judged as one recovery; or the service leaving its steady state with no
+    fault in play (``unplanned``: faults joined it only if injected while it was open)."""
 
     id: Annotated[int, Field(ge=1)]
     faults: list[int]
     actions: list[str]
     started_at: RunInstant
-    outcome: str
+    outcome: IncidentOutcome
     recovery_s: Duration | None
     impact_s: Duration
     impact_tasks: dict[str, int]
     consistent: bool
     stalled_s: Annotated[float, Field(ge=0, description="seconds, while open, the daemon's own process was paused")]
+    unplanned: Annotated[bool, Field(description="opened by the service leaving its steady state, no fault in play")]
+    cause: IncidentCause | None  # unplanned: its stage and reason (null for an incident a fault opened)
 
 
 @_closed
@@ -183,17 +220,54 @@ class ActionView(TypedDict):
     params: dict[str, ParamView]
 
 
+PlanKind = Literal["survival", "scenario"]
+# The flight recorder's kinds (chaosd.event_kinds: one payload type per kind); a plan run's end is of its PlanKind.
+EventKind = Literal[
+    "agent",
+    "backend",
+    "breaker",
+    "dag",
+    "detector",
+    "fault",
+    "incident",
+    "leader",
+    "lever",
+    "mcp",
+    "memory",
+    "run",
+    "score",
+    "supervisor",
+    "throttle",
+    "window",
+    PlanKind,
+]
+
+
 @_closed
 class EventView(TypedDict):
     """An event of the flight recorder: the SSE ``data`` is ``t`` and the event's fields."""
 
     id: int
     t: RunInstant
-    kind: str
-    data: dict[str, Any]
+    kind: EventKind
+    data: dict[str, object]
 
 
 # --- the report -----------------------------------------------------------------------------------------
+
+DetectorStateName = Literal["healthy", "warning", "overload", "collapsed", "stall", "recovering"]
+# Why a task offered was not accepted: a full queue (queue_full, or dropped under when_full = "drop"), over
+# admission control's limit (shed), by the throttle, from a partitioned producer, or the backend unreachable.
+RefuseReason = Literal["queue_full", "dropped", "shed", "throttled", "partitioned", "unavailable"]
+# Why an accepted task failed: a stage's (timeout, error, tool_timeout, llm_error, mcp_disconnected,
+# node_removed, handler_error) or the route's (no_route: no stage to send it to).
+# A stage's circuit breaker: open (calls go around it or fail fast), half-open (its reset time passed; the
+# next call or health check decides), closed.
+BreakerState = Literal["closed", "open", "half_open"]
+
+FailReason = Literal[
+    "timeout", "error", "tool_timeout", "llm_error", "mcp_disconnected", "node_removed", "no_route", "handler_error"
+]
 
 
 @_closed
@@ -205,8 +279,13 @@ class TimelinePoint(TypedDict):
     queue_depth: Annotated[int, Field(ge=0)]
     sojourn_p95: Annotated[float, Field(ge=0, description=_S)]
     utilisation: Share
-    state: Annotated[str, Field(description="the collapse detector's state")]
+    state: Annotated[DetectorStateName, Field(description="the collapse detector's state")]
     throttle_factor: Share
+
+
+AlarmKind = Literal["overload", "collapse"]  # collapse once an overload alarm saw goodput collapse
+AgentKind = Literal["worker", "producer", "orchestrator"]
+AgentState = Literal["running", "slow", "paused", "partitioned", "dead"]
 
 
 @_closed
@@ -216,7 +295,7 @@ class EpisodeView(TypedDict):
     detected_at: RunInstant
     cleared_at: RunInstant | None
     reason: str
-    kind: Literal["overload", "collapse"]
+    kind: AlarmKind
     duration_s: Duration
 
 
@@ -227,6 +306,30 @@ class LatencyBlock(TypedDict):
     p50: Annotated[float, Field(ge=0, description=_S)]
     p95: Annotated[float, Field(ge=0, description=_S)]
     p99: Annotated[float, Field(ge=0, description=_S)]
+
+
+@_closed
+class StageBreakerView(TypedDict):
+    state: Annotated[BreakerState, Field(description="at the end of the window")]
+    opened: Annotated[int, Field(ge=0, description="times it opened in the window")]
+    closed: Annotated[int, Field(ge=0, description="times it closed again in the window")]
+
+
+@_closed
+class StageReportView(TypedDict):
+    """One stage's attempts over the measured window: every attempt, first tries and retries."""
+
+    kind: Annotated[str, Field(description="compute, tool, llm, memory, mcp or python")]
+    attempts: Annotated[int, Field(ge=0, description="attempts = succeeded + the failures' sum")]
+    succeeded: Annotated[int, Field(ge=0)]
+    failures: Annotated[dict[FailReason, int], Field(description="failed attempts by reason (reasons seen only)")]
+    retries: Annotated[int, Field(ge=0, description="attempts that retried a failed one")]
+    mean_s: Annotated[float, Field(ge=0, description=_S)]
+    p50_s: Annotated[float, Field(ge=0, description=_S)]
+    p95_s: Annotated[float, Field(ge=0, description=_S)]
+    p99_s: Annotated[float, Field(ge=0, description=_S)]
+    breaker: StageBreakerView
+    handler_errors: Annotated[dict[str, int], Field(description="python: attempts whose handler raised, by type")]
 
 
 @_closed
@@ -246,13 +349,18 @@ class CollapseView(TypedDict):
     time_collapsed_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the collapsed state")]
     time_overloaded_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the overload state")]
     time_stalled_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the stall state")]
-    final_state: str
+    final_state: DetectorStateName
+
+
+# What admission control did: aimd lowered (decrease) or raised (increase) its factor; capacity turned its short
+# limit on (standing: a queue stands) or off (bound).
+ThrottleMove = Literal["decrease", "increase", "standing", "bound"]
 
 
 @_open
 class ThrottleAction(TypedDict):
     at: RunInstant
-    action: str
+    action: ThrottleMove
     factor: Share
     limit: Annotated[int, Field(ge=0)]
 
@@ -281,6 +389,12 @@ class DiagnosticView(TypedDict):
     cause: str
     count: int
     share: Share
+    examples: NotRequired[Annotated[list[int], Field(description="duplicated: the first few task ids")]]
+    agents: NotRequired[Annotated[list[str], Field(description="agents_dead: the agents still dead at the end")]]
+    episodes: NotRequired[Annotated[int, Field(ge=0, description="collapsed_s: the collapse detector's episodes")]]
+    final_state: NotRequired[
+        Annotated[DetectorStateName, Field(description="collapsed_s: the detector's state at the end")]
+    ]
 
 
 @_closed
@@ -290,7 +404,7 @@ class ExpectedIncident(TypedDict):
     id: Annotated[int, Field(ge=1)]
     faults: list[int]
     actions: list[str]
-    outcome: str
+    outcome: IncidentOutcome
     recovery_s: Duration | None
     impact_s: Duration | None
     stalled_s: Duration
@@ -308,6 +422,125 @@ class ExpectationView(TypedDict):
     because: NotRequired[Annotated[str, Field(description="why it failed: the check and the fault or incident")]]
 
 
+@_closed
+class LoadView(TypedDict):
+    """What was offered: the load's shape, and how it compares with what the workers can serve."""
+
+    arrival: Literal["poisson", "constant", "bursty"]
+    producers: Annotated[int, Field(ge=0)]
+    base_rate: Annotated[float, Field(ge=0, description="tasks per second offered outside spikes")]
+    peak_rate: Annotated[float, Field(ge=0, description="the most offered in the measured window, tasks per second")]
+    workers: Annotated[int, Field(ge=1)]
+    mean_service_s: Duration
+    offered_rho: Annotated[float, Field(ge=0, description="base_rate × mean_service_s / workers")]
+    peak_rho: Annotated[float, Field(ge=0, description="peak_rate × mean_service_s / workers")]
+
+
+@_open
+class TaskCounts(TypedDict):
+    offered: int
+    accepted: int
+    completed: int
+    late: int
+    degraded: int
+    failed: int
+    rejected: int
+    lost: int
+    duplicated: int
+    in_flight: int
+
+
+@_open
+class ReportTasks(TaskCounts):
+    """The measured tasks' counts, and why those refused or failed were."""
+
+    rejected_by: Annotated[dict[str, int], Field(description="refused tasks by reason: a RefuseReason")]
+    failed_by: Annotated[dict[str, int], Field(description="failed tasks by reason: a FailReason")]
+    lost_all_cohorts: Annotated[int, Field(ge=0, description="lost among every task, warm-up's too")]
+    retries: Annotated[int, Field(ge=0)]
+
+
+@_closed
+class QueueBlock(TypedDict):
+    capacity: Annotated[int, Field(ge=0)]
+    when_full: Literal["block", "drop", "reject"]
+    mean_depth: Annotated[float, Field(ge=0, description="tasks waiting, averaged over the measured window")]
+    max_depth: Annotated[int, Field(ge=0, description="the most waiting at once, capacity at most")]
+    max_over_capacity: Annotated[int, Field(ge=0, description="how far past capacity the depth ever went")]
+    max_blocked: Annotated[int, Field(ge=0, description="the most producers blocked at once (when_full: block)")]
+
+
+@_closed
+class SloView(TypedDict):
+    availability: Annotated[float | None, Field(description="goodput / offered, per window; null: the baseline's")]
+    p95: Annotated[float | None, Field(description="p95 sojourn of completed tasks, seconds; null: the baseline's")]
+
+
+@_open
+class FaultsSummaryView(TypedDict):
+    """Every fault and incident of the run counted (the lists hold only the newest)."""
+
+    incidents: Annotated[int, Field(ge=0)]
+    incidents_recovered: Annotated[int, Field(ge=0)]
+    injected: Annotated[int, Field(ge=0)]
+    recovered: Annotated[int, Field(ge=0)]
+    failed: Annotated[int, Field(ge=0)]
+    unmeasured: Annotated[int, Field(ge=0)]
+    pending: Annotated[int, Field(ge=0, description="active or recovering: no verdict yet")]
+    mean_recovery_s_by_action: Annotated[
+        dict[str, float], Field(description="seconds, over the faults with a recovery of their own")
+    ]
+    faults_listed: Annotated[int, Field(ge=0, description="how many of the newest faults the report lists")]
+    incidents_listed: Annotated[int, Field(ge=0, description="how many of the newest incidents the report lists")]
+    baseline: BaselineView | None
+    slo: SloView
+    lever: Annotated[str | None, Field(description="why the safety lever is pulled; null when it is not")]
+
+
+@_open
+class RuntimeView(TypedDict):
+    """What the runtime did to keep serving: elections, redispatches, restarts."""
+
+    elections: Annotated[int, Field(ge=0)]
+    redispatched: Annotated[int, Field(ge=0)]
+    lease_expired: Annotated[int, Field(ge=0)]
+    deduplicated: Annotated[int, Field(ge=0)]
+    restarts: Annotated[int, Field(ge=0)]
+    gave_up: Annotated[list[str], Field(description="agents the supervisor stopped restarting")]
+    leader: str | None
+    route: list[str]
+
+
+PlanEnd = Literal["finished", "stopped", "failed"]  # how a plan run ended
+PlanState = Literal["running", PlanEnd]  # running → finished | stopped | failed
+
+# ``for`` is a keyword: the key that cannot be a class attribute is declared the functional way.
+_PlanLogFor = TypedDict(
+    "_PlanLogFor",
+    {"for": NotRequired[Annotated[list[int], Field(description="wait: the faults whose verdicts it waits for")]]},
+)
+
+
+@_open
+class PlanLogEntry(_PlanLogFor):
+    """One step of a plan (a scenario action, a survival pick, a wait, a skip or a stop), as it happened."""
+
+    at: RunInstant
+    action: Annotated[str, Field(description="the fault action or check, or wait, skip or stop")]
+    target: NotRequired[str | None]
+    ok: NotRequired[Annotated[bool, Field(description="carried out (a fault injected, a check that held)")]]
+    fault: NotRequired[Annotated[int, Field(ge=1, description="the fault it injected")]]
+    targets: NotRequired[list[str]]
+    error: NotRequired[Annotated[str, Field(description="why the fault could not be injected")]]
+    leader: NotRequired[str | None]
+    state: NotRequired[Literal["waiting", "done", "timed out"]]
+    waited_s: NotRequired[Duration]
+    reason: NotRequired[str]
+    incident: NotRequired[Annotated[int, Field(ge=1, description="wait: the open incident it waits for")]]
+    previous: NotRequired[Annotated[int, Field(ge=1, description="skip: the fault still recovering")]]
+    reverted: NotRequired[Annotated[list[int], Field(description="stop: the faults it reverted")]]
+
+
 @_open
 class ReportView(TypedDict):
     """The run report (``chaosd run``, ``--report``, ``GET /api/v1/report``); blocks without a time field stay open."""
@@ -318,10 +551,10 @@ class ReportView(TypedDict):
     clock: Annotated[str, Field(description="virtual or real: what the run clock of every _at and t field is")]
     duration_s: Duration
     warmup_s: Duration
-    load: dict[str, Any]
-    tasks: dict[str, Any]
+    load: LoadView
+    tasks: ReportTasks
     throughput: dict[str, float]
-    queue: dict[str, Any]
+    queue: QueueBlock
     utilisation: Share
     latency: LatencyView
     collapse: CollapseView
@@ -329,13 +562,14 @@ class ReportView(TypedDict):
     timeline: list[TimelinePoint]
     faults: list[FaultView]
     incidents: list[IncidentView]
-    faults_summary: dict[str, Any]
+    faults_summary: FaultsSummaryView
     score: ScoreView
     diagnostics: list[DiagnosticView]
     interrupted: NotRequired[bool]
-    runtime: NotRequired[dict[str, Any]]
-    actions: NotRequired[list[dict[str, Any]]]
+    runtime: NotRequired[RuntimeView]
+    actions: NotRequired[list[PlanLogEntry]]
     expectations: NotRequired[list[ExpectationView]]
+    stages: NotRequired[Annotated[dict[str, StageReportView], Field(description="per stage, over the measured window")]]
 
 
 # --- API answers ------------------------------------------------------------------------------------------
@@ -356,10 +590,23 @@ class ReadyBody(TypedDict):
 @_closed
 class AgentView(TypedDict):
     id: str
-    kind: str
-    state: str
+    kind: AgentKind
+    state: AgentState
     restarts: int
     gave_up: bool
+
+
+@_closed
+class StageNowView(TypedDict):
+    """One stage over about the telemetry window, from two readings of its counters (the Arena's DAG)."""
+
+    kind: Annotated[str, Field(description="compute, tool, llm, memory, mcp or python")]
+    attempts_per_s: Rate
+    retries_per_s: Rate
+    p95_s: Annotated[float, Field(ge=0, description="p95 attempt duration over the window, seconds (0: none)")]
+    error_share: Annotated[float, Field(ge=0, le=1, description="failed share of the window's attempts (0: none)")]
+    breaker: BreakerState
+    window_s: Annotated[float, Field(ge=0, description="seconds between the two readings the figures come from")]
 
 
 @_closed
@@ -369,6 +616,10 @@ class DagView(TypedDict):
     removed_nodes: list[str]
     removed_edges: list[str]
     breakers_open: list[str]
+    dependencies: Annotated[
+        list[str], Field(description="what python stages call, as stage/dependency pairs (dependency_* targets)")
+    ]
+    stages: Annotated[dict[str, StageNowView], Field(description="per stage, over about the telemetry window")]
 
 
 @_closed
@@ -406,8 +657,8 @@ class StatusBody(TypedDict):
     score: ScoreView
     faults_active: int
     lever: Annotated[str | None, Field(description="why the safety lever is pulled; null when it is not")]
-    survival: str
-    scenario: str
+    survival: Literal[PlanState, "idle"]
+    scenario: Literal[PlanState, "idle"]
     stopping: bool
 
 
@@ -464,20 +715,6 @@ class WindowsBody(TypedDict):
     windows: list[WindowSummary]
 
 
-@_open
-class TaskCounts(TypedDict):
-    offered: int
-    accepted: int
-    completed: int
-    late: int
-    degraded: int
-    failed: int
-    rejected: int
-    lost: int
-    duplicated: int
-    in_flight: int
-
-
 @_closed
 class WindowReport(WindowSummary):
     """A window's own measurements, frozen once it is closed."""
@@ -494,22 +731,62 @@ class WindowReport(WindowSummary):
 class PlanStatus(TypedDict):
     """A survival or scenario run; only ``state`` (idle) when there has been none."""
 
-    state: Annotated[str, Field(description="idle, running, finished, stopped or failed")]
-    kind: NotRequired[str]
+    state: Annotated[Literal[PlanState, "idle"], Field(description="idle: none has run")]
+    kind: NotRequired[PlanKind]
     name: NotRequired[str]
     started_at: NotRequired[RunInstant]
     ended_at: NotRequired[RunInstant | None]
     duration_s: NotRequired[Duration]
     elapsed_s: NotRequired[Duration]
     actions: NotRequired[Annotated[int, Field(description="actions carried out")]]
-    log: NotRequired[list[dict[str, Any]]]
+    log: NotRequired[Annotated[list[PlanLogEntry], Field(description="its newest 50 steps")]]
     reason: NotRequired[str | None]
     window: NotRequired[WindowSpan]
     score: NotRequired[ScoreView]
     daemon_score: NotRequired[ScoreView]
-    # Entries are ExpectationView; typed loosely until the controller keeps them as such.
-    expectations: NotRequired[list[dict[str, Any]]]
+    expectations: NotRequired[list[ExpectationView]]
     passed: NotRequired[bool | None]
+
+
+# --- a plan's window: what the controller and the plans hand each other (not served as such) ----------------
+
+
+class CauseCount(TypedDict):
+    cause: str
+    count: int
+
+
+class LiveCounts(TypedDict):
+    """The live task counts (what ``plans.Tally.of`` reads): the run report's, without building the report."""
+
+    tasks: TaskCounts
+    diagnostics: list[CauseCount]
+
+
+class LiveWindow(LiveCounts):
+    """The live counts with a window's faults and incidents (what ``plans.window_report`` measures from)."""
+
+    faults: list[FaultView]
+    incidents: list[IncidentView]
+
+
+class WindowMeasures(TypedDict):
+    """What happened in a window since it opened (``plans.window_report``): its tasks, score and faults."""
+
+    tasks: TaskCounts
+    score: ScoreView
+    faults: list[FaultView]
+
+
+class PlanReport(WindowMeasures):
+    """A plan's window (what its expectations judge): its measures, incidents, span and, once asked, its log."""
+
+    incidents: list[IncidentView]
+    window: WindowSpan
+    actions: NotRequired[list[PlanLogEntry]]
+
+
+RunStatus = Literal["running", "finished", "aborted", "failed"]  # aborted: its process died before it ended
 
 
 @_closed
@@ -517,7 +794,7 @@ class RunSummary(TypedDict):
     id: str
     started_unix: UnixInstant
     ended_unix: UnixInstant | None
-    status: Annotated[str, Field(description="running, finished, aborted or failed")]
+    status: RunStatus
     score: ScoreView | None
 
 
@@ -531,8 +808,8 @@ class RunBody(TypedDict):
     id: str
     started_unix: UnixInstant
     ended_unix: UnixInstant | None
-    status: str
-    config: dict[str, Any]
+    status: RunStatus
+    config: Annotated[dict[str, object], Field(description="the run's settings, as it started")]
     report: ReportView | None
     faults: Annotated[list[FaultView], Field(description="one page: ids above faults_after, faults_limit at most")]
     faults_next: Annotated[
@@ -545,9 +822,9 @@ class OpenApiDocument(TypedDict):
     """This API's OpenAPI 3.1 document."""
 
     openapi: str
-    info: dict[str, Any]
-    components: dict[str, Any]
-    paths: dict[str, Any]
+    info: dict[str, object]
+    components: dict[str, object]
+    paths: dict[str, object]
 
 
 @_closed

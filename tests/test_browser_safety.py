@@ -90,7 +90,10 @@ def _state(d: Daemon) -> dict[str, Any]:
     status = d.get("/api/v1/status")[1]
     faults = d.get("/api/v1/faults")[1]
     windows = d.get("/api/v1/windows")[1]["windows"]
-    return {k: status[k] for k in ("lever", "survival", "scenario", "faults_active", "stopping", "dag")} | {
+    # The DAG's shape, not its per-stage rates (they move with the load).
+    dag = {k: v for k, v in status["dag"].items() if k != "stages"}
+    return {k: status[k] for k in ("lever", "survival", "scenario", "faults_active", "stopping")} | {
+        "dag": dag,
         "faults": [(f["id"], f["action"], f["reverted_at"], f["reverted_by"]) for f in faults["faults"]],
         "injected": faults["injected"],
         "windows": [(w["id"], w["name"], w["state"]) for w in windows],

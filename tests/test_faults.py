@@ -693,7 +693,7 @@ def test_an_unknown_action_is_refused_with_the_valid_ones() -> None:
     assert error.field == "action" and error.status == 422
     assert "explode_everything" in error.message
     assert all(name in error.message for name in CATALOGUE)
-    assert len(CATALOGUE) == 17
+    assert len(CATALOGUE) == 22
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import asyncio
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -34,10 +34,11 @@ from chaosd.api.keys import (
     STOP,
     STORAGE,
     TRACING,
+    FinalReport,
 )
 from chaosd.api.routes import UNDO, declared_body_type
 from chaosd.api.schemas import openapi_document
-from chaosd.api.server import HostPolicy, HttpStats, error_body, own_origin, request_ended, request_started
+from chaosd.api.server import HostPolicy, HttpStats, Refusal, error_body, own_origin, request_ended, request_started
 from chaosd.api.sse import Broker
 from chaosd.api.table import ENDPOINTS, check_query, route_defs
 from chaosd.arena.mount import add_arena
@@ -52,6 +53,8 @@ from chaosd.faults import FaultRecord
 from chaosd.redact import redacted_settings
 from chaosd.report import write_report
 from chaosd.storage import Storage
+from chaosd.telemetry.snapshot import Snapshot
+from chaosd.views import ReportView, RunStatus
 
 __all__ = ["build_app", "errors"]
 
@@ -64,7 +67,7 @@ def _error(status: int, message: str, field: str | None = None) -> web.Response:
 
 
 # Answers the front door counts as refusals (a 429 is counted by the event broker that gives it).
-_REFUSED = {
+_REFUSED: dict[int, Refusal] = {
     400: "bad_request",
     401: "unauthorized",
     403: "cross_origin",
@@ -264,63 +267,74 @@ async def _broker_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def _experiment_ctx(settings: Settings, report_path: Path) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        ctl = app[CONTROLLER]
-        exp = ctl.exp
-        storage = app[STORAGE]
-        run_id = app[RUN_ID]
-        storage.run_started(run_id, app[STARTED], redacted_settings(settings))
-
-        def persist(event: Event) -> None:
-            storage.event(run_id, event.id, event.t, event.kind, dict(event.data))
-            # The record travels with its event: a fault that has left the memory window (history.faults)
-            # still has its verdict stored. Never looked up by id: what is gone from memory would raise.
-            if event.kind == "fault" and isinstance(event.about, FaultRecord):
-                storage.fault_changed(run_id, event.about.as_dict())
-
-        exp.events.subscribe(persist)
-        next_score = [5.0]
-
-        def score_events(snap: Any) -> None:
-            if snap.t >= next_score[0]:
-                next_score[0] += 5.0
-                live = exp.live_score()
-                total = None if live.total is None else round(live.total, 3)
-                exp.events.record(snap.t, "score", total=total, grade=live.grade)
-
-        exp.telemetry.listen(score_events)
-        task = asyncio.create_task(exp.run(None, app[STOP]), name="experiment")
-
-        def ended(done: asyncio.Task[dict[str, Any]]) -> None:
-            if done.cancelled():
-                return
-            if (exc := done.exception()) is not None:
-                ctl.crashed.append(f"pipeline crashed: {_cause(exc)}")
-                log.error("the pipeline crashed", exc_info=exc)
-            elif not app[STOP].is_set():
-                ctl.crashed.append("pipeline: ended while the daemon was running")
-
-        task.add_done_callback(ended)
-        yield
-        await ctl.shutdown()
-        app[STOP].set()
-        report: dict[str, Any] | None = None
-        try:
-            report = await asyncio.wait_for(asyncio.shield(task), settings.daemon.shutdown_grace)
-        except TimeoutError:
-            log.error("the pipeline did not stop within %.1f s; cancelled", settings.daemon.shutdown_grace)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        except Exception:
-            log.exception("the pipeline failed while stopping")
-        status = "finished" if report is not None else "failed"
-        if report is not None:
-            write_report(report, report_path)
-            app[REPORT].update(report)  # the app is frozen by now: the holder was set at build
-        for record in exp.injector.faults:
-            storage.fault_changed(run_id, record.as_dict())
-        storage.run_finished(run_id, unix_time(), status, report)
+        # The stages' setup runs first, before the daemon serves or stores a run: one that fails stops the
+        # start, named, and leaves nothing behind; their teardown runs last, after the pipeline stopped.
+        async with app[CONTROLLER].exp.pipeline.lifespan(), _experiment(app, settings, report_path):
+            yield
 
     return ctx
+
+
+@asynccontextmanager
+async def _experiment(app: web.Application, settings: Settings, report_path: Path) -> AsyncIterator[None]:
+    """The experiment's task for the app's life, its events stored; at its end the report written and the run's
+    end stored."""
+    ctl = app[CONTROLLER]
+    exp = ctl.exp
+    storage = app[STORAGE]
+    run_id = app[RUN_ID]
+    storage.run_started(run_id, app[STARTED], redacted_settings(settings))
+    await storage.flush()  # the run is in the history before the first request can ask for it
+
+    def persist(event: Event) -> None:
+        storage.event(run_id, event.id, event.t, event.kind, dict(event.data))
+        # The record travels with its event: a fault that has left the memory window (history.faults)
+        # still has its verdict stored. Never looked up by id: what is gone from memory would raise.
+        if event.kind == "fault" and isinstance(event.about, FaultRecord):
+            storage.fault_changed(run_id, event.about.as_dict())
+
+    exp.events.subscribe(persist)
+    next_score = [5.0]
+
+    def score_events(snap: Snapshot) -> None:
+        if snap.t >= next_score[0]:
+            next_score[0] += 5.0
+            live = exp.live_score()
+            total = None if live.total is None else round(live.total, 3)
+            exp.events.record(snap.t, "score", total=total, grade=live.grade)
+
+    exp.telemetry.listen(score_events)
+    task = asyncio.create_task(exp.run(None, app[STOP]), name="experiment")
+
+    def ended(done: asyncio.Task[ReportView]) -> None:
+        if done.cancelled():
+            return
+        if (exc := done.exception()) is not None:
+            ctl.crashed.append(f"pipeline crashed: {_cause(exc)}")
+            log.error("the pipeline crashed", exc_info=exc)
+        elif not app[STOP].is_set():
+            ctl.crashed.append("pipeline: ended while the daemon was running")
+
+    task.add_done_callback(ended)
+    yield
+    await ctl.shutdown()
+    app[STOP].set()
+    report: ReportView | None = None
+    try:
+        report = await asyncio.wait_for(asyncio.shield(task), settings.daemon.shutdown_grace)
+    except TimeoutError:
+        log.error("the pipeline did not stop within %.1f s; cancelled", settings.daemon.shutdown_grace)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    except Exception:
+        log.exception("the pipeline failed while stopping")
+    status: RunStatus = "finished" if report is not None else "failed"
+    if report is not None:
+        write_report(report, report_path)
+        app[REPORT].report = report  # the app is frozen by now: the holder was set at build
+    for record in exp.injector.faults:
+        storage.fault_changed(run_id, record.as_dict())
+    storage.run_finished(run_id, unix_time(), status, report)
 
 
 _UNTRACED = ("/metrics", "/healthz", "/readyz", "/api/v1/events")
@@ -375,7 +389,7 @@ def build_app(
     app[STOP] = asyncio.Event()
     app[RUN_ID] = run_id
     app[STARTED] = unix_time()
-    app[REPORT] = {}  # filled with the final report once the pipeline has stopped
+    app[REPORT] = FinalReport()
     if tracing is not None and tracing.enabled:
         app[TRACING] = tracing
     app[LIMITS] = api

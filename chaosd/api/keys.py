@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -13,6 +14,7 @@ from chaosd.control import Controller
 from chaosd.exporters.metrics import MetricsRegistry
 from chaosd.exporters.tracing import Tracing
 from chaosd.storage import Storage
+from chaosd.views import ReportView
 
 __all__ = [
     "BROKER",
@@ -27,6 +29,7 @@ __all__ = [
     "STOP",
     "STORAGE",
     "TRACING",
+    "FinalReport",
 ]
 
 CONTROLLER = web.AppKey("controller", Controller)
@@ -35,7 +38,16 @@ BROKER = web.AppKey("broker", Broker)
 RUN_ID = web.AppKey("run_id", str)
 STARTED = web.AppKey("started", float)
 STOP = web.AppKey("stop", asyncio.Event)  # ends the pipeline (the last step of shutdown but two)
-REPORT = web.AppKey("report", dict)  # empty until the run ends cleanly
+
+
+@dataclass
+class FinalReport:
+    """The run's report once the pipeline has stopped cleanly (None until then): set after the app is frozen."""
+
+    report: ReportView | None = None
+
+
+REPORT = web.AppKey("report", FinalReport)
 OPENAPI = web.AppKey("openapi", dict)  # the document served, walked from the route table at build
 REGISTRY = web.AppKey("registry", MetricsRegistry)
 HTTP_STATS = web.AppKey("http_stats", HttpStats)

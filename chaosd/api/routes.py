@@ -9,7 +9,7 @@ import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -81,7 +81,7 @@ def _undo(request: web.Request, step: Callable[[], Awaitable[object]]) -> None:
         request[UNDO].append(step)
 
 
-def _ok(body: Any, status: int = 200) -> web.Response:
+def _ok(body: object, status: int = 200) -> web.Response:
     return web.json_response(rounded(body), status=status, dumps=lambda o: json.dumps(o, sort_keys=True))
 
 

@@ -4,9 +4,8 @@ with the schemas generated from the types the handlers build (request bodies and
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import cache
-from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -50,12 +49,12 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json(schema: dict[str, Any]) -> dict[str, Any]:
+def _json(schema: Mapping[str, object]) -> dict[str, object]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
-def _param(p: Param) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": p.name, "in": p.where, "required": p.where == "path"}
+def _param(p: Param) -> dict[str, object]:
+    out: dict[str, object] = {"name": p.name, "in": p.where, "required": p.where == "path"}
     if p.description:
         out["description"] = p.description
     if p.repeated:
@@ -65,15 +64,15 @@ def _param(p: Param) -> dict[str, Any]:
     return out
 
 
-def _success(answer: type | Media) -> dict[str, Any]:
+def _success(answer: type | Media) -> dict[str, object]:
     if not isinstance(answer, Media):
         return {"description": "success", **_json(_ref(answer.__name__))}
     schema = {"schema": dict(answer.schema)} if answer.schema is not None else {}
     return {"description": answer.description, "content": {t: dict(schema) for t in answer.types}}
 
 
-def _operation(e: Endpoint) -> dict[str, Any]:
-    op: dict[str, Any] = {
+def _operation(e: Endpoint) -> dict[str, object]:
+    op: dict[str, object] = {
         "summary": e.summary,
         "responses": {
             str(e.ok): _success(e.answer),
@@ -83,7 +82,7 @@ def _operation(e: Endpoint) -> dict[str, Any]:
     if e.params:
         op["parameters"] = [_param(p) for p in e.params]
     if e.body is not None:
-        content: dict[str, Any] = {"application/json": {"schema": _ref(e.body.__name__)}}
+        content: dict[str, object] = {"application/json": {"schema": _ref(e.body.__name__)}}
         if e.yaml:
             content["application/yaml"] = {"schema": {"type": "string"}}
         op["requestBody"] = {"required": True, "content": content}
@@ -92,7 +91,22 @@ def _operation(e: Endpoint) -> dict[str, Any]:
     return op
 
 
-def _schemas(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
+def _object_at(schema: object, *path: str | int) -> dict[str, object]:
+    """The JSON object at ``path`` (keys and list indexes) inside a generated schema; a path not there raises."""
+    node = schema
+    for step in path:
+        if isinstance(node, list) and isinstance(step, int):
+            node = node[step]
+            continue
+        if not (isinstance(node, dict) and isinstance(step, str)):
+            raise TypeError(f"no {step!r} in {node!r}")
+        node = node[step]
+    if not isinstance(node, dict):
+        raise TypeError(f"not a JSON object: {node!r}")
+    return node
+
+
+def _schemas(endpoints: Iterable[Endpoint]) -> dict[str, object]:
     requests: dict[str, type[BaseModel]] = {}
     answers: dict[str, type] = {}
     for e in endpoints:
@@ -106,28 +120,28 @@ def _schemas(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
         + [(t, "serialization", TypeAdapter(t)) for t in answers.values()],
         ref_template="#/components/schemas/{model}",
     )
-    schemas: dict[str, Any] = defs["$defs"]
+    schemas = _object_at(defs, "$defs")
     actions = sorted(CATALOGUE)
     if "InjectRequest" in schemas:
-        schemas["InjectRequest"]["properties"]["action"]["enum"] = actions
+        _object_at(schemas, "InjectRequest", "properties", "action")["enum"] = actions
     if "SurvivalRequest" in schemas:
-        schemas["SurvivalRequest"]["properties"]["actions"]["anyOf"][0]["items"]["enum"] = actions
+        _object_at(schemas, "SurvivalRequest", "properties", "actions", "anyOf", 0, "items")["enum"] = actions
     schemas["Error"] = _ERROR
     return schemas
 
 
-def openapi_document(endpoints: tuple[Endpoint, ...] = ENDPOINTS) -> dict[str, Any]:
+def openapi_document(endpoints: tuple[Endpoint, ...] = ENDPOINTS) -> dict[str, object]:
     """OpenAPI 3.1 for every endpoint of ``endpoints`` (the route table by default); a copy of its own."""
     return copy.deepcopy(_table_document() if endpoints is ENDPOINTS else _document(endpoints))
 
 
 @cache
-def _table_document() -> dict[str, Any]:
+def _table_document() -> dict[str, object]:
     return _document(ENDPOINTS)  # the route table never changes: walked once per process
 
 
-def _document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
-    paths: dict[str, dict[str, Any]] = {}
+def _document(endpoints: Iterable[Endpoint]) -> dict[str, object]:
+    paths: dict[str, dict[str, object]] = {}
     for e in endpoints:
         paths.setdefault(e.path, {})[e.method.lower()] = _operation(e)
     return {

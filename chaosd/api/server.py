@@ -14,19 +14,21 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
-from typing import Any
+from typing import Literal, TypedDict, get_args
 
 from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 
 from chaosd.config import ApiConfig
-from chaosd.exporters.metrics import REFUSAL_REASONS
+from chaosd.exporters.metrics import REFUSAL_REASONS, ServerRefusal
 
 __all__ = [
     "BROWSER_REFUSALS",
+    "ErrorBody",
     "FrontDoor",
     "HostPolicy",
     "HttpStats",
+    "Refusal",
     "error_body",
     "own_origin",
     "request_ended",
@@ -42,11 +44,11 @@ class HttpStats:
 
     def __init__(self, subscribers: Callable[[], int] = lambda: 0, sse_refused: Callable[[], int] = lambda: 0) -> None:
         self.connections = 0
-        self._refused = dict.fromkeys((*REFUSAL_REASONS, *BROWSER_REFUSALS), 0)
+        self._refused: dict[str, int] = dict.fromkeys((*REFUSAL_REASONS, *BROWSER_REFUSALS), 0)
         self._subscribers = subscribers
         self._sse_refused = sse_refused
 
-    def refuse(self, reason: str) -> None:
+    def refuse(self, reason: Refusal) -> None:
         self._refused[reason] += 1
 
     @property
@@ -61,7 +63,9 @@ class HttpStats:
 # What a browser-borne request is refused for (docs/security.md), counted in chaosd_api_refused_total{reason}:
 # a Host this daemon does not answer to (421, DNS rebinding), a mutation from another origin (403), and a
 # mutation without a JSON content type (415, the "simple request" a page may send without a preflight).
-BROWSER_REFUSALS = ("wrong_host", "cross_origin", "unsupported_media_type")
+BrowserRefusal = Literal["wrong_host", "cross_origin", "unsupported_media_type"]
+BROWSER_REFUSALS: tuple[BrowserRefusal, ...] = get_args(BrowserRefusal)
+Refusal = Literal[ServerRefusal, BrowserRefusal]  # what FrontDoor counts, by reason
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
 
@@ -107,7 +111,19 @@ def own_origin(origin: str, host_header: str | None) -> bool:
     return authority == host_header.strip().lower()
 
 
-def error_body(status: int, message: str, field: str | None = None) -> dict[str, Any]:
+class ErrorDetail(TypedDict):
+    status: int
+    field: str | None  # the request's part at fault (a body field, a parameter), if one is
+    message: str
+
+
+class ErrorBody(TypedDict):
+    """Every error answer's body (the OpenAPI document's ``Error``)."""
+
+    error: ErrorDetail
+
+
+def error_body(status: int, message: str, field: str | None = None) -> ErrorBody:
     return {"error": {"status": status, "field": field, "message": message}}
 
 
@@ -228,6 +244,7 @@ class _Connection(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
+        reason: Refusal | Literal[""]
         if isinstance(exc, LineTooLong):
             status, reason = 431, "header_too_large"
             text = f"a request line or header is longer than {self._door.limits.max_header_bytes} bytes"
@@ -284,7 +301,7 @@ class FrontDoor:
         await self.serve()
         return addresses
 
-    def _manager(self) -> Any:
+    def _manager(self) -> web.Server:
         manager = self._runner.server
         if manager is None:
             raise RuntimeError("the runner is not set up")

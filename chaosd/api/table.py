@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -54,7 +54,7 @@ class Param:
     """A parameter of the query (or the path, or a header): its name, JSON schema (type, bounds), meaning."""
 
     name: str
-    schema: Mapping[str, Any]
+    schema: Mapping[str, object]  # a JSON schema, as the OpenAPI document has it
     description: str = ""
     where: Literal["query", "path", "header"] = "query"
     repeated: bool = False  # ?label=a&label=b: ``schema`` is each value's
@@ -66,7 +66,7 @@ class Media:
 
     types: tuple[str, ...]
     description: str
-    schema: Mapping[str, Any] | None = None
+    schema: Mapping[str, object] | None = None  # a JSON schema
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         handler=r.status,
         answers=(
             "pipeline snapshot: `run_id`, `started_unix`, `uptime_s`, `agents` [{id, kind, state, restarts}],"
-            " `leader`, `route`, `dag` {nodes, edges, removed_nodes, removed_edges}, `queue` {depth, capacity},"
+            " `leader`, `route`, `dag` {nodes, edges, removed_nodes, removed_edges, breakers_open, `dependencies`"
+            " (stage/dependency pairs), `stages` {name:"
+            " {kind, attempts_per_s, retries_per_s, p95_s, error_share, breaker, window_s}}},"
+            " `queue` {depth, capacity},"
             " `detector` (healthy, warning, overload, collapsed, stall or recovering), `throttle_factor` (aimd's),"
             " `admission` {policy, limit, standing, capacity_per_s, shed_per_s}, `telemetry` {... `capacity_rate`,"
             " `shed_rate`, `lateness`, `cpu_wait`, `queue_fill` (depth / capacity) and `saturation`, the detector's:"

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from chaosd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from chaosd.views import ReportView
 
 __all__ = ["embed_json", "load_report", "render_html", "write_postmortem"]
 
@@ -38,14 +42,14 @@ def _bundle() -> str:
     return f"(() => {{\n{code}\n}})();"
 
 
-def embed_json(data: Any) -> str:
+def embed_json(data: object) -> str:
     """JSON safe inside ``<script type="application/json">``: no ``<`` at all, so neither ``</script>`` nor
     ``<!--`` can end or confuse the block (``\\u003c`` is the same character to ``JSON.parse``)."""
     text = json.dumps(data, ensure_ascii=False, sort_keys=True)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(report: dict[str, Any], title: str) -> str:
+def render_html(report: Mapping[str, object], title: str) -> str:
     css = _static("arena.css")
     if "</" in css:
         raise ValueError("the stylesheet must not contain '</'")
@@ -62,8 +66,12 @@ def render_html(report: dict[str, Any], title: str) -> str:
     )
 
 
-def load_report(path: Path) -> dict[str, Any]:
-    """A run report from ``chaosd run`` or the daemon; one clear problem if it is not one."""
+def load_report(path: Path) -> ReportView:
+    """A run report from ``chaosd run`` or the daemon; one clear problem if it is not one.
+
+    It is told from other JSON by its timeline list; a field in another shape fails where it is read
+    (``chaosd report`` says the file is not a run report).
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -74,7 +82,7 @@ def load_report(path: Path) -> dict[str, Any]:
         raise ConfigError([(str(path), "", f"not JSON (line {exc.lineno}, column {exc.colno})")]) from None
     if not isinstance(data, dict) or not isinstance(data.get("timeline"), list):
         raise ConfigError([(str(path), "", "not a run report (no timeline list)")])
-    return data
+    return cast("ReportView", data)  # a run report, by its timeline list
 
 
 def write_postmortem(path: Path, out: Path | None = None) -> Path:

@@ -168,7 +168,7 @@ class RedisRuntime:
         agent.alive = alive
         agent.refresh()
         p = self._p
-        if alive:
+        if alive and instance is not None:  # alive implies an instance: the check narrows it
             if killed is not None:
                 del self.controls.killed[agent.id]
                 agent.restart_count += 1  # restarted by its own supervisor
@@ -288,12 +288,10 @@ class RedisRuntime:
                     group.create_task(self.stream.flush(), name="redis-admission"),
                     group.create_task(monitor.run(), name="redis-monitor"),
                 ]
-                self._tasks.start_all(group)
                 try:
-                    yield
+                    with self._tasks.started(group, p.supervisor):
+                        yield
                 finally:
-                    self._tasks.close()
-                    p.supervisor.close()
                     self.stream.close()
                     monitor.closed = True
                     for task in background:

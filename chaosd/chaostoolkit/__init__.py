@@ -11,17 +11,31 @@ discover chaosd`` lists the activities. See ``examples/chaostoolkit/`` and docs/
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Protocol
 
 from chaosd import __version__
 
 __all__ = ["discover"]
 
 
-def discover(discover_system: bool = True) -> dict[str, Any]:
+class _Discovery(Protocol):
+    """What this extension calls of ``chaoslib.discovery`` (results are JSON: chaoslib's own types say no more)."""
+
+    def initialize_discovery_result(
+        self, extension_name: str, extension_version: str, discovery_type: str
+    ) -> dict[str, object]: ...
+
+    def discover_actions(self, extension_mod_name: str) -> list[dict[str, object]]: ...
+
+    def discover_probes(self, extension_mod_name: str) -> list[dict[str, object]]: ...
+
+
+def discover(discover_system: bool = True) -> dict[str, object]:
     """Chaos Toolkit's discovery entry point: every action and probe this extension offers."""
-    discovery: Any = importlib.import_module("chaoslib.discovery")  # Chaos Toolkit is an optional dependency
-    result: dict[str, Any] = discovery.initialize_discovery_result("chaosd", __version__, "chaosd")
-    result["activities"].extend(discovery.discover_actions("chaosd.chaostoolkit.actions"))
-    result["activities"].extend(discovery.discover_probes("chaosd.chaostoolkit.probes"))
+    discovery: _Discovery = importlib.import_module("chaoslib.discovery")  # Chaos Toolkit is an optional dependency
+    result = discovery.initialize_discovery_result("chaosd", __version__, "chaosd")
+    result["activities"] = [  # chaoslib starts the list empty
+        *discovery.discover_actions("chaosd.chaostoolkit.actions"),
+        *discovery.discover_probes("chaosd.chaostoolkit.probes"),
+    ]
     return result

@@ -11,11 +11,27 @@ from __future__ import annotations
 import os
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
 
 from chaosd.client import Client, ClientError, await_verdict, daemon_address, environment_token, selector
 
-__all__ = ["ActivityFailed", "Daemon", "daemon", "query"]
+__all__ = [
+    "ActivityFailed",
+    "Configuration",
+    "Daemon",
+    "Secrets",
+    "array",
+    "daemon",
+    "integer",
+    "json_object",
+    "number",
+    "objects",
+    "query",
+]
+
+# What Chaos Toolkit passes an activity: the experiment's configuration, and the secrets scope it names
+# (chaoslib's own types for them are plain dicts of JSON values).
+Configuration = Mapping[str, object]
+Secrets = Mapping[str, object]
 
 CONFIG_KEY = "chaosd_addr"
 _HINT = f"set the experiment's configuration key {CONFIG_KEY} or CHAOSD_URL"
@@ -25,7 +41,7 @@ class ActivityFailed(Exception):
     """Raised so Chaos Toolkit records the activity as failed, with the daemon's own message."""
 
 
-def daemon(configuration: Mapping[str, Any] | None, secrets: Mapping[str, Any] | None) -> Daemon:
+def daemon(configuration: Configuration | None, secrets: Secrets | None) -> Daemon:
     configured = (configuration or {}).get(CONFIG_KEY)
     secret = (secrets or {}).get("token")
     try:
@@ -50,15 +66,59 @@ class Daemon:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: object = None) -> object:
         try:
             return self.client.request(method, path, body)
         except ClientError as exc:
             raise ActivityFailed(f"chaosd: {exc.message}") from None
 
-    def wait_for_verdict(self, fault_id: int, wait: float) -> dict[str, Any]:
+    def answer(self, method: str, path: str, body: object = None) -> dict[str, object]:
+        """:meth:`request`, for the JSON object every answer of docs/api.md is."""
+        return json_object(self.request(method, path, body))
+
+    def wait_for_verdict(self, fault_id: int, wait: float) -> dict[str, object]:
         """The fault once it has its verdict, or as it is after ``wait`` seconds (the API's long poll)."""
         try:
-            return await_verdict(self.client, self.request("GET", f"/api/v1/faults/{fault_id}"), wait)
+            return await_verdict(self.client, self.answer("GET", f"/api/v1/faults/{fault_id}"), wait)
         except ClientError as exc:
             raise ActivityFailed(f"chaosd: {exc.message}") from None
+
+
+# --- reading answers: a value not in docs/api.md's shape fails the activity, saying what came instead ----------------
+
+
+def _unexpected(expected: str, value: object) -> ActivityFailed:
+    return ActivityFailed(f"chaosd: unexpected answer: expected {expected}, got {type(value).__name__}")
+
+
+def json_object(value: object) -> dict[str, object]:
+    """A JSON object (an answer, a fault's score) of an answer."""
+    if not isinstance(value, dict):
+        raise _unexpected("a JSON object", value)
+    return value
+
+
+def array(value: object) -> list[object]:
+    """A JSON array (ids, faults) of an answer."""
+    if not isinstance(value, list):
+        raise _unexpected("a JSON array", value)
+    return value
+
+
+def objects(value: object) -> list[dict[str, object]]:
+    """A list of JSON objects (the faults, the expectations) of an answer."""
+    return [json_object(item) for item in array(value)]
+
+
+def integer(value: object) -> int:
+    """``int(value)`` of a number (an id, a count) of an answer."""
+    if not isinstance(value, int | float | str):
+        raise _unexpected("a number", value)
+    return int(value)
+
+
+def number(value: object) -> float:
+    """``float(value)`` of a number (a score) of an answer."""
+    if not isinstance(value, int | float | str):
+        raise _unexpected("a number", value)
+    return float(value)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from chaosd.chaostoolkit._daemon import ActivityFailed, daemon, query
+from chaosd.chaostoolkit._daemon import ActivityFailed, Configuration, Secrets, array, daemon, integer, objects, query
 
 __all__ = [
     "close_window",
@@ -22,13 +21,13 @@ def inject_fault(
     action: str,
     target: str | None = None,
     ttl: float | str | None = None,
-    params: dict[str, Any] | None = None,
+    params: dict[str, float | str] | None = None,
     labels: dict[str, str] | None = None,
-    configuration: dict[str, Any] | None = None,
-    secrets: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    configuration: Configuration | None = None,
+    secrets: Secrets | None = None,
+) -> dict[str, object]:
     """Inject one fault (label it to revert or find it later); returns the fault as the daemon answered."""
-    body: dict[str, Any] = {"action": action}
+    body: dict[str, object] = {"action": action}
     if target is not None:
         body["target"] = target
     if ttl is not None:
@@ -37,35 +36,34 @@ def inject_fault(
         body["params"] = params
     if labels:
         body["labels"] = labels
-    fault: dict[str, Any] = daemon(configuration, secrets).request("POST", "/api/v1/faults", body)
-    return fault
+    return daemon(configuration, secrets).answer("POST", "/api/v1/faults", body)
 
 
 def revert_faults(
     labels: dict[str, str] | None = None,
     action: str | None = None,
-    configuration: dict[str, Any] | None = None,
-    secrets: dict[str, Any] | None = None,
+    configuration: Configuration | None = None,
+    secrets: Secrets | None = None,
 ) -> list[int]:
     """Revert exactly the active faults carrying ``labels`` (and of ``action``, if given): a rollback that
     leaves other experiments' faults alone. Returns the ids reverted."""
     if not labels and not action:
         raise ActivityFailed("revert_faults needs labels or an action; to revert everything, pull the lever")
-    answer = daemon(configuration, secrets).request(
+    answer = daemon(configuration, secrets).answer(
         "DELETE", "/api/v1/faults?" + query(labels, [action] if action else None)
     )
-    return [int(i) for i in answer["reverted"]]
+    return [integer(i) for i in array(answer["reverted"])]
 
 
 def pull_lever(
-    reason: str = "chaos toolkit", configuration: dict[str, Any] | None = None, secrets: dict[str, Any] | None = None
+    reason: str = "chaos toolkit", configuration: Configuration | None = None, secrets: Secrets | None = None
 ) -> int:
     """The safety lever: revert every fault and refuse new ones until released. Returns how many were reverted."""
-    answer = daemon(configuration, secrets).request("POST", "/api/v1/lever", {"reason": reason})
-    return int(answer["reverted"])
+    answer = daemon(configuration, secrets).answer("POST", "/api/v1/lever", {"reason": reason})
+    return integer(answer["reverted"])
 
 
-def release_lever(configuration: dict[str, Any] | None = None, secrets: dict[str, Any] | None = None) -> None:
+def release_lever(configuration: Configuration | None = None, secrets: Secrets | None = None) -> None:
     """Let faults in again after the lever was pulled."""
     daemon(configuration, secrets).request("DELETE", "/api/v1/lever")
 
@@ -74,35 +72,31 @@ def run_scenario(
     name: str,
     speed: float = 1.0,
     wait: bool = True,
-    configuration: dict[str, Any] | None = None,
-    secrets: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    configuration: Configuration | None = None,
+    secrets: Secrets | None = None,
+) -> dict[str, object]:
     """Run a shipped scenario (by name) on the daemon; with ``wait``, until it ends. Fails if it did not pass."""
     d = daemon(configuration, secrets)
-    status: dict[str, Any] = d.request("POST", "/api/v1/scenarios/run", {"name": name, "speed": speed})
+    status = d.answer("POST", "/api/v1/scenarios/run", {"name": name, "speed": speed})
     while wait and status["state"] == "running":
-        status = d.request("GET", "/api/v1/scenarios/current")
+        status = d.answer("GET", "/api/v1/scenarios/current")
         if status["state"] == "running":
             time.sleep(0.5)  # the scenario's status has no long poll; twice a second is plenty
     if wait and status.get("passed") is False:
-        failed = [e for e in status.get("expectations", []) if not e.get("passed")]
+        failed = [e for e in objects(status.get("expectations", [])) if not e.get("passed")]
         raise ActivityFailed(f"scenario {name} did not pass: {failed}")
     return status
 
 
 def open_window(
-    name: str | None = None, configuration: dict[str, Any] | None = None, secrets: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    name: str | None = None, configuration: Configuration | None = None, secrets: Secrets | None = None
+) -> dict[str, object]:
     """Open a measurement window: what happens from now on is scored on its own."""
-    window: dict[str, Any] = daemon(configuration, secrets).request(
-        "POST", "/api/v1/windows", {"name": name} if name else {}
-    )
-    return window
+    return daemon(configuration, secrets).answer("POST", "/api/v1/windows", {"name": name} if name else {})
 
 
 def close_window(
-    window_id: int, configuration: dict[str, Any] | None = None, secrets: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    window_id: int, configuration: Configuration | None = None, secrets: Secrets | None = None
+) -> dict[str, object]:
     """Close a window; returns its final report (tasks, score, faults, incidents, diagnostics)."""
-    report: dict[str, Any] = daemon(configuration, secrets).request("DELETE", f"/api/v1/windows/{int(window_id)}")
-    return report
+    return daemon(configuration, secrets).answer("DELETE", f"/api/v1/windows/{int(window_id)}")

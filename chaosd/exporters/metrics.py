@@ -8,10 +8,9 @@ process, platform and GC collectors of prometheus_client. Names and labels: docs
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import (
@@ -25,15 +24,18 @@ from prometheus_client.registry import Collector
 
 from chaosd import __version__
 from chaosd.events import Event
+from chaosd.exporters.buckets import latency_buckets
+from chaosd.exporters.stage_series import StageSeries
 from chaosd.faults import CATALOGUE, FaultRecord
-from chaosd.histogram import LogHistogram
 from chaosd.runner import Experiment
 from chaosd.telemetry.detector import DetectorState
+from chaosd.views import AgentKind, AgentState, FailReason, RefuseReason
 
 __all__ = [
     "REFUSAL_REASONS",
     "ExperimentCollector",
     "MetricsRegistry",
+    "ServerRefusal",
     "ServerStats",
     "StorageCollector",
     "make_registry",
@@ -46,22 +48,15 @@ RECOVERY_DOC = "Recovery time (mechanism: from injection; service: heal or resto
 OUTCOMES = ("offered", "accepted", "completed", "late", "failed", "rejected")
 # chaosd_tasks_ended_total{outcome}: a partition of the offered tasks that have an outcome (each counted once).
 ENDINGS = ("good", "late", "degraded", "failed", "rejected")
-REJECT_REASONS = ("queue_full", "dropped", "shed", "throttled", "partitioned", "unavailable")
-FAIL_REASONS = (
-    "timeout",
-    "error",
-    "tool_timeout",
-    "llm_error",
-    "mcp_disconnected",
-    "node_removed",
-    "no_route",
-    "handler_error",
-)
-AGENT_KINDS = ("worker", "producer", "orchestrator")
-AGENT_STATES = ("running", "slow", "paused", "partitioned", "dead")
+# Label values, in the order their Literals declare them: one list each.
+REJECT_REASONS: tuple[RefuseReason, ...] = get_args(RefuseReason)
+FAIL_REASONS: tuple[FailReason, ...] = get_args(FailReason)
+AGENT_KINDS: tuple[AgentKind, ...] = get_args(AgentKind)
+AGENT_STATES: tuple[AgentState, ...] = get_args(AgentState)
 GRADES = ("A+", "A", "B", "C", "D", "F")
 COMPONENTS = ("availability", "recovery", "recovery_rate", "recovery_speed", "consistency")
-REFUSAL_REASONS = (
+# What the API server refuses a connection or request for, before any route (counted in chaosd_api_refused_total).
+ServerRefusal = Literal[
     "connection_limit",
     "subscriber_limit",
     "header_too_large",
@@ -69,7 +64,8 @@ REFUSAL_REASONS = (
     "request_timeout",
     "bad_request",
     "unauthorized",
-)
+]
+REFUSAL_REASONS: tuple[ServerRefusal, ...] = get_args(ServerRefusal)
 # Recovery buckets: the E6 preferred numbers (1, 1.5, 2.2, 3.3, 4.7, 6.8 per decade, ≈ ×1.47 and at most ×1.5
 # a step) from 10 ms to 10 min. 10 s, the slow-recovery alert's threshold, is an edge.
 # fmt: off
@@ -81,18 +77,6 @@ RECOVERY_BUCKETS = (
     100.0, 150.0, 220.0, 330.0, 470.0, 600.0,
 )
 # fmt: on
-
-# Exported latency buckets: internal edges LOW·1.05^i for i = 141, 145, … (0.97 ms … ~37 s).
-_FIRST_EDGE = math.floor(math.log(1e-3 / LogHistogram.low) / math.log(LogHistogram.factor))
-_LAST_EDGE = math.ceil(math.log(30.0 / LogHistogram.low) / math.log(LogHistogram.factor)) + 4
-LATENCY_EDGES = tuple(range(_FIRST_EDGE, _LAST_EDGE + 1, 4))
-
-
-def latency_buckets(hist: LogHistogram) -> list[tuple[str, float]]:
-    cumulative = list(itertools.accumulate(hist.counts))
-    buckets = [(repr(LogHistogram.low * LogHistogram.factor**i), float(cumulative[i])) for i in LATENCY_EDGES]
-    buckets.append(("+Inf", float(hist.count)))
-    return buckets
 
 
 class ServerStats(Protocol):
@@ -242,8 +226,8 @@ class ExperimentCollector(Collector):
             rejected.add_metric([reason], float(total.rejected_by.get(reason, 0)))
         yield rejected
         failed = CounterMetricFamily("chaosd_tasks_failed", "Tasks that failed", labels=["reason"])
-        for reason in sorted({*FAIL_REASONS, *total.failed_by}):
-            failed.add_metric([reason], float(total.failed_by.get(reason, 0)))
+        for why in sorted({*FAIL_REASONS, *total.failed_by}):
+            failed.add_metric([why], float(total.failed_by.get(why, 0)))
         yield failed
         accounted = exp.accounted()  # one answer serves both uses
         yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=accounted[0])
@@ -315,6 +299,17 @@ class ExperimentCollector(Collector):
         yield failed_faults
         yield GaugeMetricFamily(
             "chaosd_safety_lever", "1 while the lever is pulled", value=1.0 if exp.injector.lever else 0.0
+        )
+        unplanned = CounterMetricFamily(
+            "chaosd_unplanned_incidents", "Incidents nobody injected, judged, by outcome", labels=["outcome"]
+        )
+        for outcome, n in exp.injector.book.unplanned.items():
+            unplanned.add_metric([outcome], float(n))
+        yield unplanned
+        yield GaugeMetricFamily(
+            "chaosd_unplanned_incident_open",
+            "1 while an incident nobody injected is open (the service left its steady state with no fault)",
+            value=1.0 if exp.injector.unplanned_open else 0.0,
         )
 
         score = exp.live_score(accounted)
@@ -447,6 +442,7 @@ class MetricsRegistry(CollectorRegistry):
         super().__init__(auto_describe=False)
         self._order: list[Collector] = []
         self.recovery: _RecoveryHistograms | None = None
+        self.stages: StageSeries | None = None
         self._kept: tuple[int, bytes] | None = None
 
     def register(self, collector: Collector) -> None:
@@ -458,10 +454,12 @@ class MetricsRegistry(CollectorRegistry):
         self._order.remove(collector)
 
     def exposition(self) -> bytes:
-        recovery = self.recovery
+        recovery, stages = self.recovery, self.stages
+        live = generate_latest(_Some([c for c in self._order if c is not recovery and c is not stages]))
+        if stages is not None:
+            live += stages.text()
         if recovery is None:
-            return generate_latest(self)
-        live = generate_latest(_Some([c for c in self._order if c is not recovery]))
+            return live
         version = recovery.series.version
         if self._kept is None or self._kept[0] != version:
             self._kept = (version, generate_latest(recovery))
@@ -481,6 +479,9 @@ def make_registry(
     registry.register(collector)
     registry.recovery = _RecoveryHistograms(collector.faults)
     registry.register(registry.recovery)
+    pipeline = experiment.pipeline
+    registry.stages = StageSeries(lambda: pipeline.stages, pipeline.clock.now)
+    registry.register(registry.stages)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)

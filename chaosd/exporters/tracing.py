@@ -11,19 +11,25 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from chaosd.clock import Clock, wall_time
-from chaosd.events import Event
+from chaosd.config import StageKind
+from chaosd.events import Event, fault_data
 from chaosd.faults import Injector
+from chaosd.pipeline.stages import Degraded
 from chaosd.pipeline.task import Task
+from chaosd.pipeline.tracing import TaskEnd
 from chaosd.runner import Experiment
+from chaosd.views import FailReason
 
 __all__ = ["Tracing", "otlp_exporter_from_env"]
 
@@ -76,7 +82,7 @@ class _Gate(SpanProcessor):
         self._inner = inner
         self._owner = owner
 
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
         self._inner.on_start(span, parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -203,10 +209,11 @@ class Tracing:
         self._t0 = t0
 
     def on_event(self, event: Event) -> None:
-        if not self.enabled or event.kind != "fault" or self._injector is None:
+        data = fault_data(event)
+        if not self.enabled or data is None or self._injector is None:
             return
-        fault_id = int(event.data["id"])
-        state = str(event.data["state"])
+        fault_id = data["id"]
+        state = data["state"]
         at = self.ns(self._t0 + event.t)
         if state == "injected":
             record = self._injector.get(fault_id)
@@ -226,7 +233,12 @@ class Tracing:
         open_span = self._fault_spans.get(fault_id)
         if open_span is None:
             return
-        attributes = {k: v for k, v in event.data.items() if k not in ("id", "action", "state", "targets")}
+        # The rest of its fields (by, recovery_s): scalars, or None for a recovery with no time of its own.
+        attributes: dict[str, AttributeValue] = {
+            k: v
+            for k, v in data.items()
+            if k not in ("id", "action", "state", "targets") and isinstance(v, str | int | float | None)
+        }
         open_span.add_event(state, attributes=attributes, timestamp=at)
         if state in ("recovered", "failed"):
             if state == "failed":
@@ -266,7 +278,7 @@ class Tracing:
 
     # --- tasks (TaskTracer) -----------------------------------------------------------------------
 
-    def produced(self, task: Task, producer: str, at: float) -> Any:
+    def produced(self, task: Task, producer: str, at: float) -> SpanContext:
         span = self.tracer.start_span(
             "task produce",
             kind=SpanKind.PRODUCER,
@@ -276,9 +288,9 @@ class Tracing:
         span.end(end_time=self.ns(at))
         return span.get_span_context()
 
-    def started(self, task: Task, worker: str, at: float) -> Any:
-        links = [Link(task.trace)] if task.trace is not None else []  # type: ignore[arg-type]
-        attributes: dict[str, Any] = {"chaosd.task.id": task.id, "chaosd.worker": worker}
+    def started(self, task: Task, worker: str, at: float) -> Span:
+        links = [Link(task.trace)] if isinstance(task.trace, SpanContext) else []  # produced() gave it, or None
+        attributes: dict[str, AttributeValue] = {"chaosd.task.id": task.id, "chaosd.worker": worker}
         if self._injector is not None:
             active = self._injector.active()
             if active:
@@ -288,8 +300,10 @@ class Tracing:
             "task process", kind=SpanKind.CONSUMER, start_time=self.ns(at), links=links, attributes=attributes
         )
 
-    def stage(self, handle: Any, name: str, kind: str, start: float, end: float, reason: str | None) -> None:
-        context = trace.set_span_in_context(handle)
+    def stage(
+        self, handle: object, name: str, kind: StageKind, start: float, end: float, reason: FailReason | Degraded | None
+    ) -> None:
+        context = trace.set_span_in_context(_span(handle))
         span = self.tracer.start_span(
             f"stage {name}", context=context, start_time=self.ns(start), attributes={"chaosd.stage.kind": kind}
         )
@@ -297,8 +311,16 @@ class Tracing:
             span.set_status(Status(StatusCode.ERROR, reason))
         span.end(end_time=self.ns(end))
 
-    def ended(self, handle: Any, at: float, outcome: str) -> None:
-        handle.set_attribute("chaosd.task.outcome", outcome)
+    def ended(self, handle: object, at: float, outcome: TaskEnd) -> None:
+        span = _span(handle)
+        span.set_attribute("chaosd.task.outcome", outcome)
         if outcome not in ("completed",):
-            handle.set_status(Status(StatusCode.ERROR, outcome))
-        handle.end(end_time=self.ns(at))
+            span.set_status(Status(StatusCode.ERROR, outcome))
+        span.end(end_time=self.ns(at))
+
+
+def _span(handle: object) -> Span:
+    """The task's span, as :meth:`Tracing.started` returned it and the pipeline hands it back (opaque to it)."""
+    if not isinstance(handle, Span):
+        raise TypeError(f"not a span: {handle!r}")
+    return handle

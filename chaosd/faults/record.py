@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from chaosd.errors import FaultError
 from chaosd.views import BaselineView, FaultView
@@ -15,6 +15,8 @@ __all__ = [
     "MAX_LABELS",
     "Baseline",
     "FaultRecord",
+    "Memo",
+    "MemoValue",
     "TaskImpact",
     "check_labels",
     "impact_between",
@@ -25,6 +27,12 @@ MAX_LABELS = 16
 _LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
 
 TaskImpact = dict[str, int]
+# What an action notes as it is applied, for its recovery checks (``chaosd.faults.catalogue``): a count by name
+# (``elections``, ``held``, ``expired``, ``dropped``), counts per agent (``served``), or per target stage its
+# prior hang timeout and progress (a hung tool), its fallback count (a failing model) or the entries corrupted.
+MemoValue = int | dict[str, int] | tuple[float, int] | list[int]
+Memo = dict[str, MemoValue]
+
 # What users felt, counted in tasks, and effects the audit found wrong (applied twice, or corrupted).
 IMPACT_KINDS = ("late", "failed", "refused", "degraded", "duplicated", "corrupted")
 
@@ -90,7 +98,7 @@ class FaultRecord:
     ttl: float
     injected_at: float
     baseline: Baseline | None
-    memo: dict[str, Any] = field(default_factory=dict)
+    memo: Memo = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)  # the injector's caller's: selects its faults
     reverted_at: float | None = None
     reverted_by: RevertCause | None = None  # what ended it (storage may add "aborted" to what it keeps)

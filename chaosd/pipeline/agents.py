@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from chaosd.views import AgentKind, AgentState
+
 __all__ = ["Agent"]
 
 
@@ -13,7 +15,7 @@ class Agent:
     """One agent's health. ``gate`` is set while the agent may work (not paused, exhausted or partitioned)."""
 
     id: str
-    kind: str  # "worker" | "producer" | "orchestrator"
+    kind: AgentKind
     alive: bool = True
     paused: bool = False
     exhausted: bool = False  # held by a pool-exhaustion fault
@@ -41,7 +43,7 @@ class Agent:
             self.gate.clear()
 
     @property
-    def state(self) -> str:
+    def state(self) -> AgentState:
         if not self.alive:
             return "dead"
         if self.partitioned:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING
 
 from chaosd.pipeline.agents import Agent
@@ -12,6 +12,7 @@ from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.parts import Core, Parts, orchestrators, producers
 from chaosd.pipeline.producer import Producer
 from chaosd.pipeline.queue import IngressQueue
+from chaosd.pipeline.supervisor import Supervisor
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter, Worker
 from chaosd.rng import Streams
@@ -79,6 +80,16 @@ class AgentTasks:
 
     def close(self) -> None:
         self._group = None
+
+    @contextmanager
+    def started(self, group: asyncio.TaskGroup, supervisor: Supervisor) -> Iterator[None]:
+        """Every agent with a runner started in ``group`` for the body; after it, none restarted again."""
+        self.start_all(group)
+        try:
+            yield
+        finally:
+            self.close()
+            supervisor.close()
 
 
 def stop_task(agent: Agent) -> None:
@@ -151,12 +162,10 @@ class InProcess:
         async with asyncio.TaskGroup() as group:
             background = [group.create_task(self._dispatcher.run(), name="dispatcher")]
             background += [group.create_task(c.run(), name=f"mcp-{n}") for n, c in p.mcp.items()]
-            self._tasks.start_all(group)
             try:
-                yield
+                with self._tasks.started(group, p.supervisor):
+                    yield
             finally:
-                self._tasks.close()
-                p.supervisor.close()
                 for task in background:
                     task.cancel()
                 for agent in p.agents.values():

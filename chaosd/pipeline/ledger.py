@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from chaosd.pipeline.audit import Audit
 from chaosd.pipeline.task import Task
+from chaosd.views import FailReason, RefuseReason
 
 __all__ = ["Counts", "Ledger"]
 
@@ -22,8 +23,8 @@ class Counts:
     degraded: int = 0  # completed in time but degraded (late ones count as late): not good either
     failed: int = 0
     rejected: int = 0
-    rejected_by: dict[str, int] = field(default_factory=dict)
-    failed_by: dict[str, int] = field(default_factory=dict)
+    rejected_by: dict[RefuseReason, int] = field(default_factory=dict)
+    failed_by: dict[FailReason, int] = field(default_factory=dict)
 
 
 class Ledger:
@@ -72,7 +73,7 @@ class Ledger:
         if task.measured:
             self.measured.accepted += 1
 
-    def refuse(self, task: Task, reason: str) -> None:
+    def refuse(self, task: Task, reason: RefuseReason) -> None:
         for counts in (self.total, self.measured) if task.measured else (self.total,):
             counts.rejected += 1
             counts.rejected_by[reason] = counts.rejected_by.get(reason, 0) + 1
@@ -109,7 +110,7 @@ class Ledger:
                 measured.degraded += 1
         return True
 
-    def fail(self, task: Task, reason: str) -> None:
+    def fail(self, task: Task, reason: FailReason) -> None:
         if self.in_flight.pop(task.id, None) is None:
             self._again(task)
             return

@@ -15,6 +15,7 @@ from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import TaskTracer
+from chaosd.views import RefuseReason
 
 __all__ = ["Admission", "Producer"]
 
@@ -71,7 +72,7 @@ class Producer:
         self._credit = 0.0
         self.tracer: TaskTracer | None = None
         self._block = queue.when_full == "block"
-        self._refusal = "dropped" if queue.when_full == "drop" else "queue_full"
+        self._refusal: RefuseReason = "dropped" if queue.when_full == "drop" else "queue_full"
 
     def _gap_for(self, arrival: str) -> Callable[[float], float]:
         """The draw of the time to the next arrival at a rate, chosen once: Poisson's is the generator's own method,
@@ -168,6 +169,7 @@ class Producer:
             task.trace = tracer.produced(task, self.agent.id, t)
         ledger = self._ledger
         factor = self._admission.factor
+        reason: RefuseReason
         if self.agent.partitioned:
             reason = "partitioned"
         elif factor < 1.0 and self._throttled(factor):

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Literal, Protocol
 
+from chaosd.config import StageKind
+from chaosd.pipeline.stages import Degraded
 from chaosd.pipeline.task import Task
+from chaosd.views import FailReason
 
-__all__ = ["TaskTracer"]
+__all__ = ["TaskEnd", "TaskTracer"]
+
+# How a traced task's processing ended: completed, failed (why), or its outcome cut off by a partition.
+TaskEnd = Literal["completed", "lost_to_partition", FailReason]
 
 
 class TaskTracer(Protocol):
@@ -14,10 +20,19 @@ class TaskTracer(Protocol):
 
     every: int  # trace one task in this many (by id)
 
-    def produced(self, task: Task, producer: str, at: float) -> Any: ...
+    # What the hooks hand back is the tracer's own (a span's context, a span): the pipeline only keeps it and
+    # passes it back, so to the pipeline it is opaque, and an implementation narrows it where it reads it.
 
-    def started(self, task: Task, worker: str, at: float) -> Any: ...
+    def produced(self, task: Task, producer: str, at: float) -> object:
+        """The produced task's trace context; the pipeline keeps it as ``task.trace``."""
+        ...
 
-    def stage(self, handle: Any, name: str, kind: str, start: float, end: float, reason: str | None) -> None: ...
+    def started(self, task: Task, worker: str, at: float) -> object:
+        """The handle of the task's processing, handed back to :meth:`stage` and :meth:`ended`."""
+        ...
 
-    def ended(self, handle: Any, at: float, outcome: str) -> None: ...
+    def stage(
+        self, handle: object, name: str, kind: StageKind, start: float, end: float, reason: FailReason | Degraded | None
+    ) -> None: ...
+
+    def ended(self, handle: object, at: float, outcome: TaskEnd) -> None: ...

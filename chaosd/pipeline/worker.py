@@ -12,9 +12,10 @@ from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
-from chaosd.pipeline.stages import DEGRADED, StageRunner
+from chaosd.pipeline.stages import DEGRADED, Degraded, StageRunner
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.tracing import TaskTracer
+from chaosd.pipeline.tracing import TaskEnd, TaskTracer
+from chaosd.views import FailReason
 
 __all__ = ["BusyMeter", "Routing", "Walk", "Worker"]
 
@@ -100,23 +101,26 @@ class Worker:
                 self._busy.step(self._clock.now(), -1)
                 self.current = None
 
-    async def _traced(self, task: Task, route: tuple[StageRunner, ...] | None, t: float) -> str | None:
+    async def _traced(
+        self, task: Task, route: tuple[StageRunner, ...] | None, t: float
+    ) -> FailReason | Degraded | None:
         """The slow path for a sampled task: the same work, with a span per stage."""
         tracer = self.tracer
         assert tracer is not None
         now = self._clock.now
         handle = tracer.started(task, self.agent.id, t)
-        reason = None if route is not None else "no_route"
+        reason: FailReason | None = None if route is not None else "no_route"
         degraded = False
         for stage in route or ():
             begun = now()
-            reason = await stage.run(self.agent.slow, task)
-            tracer.stage(handle, stage.name, stage.kind, begun, now(), reason)
-            if reason == DEGRADED:
-                degraded, reason = True, None
-            elif reason is not None:
+            ran = await stage.run(self.agent.slow, task)
+            tracer.stage(handle, stage.name, stage.kind, begun, now(), ran)
+            if ran == DEGRADED:
+                degraded = True
+            elif ran is not None:
+                reason = ran
                 break
-        outcome = reason or ("lost_to_partition" if self.agent.partitioned else "completed")
+        outcome: TaskEnd = reason or ("lost_to_partition" if self.agent.partitioned else "completed")
         tracer.ended(handle, now(), outcome)
         return DEGRADED if reason is None and degraded else reason
 
@@ -167,12 +171,14 @@ class Worker:
             busy.since = t
             busy.busy += 1
             walk = self._routing.walk
-            reason: str | None = None
+            reason: FailReason | None = None
             degraded = False  # a stage gave up and the task went on without its result
             if task.trace is not None and self.tracer is not None:
-                reason = await self._traced(task, None if walk is None else walk.stages, t)
-                if reason == DEGRADED:
-                    degraded, reason = True, None
+                ran = await self._traced(task, None if walk is None else walk.stages, t)
+                if ran == DEGRADED:
+                    degraded = True
+                else:
+                    reason = ran
             elif walk is None:
                 reason = "no_route"
             else:
@@ -180,13 +186,15 @@ class Worker:
                 for stage in walk.stages:
                     if stage.simple:
                         service = stage.sample() * slow
+                        stage.stats.latency.add(service)
                         if service > 0.0:
                             await sleep(service)
                         continue
-                    reason = await stage.run(slow, task)
-                    if reason == DEGRADED:
-                        degraded, reason = True, None
-                    elif reason is not None:
+                    ran = await stage.run(slow, task)
+                    if ran == DEGRADED:
+                        degraded = True
+                    elif ran is not None:
+                        reason = ran
                         break
             t = now()
             busy.area += busy.busy * (t - busy.since)

@@ -6,7 +6,7 @@
   drains (its head older than the deadline or arrivals refused over the admission bound, and one window
   more): that is the pause's too, not a collapse or an overload, for at most five windows; only a full queue
   is judged meanwhile.
-- **overload**: more is offered than is served. Any of: refusals (admission control's or a full queue's)
+- **overload**: more is offered than is served. At least one of: refusals (admission control's or a full queue's)
   above ``shed_share`` of the offered load, queue fill at ``saturation``, a queue head older than the
   deadline, or the queue growing near saturation (rule 1: dQ/dt > 0 with a standing queue) or p95
   doubling against the baseline with a growing standing queue (rule 2). A full queue has dQ/dt = 0, so
@@ -30,11 +30,14 @@ from dataclasses import dataclass
 
 from chaosd.config import DetectorConfig
 from chaosd.telemetry.snapshot import Snapshot
+from chaosd.views import AlarmKind, DetectorStateName
 
 __all__ = ["ALARMS", "CollapseDetector", "DetectorState", "Episode", "Transition"]
 
 
 class DetectorState(enum.Enum):
+    _value_: DetectorStateName  # what reports, events and the status line carry
+
     HEALTHY = "healthy"
     WARNING = "warning"
     OVERLOAD = "overload"
@@ -61,7 +64,7 @@ class Episode:
 
     detected_at: float
     reason: str
-    kind: str = "overload"
+    kind: AlarmKind = "overload"
     cleared_at: float | None = None
 
 

@@ -13,13 +13,14 @@ from chaosd.config import TelemetryConfig
 from chaosd.histogram import percentiles
 from chaosd.pipeline import Pipeline
 from chaosd.telemetry.snapshot import Snapshot
+from chaosd.views import RefuseReason
 
 __all__ = ["Telemetry"]
 
 _QS = (0.5, 0.95, 0.99)
 # Refusals that mean "more offered than served": over the admission limit or a full queue (not aimd's factor,
 # which refuses by choice, nor a partition).
-_SHED = ("shed", "queue_full", "dropped")
+_SHED: tuple[RefuseReason, ...] = ("shed", "queue_full", "dropped")
 _NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 _ZEROS = (0, 0, 0)
 

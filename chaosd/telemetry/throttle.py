@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from chaosd.config import ThrottleConfig
 from chaosd.telemetry.detector import ALARMS, DetectorState
 from chaosd.telemetry.snapshot import Snapshot
+from chaosd.views import ThrottleMove
 
 __all__ = ["Throttle", "ThrottleAction"]
 
@@ -27,7 +28,7 @@ __all__ = ["Throttle", "ThrottleAction"]
 @dataclass(frozen=True, slots=True)
 class ThrottleAction:
     at: float
-    action: str  # "decrease" | "increase" (aimd's factor); "standing" | "bound" (capacity: the short limit on, off)
+    action: ThrottleMove  # decrease | increase (aimd's factor); standing | bound (capacity: the short limit on, off)
     factor: float
     limit: int
 
@@ -116,6 +117,7 @@ class Throttle:
         cfg = self.cfg
         if t - self._last < cfg.interval:
             return None
+        action: ThrottleMove
         if state in ALARMS and self.factor > cfg.min_factor:
             self.factor = max(cfg.min_factor, self.factor * cfg.decrease)
             action = "decrease"
