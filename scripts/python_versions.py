@@ -122,7 +122,7 @@ def ensure_venv(version: str, base: str, reqs: list[str], pins: str) -> str:
     if python.exists() and stamp.exists() and stamp.read_text() == digest and _version_of(str(python)) == version:
         return str(python)
     started = time.perf_counter()
-    print(f"python {version}: making {venv.relative_to(ROOT)} (once; pip installs chaosd's dependencies)", flush=True)
+    print(f"python {version}: making {venv} (once; pip installs chaosd's dependencies)", flush=True)
     steps = [
         [base, "-m", "venv", "--clear", str(venv)],
         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(venv / "pins.txt"), *reqs],
@@ -134,7 +134,7 @@ def ensure_venv(version: str, base: str, reqs: list[str], pins: str) -> str:
         if done.returncode != 0:
             raise Unavailable(f"python {version}: {' '.join(step[:4])} … failed:\n{done.stdout}{done.stderr}")
     stamp.write_text(digest)
-    print(f"python {version}: {venv.relative_to(ROOT)} ready in {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"python {version}: {venv} ready in {time.perf_counter() - started:.0f} s", flush=True)
     return str(python)
 
 
