@@ -80,6 +80,15 @@ BENCHES = (
         "chaosd's loop about as accurate as `select()`",
     ),
     Bench(
+        "dependency_proxy",
+        "Dependency fault proxy",
+        (),
+        "Per-call cost of a python stage's calls through its dependency's fault proxy with no fault (small GET, "
+        "64 KiB GET with a pooled aiohttp session; TCP echo round trip), against the same local service called "
+        "directly, interleaved",
+        "adds at most 0.5 ms per call with no fault",
+    ),
+    Bench(
         "scrape_and_spans",
         "Scrapes and spans",
         (),

@@ -11,16 +11,28 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Protocol
 
 from chaosd.errors import ConfigError
 
-__all__ = ["Handler", "HandlerError", "StageContext", "handler_problems", "load_handler", "refuse_virtual_time"]
+__all__ = [
+    "Handler",
+    "HandlerError",
+    "Setup",
+    "StageContext",
+    "StageInfo",
+    "Teardown",
+    "handler_problems",
+    "load_handler",
+    "refuse_virtual_time",
+]
 
-Handler = Callable[[Any, "StageContext"], Awaitable[object]]
+# Called with the pipeline's ``Task`` (None in a Redis worker process, which walks a stream entry: its task_id is -1).
+# This module sits below the pipeline and only passes the task through, so to it the task is opaque.
+Handler = Callable[[object, "StageContext"], Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +43,9 @@ class StageContext:
     at it. It is None when the stage has no ``timeout``. ``faults`` names the faults acting on this attempt,
     in catalogue terms: ``slow_agent`` (the worker is slow: the attempt was delayed before the call) and
     ``latency_jitter`` (likewise). A ``tool_timeout`` or ``llm_failure`` fails the attempt instead of calling
-    the handler, so a handler that runs never sees those two. ``params`` is the stage's ``params`` table.
+    the handler, so a handler that runs never sees those two; the ``dependency_*`` faults on the stage's
+    dependencies show here too. ``params`` is the stage's ``params`` table, ``state`` what its ``setup``
+    returned, and ``dependencies`` the URL to call each dependency at: chaosd's fault proxy in front of it.
     """
 
     stage: str
@@ -41,6 +55,22 @@ class StageContext:
     faults: tuple[str, ...]
     task_id: int
     params: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    state: object = None  # what the stage's setup returned (None without one)
+    dependencies: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # name -> proxy URL
+
+
+@dataclass(frozen=True, slots=True)
+class StageInfo:
+    """What a stage's ``setup`` and ``teardown`` are told: ``setup(info)`` returns the state every call sees
+    as ``context.state``; ``teardown(state, info)`` gets it back at stop."""
+
+    stage: str
+    params: Mapping[str, object]
+    dependencies: Mapping[str, str]  # name -> the URL of chaosd's proxy in front of it
+
+
+Setup = Callable[[StageInfo], Awaitable[object]]
+Teardown = Callable[[object, StageInfo], Awaitable[object]]
 
 
 class HandlerError(ValueError):
@@ -56,6 +86,15 @@ class _Stage(Protocol):
 
     @property
     def handler(self) -> str | None: ...
+
+    @property
+    def setup(self) -> str | None: ...
+
+    @property
+    def teardown(self) -> str | None: ...
+
+    @property
+    def dependencies(self) -> tuple[str, ...]: ...
 
 
 def _is_async_callable(obj: object) -> bool:
@@ -101,22 +140,39 @@ def load_handler(spec: str) -> Handler:
     return handler
 
 
-def handler_problems(stages: Sequence[_Stage]) -> list[tuple[str, str]]:
-    """(field, problem) for each stage whose handler is missing, misplaced or unusable; imports each handler."""
+def handler_problems(stages: Sequence[_Stage], dependencies: Collection[str] = ()) -> list[tuple[str, str]]:
+    """(field, problem) for each stage whose handler, setup, teardown or dependencies are missing, misplaced or
+    unusable; imports each function it names."""
     problems: list[tuple[str, str]] = []
     for stage in stages:
-        where = f"stages.{stage.name}.handler"
+        where = f"stages.{stage.name}"
         if stage.kind != "python":
-            if stage.handler is not None:
-                problems.append((where, f'only a kind = "python" stage takes a handler (this one is {stage.kind!r})'))
+            for key, what in (
+                ("handler", "a handler"),
+                ("setup", "a setup"),
+                ("teardown", "a teardown"),
+                ("dependencies", "dependencies"),
+            ):
+                if getattr(stage, key):
+                    problems.append(
+                        (f"{where}.{key}", f'only a kind = "python" stage takes {what} (this one is {stage.kind!r})')
+                    )
             continue
         if stage.handler is None:
-            problems.append((where, 'required for kind = "python" (e.g. "mypackage.tools:call")'))
-            continue
-        try:
-            load_handler(stage.handler)
-        except HandlerError as exc:
-            problems.append((where, str(exc)))
+            problems.append((f"{where}.handler", 'required for kind = "python" (e.g. "mypackage.tools:call")'))
+        for key, spec in (("handler", stage.handler), ("setup", stage.setup), ("teardown", stage.teardown)):
+            if spec is None:
+                continue
+            try:
+                load_handler(spec)
+            except HandlerError as exc:
+                problems.append((f"{where}.{key}", str(exc)))
+        if len(set(stage.dependencies)) != len(stage.dependencies):
+            problems.append((f"{where}.dependencies", "a dependency is listed twice"))
+        for name in stage.dependencies:
+            if name not in dependencies:
+                known = ", ".join(sorted(dependencies)) or "none declared"
+                problems.append((f"{where}.dependencies", f"{name!r} is not in [dependencies] ({known})"))
     return problems
 
 

@@ -164,11 +164,16 @@ def why(name: str, r: dict[str, Any]) -> str:
         ][:2]
         parts.append(f"availability {score['availability']:.1f}" + (f": {', '.join(costs)}" if costs else ""))
     faults = r["faults"]
+    unplanned = [i for i in r["incidents"] if i.get("unplanned")]
     if faults:
         recovered = sum(1 for f in faults if f["outcome"] == "recovered")
         parts.append(f"{recovered} of {len(faults)} faults recovered in {len(r['incidents'])} incident(s)")
-    else:
+    elif not unplanned:
         parts.append("no fault, so no recovery to score")
+    for i in unplanned:
+        how = "recovered" if i["recovery_s"] is None else f"recovered in {i['recovery_s']:.1f} s"
+        verdict = how if i["outcome"] == "recovered" else i["outcome"]
+        parts.append(f"an incident nobody injected at {i['started_at']:.0f} s, {verdict}")
     if tasks["lost"] or tasks["duplicated"]:
         parts.append(f"consistency {dim(score['consistency'])}: {tasks['lost']} lost, {tasks['duplicated']} duplicated")
     alarms = collapse["alarms"]

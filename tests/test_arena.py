@@ -637,8 +637,9 @@ def test_the_post_mortem_file_opens_offline_with_its_charts(browser: Browser, tm
         expect(summary).to_have_count(len(actions))
         assert sorted(summary.locator("td:first-child").all_text_contents()) == actions
         expect(page.locator("#pm-actions thead")).to_have_text("actionfaultsrecoveredmean recoveryp95 recovery")
-        # Incidents only where they group several faults; no expectations table when there are none.
-        grouped = [i for i in data.get("incidents", []) if len(i["faults"]) > 1]
+        # Incidents where they group several faults, and those nobody injected; no expectations table when there
+        # are none.
+        grouped = [i for i in data.get("incidents", []) if len(i["faults"]) > 1 or i.get("unplanned")]
         expect(page.locator("#pm-incidents tbody tr")).to_have_count(len(grouped))
         if not data.get("expectations"):
             expect(page.locator("#pm-expectations")).to_have_count(0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +42,9 @@ class _Stage:
     degraded: int = 0
     successes: int = 0
     fallback_served: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    handler_errors: dict[str, int] = field(default_factory=dict)
+    dependencies: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -169,6 +172,9 @@ class FakeRuntime:
 
     def mcp_connected(self, name: str) -> bool:
         return True
+
+    def dependency_fault(self, stage: str, dependency: str, action: str, fields: Mapping[str, float] | None) -> None:
+        pass
 
     def spike_load(self, factor: float, on: bool) -> None:
         pass

@@ -32,6 +32,7 @@ ALERTS = {
     "ChaosdDown",
     "ChaosdFileDescriptorsNearLimit",
     "ChaosdRefusingConnections",
+    "ChaosdUnplannedIncident",
 }
 RECORDS = {
     "chaosd:task_sojourn_seconds:p95",

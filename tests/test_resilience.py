@@ -37,7 +37,8 @@ def test_an_hour_of_stacked_survival_with_every_action_loses_nothing_and_is_repr
     assert t["accepted"] == t["completed"] + t["failed"] + t["in_flight"] + t["lost"]
     taken = [a for a in first["actions"] if a.get("ok")]
     assert len(first["faults"]) == len(taken) >= 300  # one every 10 s, less what could not apply
-    assert {f["action"] for f in first["faults"]} == set(CATALOGUE)
+    # Every action but a python stage's dependency faults: virtual time has no python stage to call anything.
+    assert {f["action"] for f in first["faults"]} == {a for a in CATALOGUE if not a.startswith("dependency_")}
     assert all(f["reverted_by"] == "ttl" for f in first["faults"])
     assert all(f["reverted_at"] == pytest.approx(f["injected_at"] + f["ttl"], abs=0.11) for f in first["faults"])
     assert first["runtime"]["elections"] > 0 and first["runtime"]["restarts"] > 0

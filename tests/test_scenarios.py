@@ -79,7 +79,12 @@ def test_retry_storm_with_throttle_drains_and_returns_to_healthy() -> None:
     # Shed work is unavailable service, and availability counts it: what the spike brought above capacity.
     causes = {d["cause"]: d for d in report["diagnostics"]}
     assert causes["refused:shed"]["count"] == throttle["refused"]
-    assert report["score"]["availability"] < 100 and report["score"]["total"] >= 90
+    assert report["score"]["availability"] < 100
+    # Nobody injected the spike: it is an incident of its own, and the throttle has it recovered within seconds
+    # of the spike's end (the recovery counts in the score as an injected fault's would).
+    [incident] = [i for i in report["incidents"] if i["unplanned"]]
+    assert incident["outcome"] == "recovered" and incident["recovery_s"] is not None and incident["recovery_s"] < 15
+    assert report["score"]["recovery"] is not None and report["score"]["total"] >= 85
 
 
 def test_the_throttle_is_on_by_default_and_a_scenario_can_turn_it_off() -> None:

@@ -58,16 +58,20 @@ class Controls:
 
     def stages_doc(self) -> str:
         p = self._p
-        stages = {
-            name: {
+        stages: dict[str, dict[str, object]] = {}
+        for name, s in p.stages.items():
+            flags: dict[str, object] = {
                 "removed": s.removed,
                 "hang": s.hang,
                 "hang_timeout": s.hang_timeout,
                 "llm_down": s.llm_down,
                 "jitter": s.jitter,
             }
-            for name, s in p.stages.items()
-        }
+            # Only the dependencies some fault acts on: with none, the document is what it was before they existed.
+            faulted = {dep: f.as_json() for dep, f in s.dependency_faults.items() if f.as_json()}
+            if faulted:
+                flags["dependencies"] = faulted
+            stages[name] = flags
         edges = sorted([a, b] for a, b in p.dag.removed_edges)
         return json.dumps({"stages": stages, "removed_edges": edges}, sort_keys=True)
 

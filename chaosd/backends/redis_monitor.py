@@ -22,11 +22,13 @@ from chaosd.backends.redis_control import DEFAULT_CONTROL, Controls, flat
 from chaosd.backends.redis_dispatch import RedisDispatch
 from chaosd.backends.redis_health import Health, server_id
 from chaosd.backends.redis_queue import RedisQueue, still_cancelled
-from chaosd.backends.redis_replies import Heartbeat, PollReply
+from chaosd.backends.redis_replies import Heartbeat, PollReply, StageTotals
 from chaosd.backends.redis_scripts import Keys
 from chaosd.pipeline import Pipeline
+from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import Worker
+from chaosd.views import BreakerState
 
 if TYPE_CHECKING:
     from chaosd.backends.redis_runtime import RedisRuntime
@@ -36,6 +38,7 @@ __all__ = ["Monitor"]
 _RESULTS_BATCH = 50_000  # results read per poll; more left over means the books are behind
 _SNAPSHOT_EVERY = 1.0  # seconds between full reads of the stream (what the ledger calls held)
 _MAX_REMOTE = 256  # workers started elsewhere that the daemon lists; more still serve, unlisted
+_WORST: dict[BreakerState, int] = {"closed": 0, "half_open": 1, "open": 2}  # the daemon shows the worst worker's
 
 # KEYS: fence. ARGV: the highest token seen. Tokens keep growing across a Redis that came back empty.
 _FENCE_FLOOR = """
@@ -82,6 +85,9 @@ class Monitor:
         self._polling = asyncio.Lock()  # one poll at a time: the control writes stay in order
         self._stats_seen: dict[str, str] = {}  # the counters as last read, written back to a Redis that lost them
         self._stage_stats_seen: dict[str, str] = {}
+        self._latency_seen: dict[str, tuple[dict[int, int], int]] = {}  # per stage: buckets and ns booked so far
+        # Per worker: its stages whose breaker is not closed, and until when (daemon clock) an open one stays so.
+        self.breakers: dict[str, dict[str, tuple[BreakerState, float]]] = {}
         self.redis_restarts = 0  # Redis restarts noticed (a new run_id, or the daemon's keys gone)
         self.restored = 0  # times the daemon wrote its state back into Redis
 
@@ -246,18 +252,58 @@ class Monitor:
                 w.dropped = stats.dropped(w.agent.id)
         if reply.stage_stats is not None:
             self._stage_stats_seen = reply.stage_stats
-            for c in reply.stage_counters:
-                stage = p.stages.get(c.stage)
+            for name, totals in reply.stage_totals.items():
+                stage = p.stages.get(name)
                 if stage is not None:
-                    setattr(stage, c.counter, c.value)
+                    self._mirror(stage, totals)
         self._heartbeats(workers, reply.beats)
+        self._mirror_breakers()
         if reply.members is not None:
             self._join(reply.members)
+
+    def _mirror(self, stage: StageRunner, totals: StageTotals) -> None:
+        """The daemon's copy of a stage shows what every worker process did, added up: its counters set to the
+        sums, its latency histogram given the samples it has not booked yet (it only grows, as everywhere)."""
+        stage.degraded = totals.counter("degraded")
+        stage.successes = totals.counter("successes")
+        stage.fallback_served = totals.counter("fallback_served")
+        stage.trips = totals.counter("trips")
+        stage.handler_timeouts = totals.counter("handler_timeouts")
+        stats = stage.stats
+        stats.retries = totals.counter("retries")
+        stats.breaker_opened = totals.counter("breaker_opened")
+        stats.breaker_closed = totals.counter("breaker_closed")
+        stats.failures.update(totals.failures)
+        stage.handler_errors.update(totals.handler_errors)
+        buckets, ns = self._latency_seen.get(stage.name, ({}, 0))
+        gained = {i: n - buckets.get(i, 0) for i, n in totals.buckets.items() if n > buckets.get(i, 0)}
+        if gained:
+            stats.latency.add_counts(gained, max(0, totals.latency_ns - ns) / 1e9)
+            self._latency_seen[stage.name] = ({**buckets, **totals.buckets}, max(ns, totals.latency_ns))
+
+    def _mirror_breakers(self) -> None:
+        """A stage's breaker as the daemon shows it: open while any live worker's is, else half-open while any
+        worker's is, else closed (each worker walks its own route around its own open breakers)."""
+        now = self._p.clock.now()
+        for name, stage in self._p.stages.items():
+            state: BreakerState = "closed"
+            until = float("-inf")
+            for states in self.breakers.values():
+                seen, open_until = states.get(name, ("closed", float("-inf")))
+                if seen == "open" and open_until <= now:
+                    seen = "half_open"  # its time is up since that heartbeat: a trial is next
+                if _WORST[seen] > _WORST[state]:
+                    state = seen
+                if seen == "open":
+                    until = max(until, open_until)
+            stage.open_until = until if state == "open" else float("-inf")
+            stage._tripped = state != "closed"  # the mirror sets the state its breaker() reports (not its own)
 
     def _heartbeats(self, workers: list[Worker], beats: tuple[Heartbeat | None, ...]) -> None:
         busy = 0
         beating = set()
         in_flight = self._p.ledger.in_flight
+        now = self._p.clock.now()
         for w, beat in zip(workers, beats, strict=True):
             agent = w.agent
             if beat is None:
@@ -265,6 +311,12 @@ class Monitor:
             if beat.beating:
                 beating.add(agent.id)
                 self.instances[agent.id] = beat.instance or ""
+                self.breakers[agent.id] = {
+                    stage: (state, now + left if state == "open" else float("-inf"))
+                    for stage, (state, left) in beat.breakers.items()
+                }
+            else:
+                self.breakers.pop(agent.id, None)  # a process gone: its breakers with it
             if agent.kind == "worker" and not self._rt.is_local(agent.id):
                 self._rt.observe_remote(agent, beat.instance)
             if beat.busy and agent.alive and not agent.paused:

@@ -10,7 +10,7 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from redis.asyncio import Redis
 
@@ -25,7 +25,7 @@ EXIT_KILLED = 137  # the status a SIGKILLed process reports: the daemon asked th
 
 _PARENT_CHECK = 0.5  # seconds between checks that the daemon is still there
 _REPLY_TIMEOUT = 2.0  # seconds
-_EXIT_GRACE = 1.0  # seconds the process gives its tasks to stop after SIGTERM
+_EXIT_GRACE = 2.0  # seconds the process gives its tasks, then the stages' teardown, after SIGTERM (the daemon's is 3)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -112,7 +112,7 @@ async def _main(settings: Settings, role: str, agent_id: str, parent: int | None
             worker = RedisWorker(settings, agent_id, data, control, clock)
             runner, killed = worker.run(), worker.killed
         work = asyncio.create_task(runner, name=agent_id)
-        waiters: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait(), name="stop")]
+        waiters: list[asyncio.Task[object]] = [asyncio.create_task(stop.wait(), name="stop")]
         if parent is not None:
             waiters.append(asyncio.create_task(_orphaned(parent, clock), name="parent"))
         if killed is not None:

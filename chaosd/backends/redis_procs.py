@@ -26,6 +26,7 @@ from chaosd.redact import redact_url
 __all__ = ["LocalProcesses", "children_settings"]
 
 _URL_VARIABLE = "CHAOSD_BACKEND__URL"  # how the local processes get a backend.url with a password
+_DEPENDENCIES_VARIABLE = "CHAOSD_DEPENDENCIES"  # and the dependencies' upstreams (secrets: the file masks them)
 
 
 @dataclass(slots=True)
@@ -49,22 +50,29 @@ def children_settings(settings: Settings, path: Path) -> Callable[[], None]:
     """Write the settings file the local processes read, without the Redis password: a URL with credentials is
     written redacted, and the real one reaches the processes only as their environment variable
     CHAOSD_BACKEND__URL (which beats a file, as for every process), set here in the daemon's environment
-    until the run ends (call what this returns) so that every spawner started meanwhile inherits it.
-    The file stays in the run's private directory either way (mode 0700, removed at the end)."""
+    until the run ends (call what this returns) so that every spawner started meanwhile inherits it. The
+    dependencies' upstreams likewise: redacted in the file, whole in CHAOSD_DEPENDENCIES (JSON) when one holds
+    credentials. The file stays in the run's private directory either way (mode 0700, removed at the end)."""
     data = settings.model_dump(mode="json", exclude={"api", "daemon", "storage"}, by_alias=True)
     url = settings.backend.url
     data["backend"]["url"] = redact_url(url)
+    variables: dict[str, str] = {}
+    if data["backend"]["url"] != url:
+        variables[_URL_VARIABLE] = url
+    upstreams = {name: dep.upstream.get_secret_value() for name, dep in settings.dependencies.items()}
+    data["dependencies"] = {name: {"upstream": redact_url(upstream)} for name, upstream in upstreams.items()}
+    if any(redact_url(upstream) != upstream for upstream in upstreams.values()):
+        variables[_DEPENDENCIES_VARIABLE] = json.dumps({name: {"upstream": u} for name, u in upstreams.items()})
     path.write_text(json.dumps(data))
-    if data["backend"]["url"] == url:
-        return lambda: None
-    before = os.environ.get(_URL_VARIABLE)
-    os.environ[_URL_VARIABLE] = url
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
 
     def restore() -> None:
-        if before is None:
-            os.environ.pop(_URL_VARIABLE, None)
-        else:
-            os.environ[_URL_VARIABLE] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     return restore
 

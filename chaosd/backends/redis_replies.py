@@ -1,18 +1,67 @@
-"""Redis replies as the daemon reads them: each reply of the monitor's pipeline parsed into a typed record.
+"""Redis replies as chaosd reads them: each reply of the monitor's pipeline parsed into a typed record, and the
+stage document a worker process reads (:class:`StageDocument`).
+
+The ``stage_stats`` hash holds every worker's per-stage figures added up, one key ``STAGE:FIELD`` each
+(:class:`StageTotals` says which fields there are); a worker adds only what changed since its last heartbeat.
 
 A reply that is an error (or missing) parses to None: no news, and the monitor keeps what its last pass read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, get_args
 
-__all__ = ["Heartbeat", "LeaderStats", "Lease", "Pending", "PollReply", "Result", "StageCounter"]
+from typing_extensions import TypeIs
+
+from chaosd.dependencies import DependencyFaults
+from chaosd.views import BreakerState, FailReason
+
+__all__ = [
+    "Heartbeat",
+    "LeaderStats",
+    "Lease",
+    "Pending",
+    "PollReply",
+    "Result",
+    "StageCounter",
+    "StageDocument",
+    "StageFlags",
+    "StageTotals",
+]
 
 _STAGE_COUNTERS = ("degraded", "successes", "fallback_served")
+# What else each stage adds to ``stage_stats`` besides those: plain counters (``STAGE:retries`` …), failed attempts
+# by reason (``STAGE:fail.timeout``), handler exceptions by type (``STAGE:err.ValueError``), the latency
+# histogram's buckets that gained samples (``STAGE:b.INDEX``, sparse) and its sum in nanoseconds (``STAGE:lat_ns``:
+# an integer, so HINCRBY adds it exactly).
+TOTAL_COUNTERS = (
+    *_STAGE_COUNTERS, "retries", "breaker_opened", "breaker_closed", "trips", "handler_timeouts"
+)  # fmt: skip
+FAIL_PREFIX = "fail."
+ERROR_PREFIX = "err."
+BUCKET_PREFIX = "b."
+LATENCY_NS = "lat_ns"
+_BREAKER_STATES: frozenset[str] = frozenset(get_args(BreakerState))
 
 Entry = tuple[str, dict[str, str]]  # a stream entry: its id and its fields
+_FAIL_REASONS = frozenset(get_args(FailReason))
+
+
+def _is_fail_reason(text: str) -> TypeIs[FailReason]:
+    return text in _FAIL_REASONS
+
+
+def _outcome(text: str) -> FailReason | Literal[""]:
+    """A result's ``o`` field: "" for a completion, else why the task failed (a worker writes only those)."""
+    if text == "":
+        return ""
+    if _is_fail_reason(text):
+        return text
+    raise ValueError(f"a result with an unknown outcome {text!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +76,7 @@ class Result:
     first_dispatch: bool  # not a re-delivery: its wait counts
     measured: bool
     degraded: bool
-    reason: str  # "" = completed
+    reason: FailReason | Literal[""]  # "" = completed
     worker: str
 
     @classmethod
@@ -41,7 +90,7 @@ class Result:
             first_dispatch=f.get("n") == "0",
             measured=f.get("m") == "1",
             degraded=f.get("d") == "1",
-            reason=f.get("o", ""),
+            reason=_outcome(f.get("o", "")),
             worker=f.get("w", ""),
         )
 
@@ -107,6 +156,51 @@ class StageCounter:
 
 
 @dataclass(frozen=True, slots=True)
+class StageTotals:
+    """One stage's figures in ``stage_stats``: what every worker process did, added up (each only grows)."""
+
+    counters: dict[str, int]  # TOTAL_COUNTERS -> value (absent: 0)
+    failures: dict[FailReason, int]
+    handler_errors: dict[str, int]  # exception type -> attempts
+    buckets: dict[int, int]  # latency bucket index -> samples
+    latency_ns: int  # the samples' sum, in nanoseconds
+
+    def counter(self, name: str) -> int:
+        return self.counters.get(name, 0)
+
+    @classmethod
+    def of(cls, values: Mapping[str, int]) -> StageTotals:
+        """From one stage's fields (``retries``, ``fail.timeout``, ``b.12`` …); a field of no known shape (another
+        version's) is skipped."""
+        counters: dict[str, int] = {}
+        failures: dict[FailReason, int] = {}
+        errors: dict[str, int] = {}
+        buckets: dict[int, int] = {}
+        for name, value in values.items():
+            if name in TOTAL_COUNTERS:
+                counters[name] = value
+            elif name.startswith(BUCKET_PREFIX) and name[len(BUCKET_PREFIX) :].isdigit():
+                buckets[int(name[len(BUCKET_PREFIX) :])] = value
+            elif name.startswith(FAIL_PREFIX):
+                reason = name[len(FAIL_PREFIX) :]
+                if _is_fail_reason(reason):
+                    failures[reason] = value
+            elif name.startswith(ERROR_PREFIX):
+                errors[name[len(ERROR_PREFIX) :]] = value
+        return cls(counters, failures, errors, buckets, values.get(LATENCY_NS, 0))
+
+    @classmethod
+    def from_reply(cls, reply: Mapping[str, str]) -> dict[str, StageTotals]:
+        """The hash, per stage name (a key is ``STAGE:FIELD``; a value that is not an integer is skipped)."""
+        by_stage: dict[str, dict[str, int]] = {}
+        for key, text in reply.items():
+            stage, _, name = key.rpartition(":")
+            if stage and text.lstrip("-").isdigit():
+                by_stage.setdefault(stage, {})[name] = int(text)
+        return {stage: cls.of(values) for stage, values in by_stage.items()}
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     """XPENDING's summary: entries delivered and not acknowledged, in all and per consumer."""
 
@@ -121,6 +215,23 @@ class Pending:
         return cls(int(reply.get("pending", 0)), by)
 
 
+def _breakers(text: str) -> dict[str, tuple[BreakerState, float]]:
+    """A heartbeat's ``breakers`` field: ``{"stage": ["open", seconds left], …}`` for the stages not closed. What
+    does not parse is read as every breaker closed (the field is a view, never worth a crash)."""
+    try:
+        doc = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    out: dict[str, tuple[BreakerState, float]] = {}
+    if not isinstance(doc, dict):
+        return out
+    for stage, value in doc.items():
+        match value:
+            case [str(state), int(left) | float(left)] if state in _BREAKER_STATES and math.isfinite(left):
+                out[stage] = (state, max(0.0, float(left)))  # type: ignore[assignment]  # checked in the guard
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """A worker's heartbeat hash; ``beating`` is False when its key has expired (the process is gone)."""
@@ -128,6 +239,7 @@ class Heartbeat:
     beating: bool
     instance: str | None  # the process behind it
     busy: str  # the task id it serves, "" when idle
+    breakers: Mapping[str, tuple[BreakerState, float]] = field(default_factory=dict)  # not closed: seconds left
 
     @classmethod
     def from_reply(cls, reply: object) -> Heartbeat | None:
@@ -135,7 +247,7 @@ class Heartbeat:
             return None
         if not isinstance(reply, dict) or not reply:
             return cls(False, None, "")
-        return cls(True, reply.get("instance"), reply.get("busy", ""))
+        return cls(True, reply.get("instance"), reply.get("busy", ""), _breakers(reply.get("breakers", "")))
 
 
 def _entries(reply: object) -> list[Entry] | None:
@@ -157,6 +269,7 @@ class PollReply:
     stats: LeaderStats | None
     stage_stats: dict[str, str] | None  # raw, written back to a Redis that lost it
     stage_counters: tuple[StageCounter, ...]
+    stage_totals: dict[str, StageTotals]  # per stage: every figure the workers add up
     members: frozenset[str] | None
     beats: tuple[Heartbeat | None, ...]
     written: bool  # every control write of the pass succeeded
@@ -200,7 +313,89 @@ class PollReply:
             stats=LeaderStats.from_reply(stats),
             stage_stats=stage_stats if isinstance(stage_stats, dict) else None,
             stage_counters=StageCounter.from_reply(stage_stats) if isinstance(stage_stats, dict) else (),
+            stage_totals=StageTotals.from_reply(stage_stats) if isinstance(stage_stats, dict) else {},
             members=frozenset(members) if isinstance(members, set | list) else None,
             beats=tuple(Heartbeat.from_reply(b) for b in beats),
             written=not any(isinstance(r, Exception) for r in writes),
+        )
+
+
+def _number(value: object) -> float:
+    # float() of what the document holds, as float() would take it (a JSON number, or its text); else a TypeError.
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def _object(value: object, what: str) -> Mapping[str, object]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what}: not a JSON object: {value!r}")
+    return value
+
+
+def _array(value: object, what: str) -> list[object]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what}: not a JSON array: {value!r}")
+    return value
+
+
+def _edge(value: object) -> tuple[str, str]:
+    # An edge is written as [a, b] (two stage names).
+    match value:
+        case [str(a), str(b)]:
+            return a, b
+    raise TypeError(f"removed_edges: not a pair of stage names: {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StageFlags:
+    """One stage's faults in the stage document the daemon writes (``RedisControls.stages_doc``)."""
+
+    removed: bool = False
+    hang: bool = False
+    hang_timeout: float | None = None  # None: not in the document (the stage's own applies)
+    llm_down: bool = False
+    jitter: float = 0.0
+    # dependency -> the faults acting on its calls (``DependencyFaults.as_json``); a dependency not named has none
+    dependencies: Mapping[str, DependencyFaults] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, flags: Mapping[str, object]) -> StageFlags:
+        timeout = flags.get("hang_timeout")
+        deps = _object(flags.get("dependencies", {}), "dependencies")
+        return cls(
+            removed=bool(flags.get("removed", False)),
+            hang=bool(flags.get("hang", False)),
+            hang_timeout=None if "hang_timeout" not in flags else _number(timeout),
+            llm_down=bool(flags.get("llm_down", False)),
+            jitter=_number(flags.get("jitter", 0.0)),
+            dependencies={
+                name: DependencyFaults.from_json(_object(faults, f"dependencies.{name}"))
+                for name, faults in deps.items()
+            },
+        )
+
+
+_NO_FLAGS = StageFlags()
+
+
+@dataclass(frozen=True, slots=True)
+class StageDocument:
+    """The stage document: each stage's faults by name, and the edges removed from the DAG."""
+
+    stages: dict[str, StageFlags]
+    removed_edges: tuple[tuple[str, str], ...]
+
+    def flags(self, stage: str) -> StageFlags:
+        """The stage's faults; none for a stage the document does not name."""
+        return self.stages.get(stage, _NO_FLAGS)
+
+    @classmethod
+    def from_json(cls, text: str) -> StageDocument:
+        """Parsed from its JSON text; the empty text (no document) is a document with no faults."""
+        doc = _object(json.loads(text), "the stage document") if text else {}
+        stages = _object(doc.get("stages", {}), "stages")
+        return cls(
+            {name: StageFlags.from_json(_object(flags, f"stages.{name}")) for name, flags in stages.items()},
+            tuple(_edge(edge) for edge in _array(doc.get("removed_edges", []), "removed_edges")),
         )

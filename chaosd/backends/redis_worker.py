@@ -3,8 +3,10 @@
 The stages are the in-memory runtime's own (``Pipeline`` builds them; it is never started here). Each outcome
 goes to the idempotent sink in the same round trip as the next read. Faults reach the process as a control
 hash (slow, drop, pause, partition, exit) and a stage document (tool_timeout, llm_failure, jitter, removed
-nodes); a local worker's SIGKILL and SIGSTOP come from the daemon. Each heartbeat names the process (its
-``instance``) and adds the worker to the members set, so the daemon lists workers it did not start.
+nodes, dependency faults); a local worker's SIGKILL and SIGSTOP come from the daemon. Each heartbeat names the
+process (its ``instance``), adds the worker to the members set, so the daemon lists workers it did not start, and
+adds what each stage did since the last one to the sums the daemon mirrors. The python stages' lifespan (their
+dependencies' fault proxies, setup and teardown) wraps the whole of ``run``.
 """
 
 from __future__ import annotations
@@ -15,24 +17,37 @@ import os
 import random
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from chaosd.backends.redis_clock import server_offset
 from chaosd.backends.redis_queue import still_cancelled
+from chaosd.backends.redis_replies import (
+    BUCKET_PREFIX,
+    ERROR_PREFIX,
+    FAIL_PREFIX,
+    LATENCY_NS,
+    StageDocument,
+    StageFlags,
+)
 from chaosd.backends.redis_scripts import COMPLETE, Keys
 from chaosd.clock import Clock
 from chaosd.config import Settings
+from chaosd.dependencies import NO_FAULTS
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline.stages import DEGRADED, StageRunner
+from chaosd.pipeline.task import Task
+from chaosd.views import FailReason
 
 __all__ = ["RedisWorker"]
 
 _CONTROL_EVERY = 0.1  # seconds between heartbeats (which also read the control hash)
 _RETRY = 0.1  # seconds before trying Redis again after a connection error
-_STAGE_COUNTERS = ("degraded", "successes", "fallback_served")
+_STOP_GRACE = 0.5  # seconds the serving tasks get to end once cancelled, before the stages' teardown runs
 # Seconds a worker keeps the fault state it has when its control hash or the stage document is missing: Redis
 # came back empty, and the daemon writes them again within a poll. A fault in force is not lifted meanwhile;
 # a document still missing after this is taken as none (a daemon that is gone cleared it).
@@ -45,7 +60,7 @@ class _Outcome:
 
     entry: str
     fields: dict[str, str]
-    reason: str  # "" = completed
+    reason: FailReason | Literal[""]  # "" = completed
     degraded: bool
     started: float
     ended: float
@@ -87,21 +102,39 @@ class RedisWorker:
         self._dropped_reported = 0
         self.round_trips = 0  # pipelines sent (serving and heartbeats): the benchmark's round trips per task
         self._trips_reported = 0
+        self._shots: dict[str, npt.NDArray[np.int64]] = {}  # each stage's latency buckets as last reported
 
     def _redis_now(self) -> float:
         return self._clock.now() + self._offset
 
     async def run(self) -> None:
-        while True:
+        """Serve until cancelled. The python stages' proxies and setup come first (a setup that raises ends the
+        process with a ``ConfigError`` naming ``stages.NAME.setup``); their teardown and proxies' stop run when
+        it is cancelled (SIGTERM)."""
+        async with self.pipeline.lifespan():
+            while True:
+                try:
+                    self._offset = await server_offset(self._ctl, self._clock)
+                    break
+                except (RedisError, OSError):  # not up yet, loading its data, or refusing us: try again
+                    await self._clock.sleep(_RETRY)
+            parts = [
+                asyncio.create_task(self._heartbeat(), name="heartbeat"),
+                asyncio.create_task(self._mcp(), name="mcp"),
+                asyncio.create_task(self._serve(), name="serve"),
+            ]
             try:
-                self._offset = await server_offset(self._ctl, self._clock)
-                break
-            except (RedisError, OSError):  # not up yet, loading its data, or refusing us: try again
-                await self._clock.sleep(_RETRY)
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._heartbeat(), name="heartbeat")
-            group.create_task(self._mcp(), name="mcp")
-            group.create_task(self._serve(), name="serve")
+                await asyncio.wait(parts, return_when=asyncio.FIRST_EXCEPTION)
+                for part in parts:
+                    error = part.exception() if part.done() and not part.cancelled() else None
+                    if error is not None:
+                        raise error
+            finally:
+                for part in parts:
+                    part.cancel()
+                # Bounded, not a task group: a cancellation lost inside the Redis client (a read it retries) must
+                # not keep the stages' teardown from running before the process exits.
+                await asyncio.wait(parts, timeout=_STOP_GRACE)
 
     async def _mcp(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -183,8 +216,9 @@ class RedisWorker:
         self.current = fields.get("i")
         started = self._redis_now()
         route = None if p.walk is None else p.walk.stages
-        reason: str | None = None
+        reason: FailReason | None = None
         degraded = False
+        task: Task | None = None  # what a python stage's handler is given, made at the first stage that runs one
         if route is None:
             reason = "no_route"
         else:
@@ -196,15 +230,20 @@ class RedisWorker:
             pending = 0.0
             for stage in route:
                 if stage.simple:
-                    pending += stage.sample() * slow
+                    service = stage.sample() * slow
+                    stage.stats.latency.add(service)
+                    pending += service
                     continue
                 if pending > 0.0:
                     await sleep(pending)
                     pending = 0.0
-                reason = await stage.run(slow)
-                if reason == DEGRADED:
-                    degraded, reason = True, None
-                elif reason is not None:
+                if task is None:
+                    task = _task(fields)
+                ran = await stage.run(slow, task)
+                if ran == DEGRADED:
+                    degraded = True
+                elif ran is not None:
+                    reason = ran
                     break
             if pending > 0.0:
                 await sleep(pending)
@@ -233,11 +272,12 @@ class RedisWorker:
                     "instance": self.instance,
                     "busy": self.current or "",
                     "served": self.served,
+                    "breakers": self._breakers(),
                 },
             )
             pipe.pexpire(beat, ttl_ms)
             pipe.sadd(keys.members, self.id)
-            deltas = self._stage_deltas()
+            deltas, shots = self._stage_deltas()
             for name, n in deltas.items():
                 pipe.hincrby(keys.stage_stats, name, n)
             dropped = self.dropped - self._dropped_reported
@@ -256,21 +296,60 @@ class RedisWorker:
                 continue
             for name, n in deltas.items():
                 self.control.reported[name] = self.control.reported.get(name, 0) + n
+            self._shots.update(shots)
             self._dropped_reported += dropped
             self._trips_reported += trips
             self._apply(replies[-2] or {}, replies[-1] or "")
             self.pipeline.heartbeat(self._clock.now())  # breakers and reroutes, as the leader's beat does
             await self._clock.sleep(_CONTROL_EVERY)
 
-    def _stage_deltas(self) -> dict[str, int]:
+    def _stage_deltas(self) -> tuple[dict[str, int], dict[str, npt.NDArray[np.int64]]]:
+        """What each stage did since the last heartbeat that reached Redis, as ``stage_stats`` keys (only those
+        that changed: the latency buckets that gained samples, not the whole histogram), and the latency
+        histograms' bucket counts those deltas bring the sums to (kept once they are written)."""
         deltas: dict[str, int] = {}
+        shots: dict[str, npt.NDArray[np.int64]] = {}
+        reported = self.control.reported
         for name, stage in self.pipeline.stages.items():
-            for counter in _STAGE_COUNTERS:
+            stats = stage.stats
+            values = {
+                "degraded": stage.degraded,
+                "successes": stage.successes,
+                "fallback_served": stage.fallback_served,
+                "retries": stats.retries,
+                "breaker_opened": stats.breaker_opened,
+                "breaker_closed": stats.breaker_closed,
+                "trips": stage.trips,
+                "handler_timeouts": stage.handler_timeouts,
+            }
+            for reason, n in stats.failures.items():
+                values[FAIL_PREFIX + reason] = n
+            for cause, n in stage.handler_errors.items():
+                values[ERROR_PREFIX + cause] = n
+            shot = stats.latency.snapshot()  # the same array as last time while no attempt came since
+            last = self._shots.get(name)
+            if shot is not last:
+                gained = shot if last is None else shot - last
+                for i in np.flatnonzero(gained).tolist():
+                    deltas[f"{name}:{BUCKET_PREFIX}{i}"] = int(gained[i])
+                values[LATENCY_NS] = round(stats.latency.sum * 1e9)  # of the whole sum: no rounding drift
+                shots[name] = shot
+            for counter, value in values.items():
                 key = f"{name}:{counter}"
-                n = getattr(stage, counter) - self.control.reported.get(key, 0)
+                n = value - reported.get(key, 0)
                 if n:
                     deltas[key] = n
-        return deltas
+        return deltas, shots
+
+    def _breakers(self) -> str:
+        """The stages whose breaker is not closed, with the seconds an open one has left (JSON; "" when none)."""
+        now = self._clock.now()
+        states: dict[str, tuple[str, float]] = {}
+        for name, stage in self.pipeline.stages.items():
+            state = stage.breaker(now)
+            if state != "closed":
+                states[name] = (state, round(max(0.0, stage.open_until - now), 3) if state == "open" else 0.0)
+        return json.dumps(states, sort_keys=True) if states else ""
 
     def _held(self, document: str, present: bool) -> bool:
         """Whether to keep the current state because ``document`` is missing for less than ``_MISSING_HOLD``."""
@@ -286,7 +365,7 @@ class RedisWorker:
         hold_control = self._held("control", bool(control))
         if not self._held("stages", bool(stages)) and stages != c.stages:
             c.stages = stages
-            self._apply_stages(json.loads(stages) if stages else {})
+            self._apply_stages(StageDocument.from_json(stages))
         if hold_control:
             return
         c.slow = float(control.get("slow", 1.0))
@@ -301,22 +380,33 @@ class RedisWorker:
         else:
             self._resume.set()
 
-    def _apply_stages(self, doc: dict[str, Any]) -> None:
+    def _apply_stages(self, doc: StageDocument) -> None:
         p = self.pipeline
-        flags: dict[str, dict[str, Any]] = doc.get("stages", {})
         for name, stage in p.stages.items():
-            _set_flags(stage, flags.get(name, {}))
+            _set_flags(stage, doc.flags(name))
         p.dag.removed_nodes.clear()
-        p.dag.removed_nodes.update(n for n, f in flags.items() if f.get("removed"))
+        p.dag.removed_nodes.update(n for n, f in doc.stages.items() if f.removed)
         p.dag.removed_edges.clear()
-        p.dag.removed_edges.update((a, b) for a, b in doc.get("removed_edges", []))
+        p.dag.removed_edges.update(doc.removed_edges)
         p.mark_dag_changed()
 
 
-def _set_flags(stage: StageRunner, flags: dict[str, Any]) -> None:
-    stage.removed = bool(flags.get("removed", False))
-    stage.hang = bool(flags.get("hang", False))
-    stage.hang_timeout = float(flags.get("hang_timeout", stage.cfg.timeout or stage.hang_timeout))
-    stage.llm_down = bool(flags.get("llm_down", False))
-    stage.jitter = float(flags.get("jitter", 0.0))
+def _set_flags(stage: StageRunner, flags: StageFlags) -> None:
+    stage.removed = flags.removed
+    stage.hang = flags.hang
+    timeout = flags.hang_timeout
+    stage.hang_timeout = timeout if timeout is not None else float(stage.cfg.timeout or stage.hang_timeout)
+    stage.llm_down = flags.llm_down
+    stage.jitter = flags.jitter
+    for dependency in stage.dependencies:  # the worker's proxies act on its handler's calls from now on
+        faults = flags.dependencies.get(dependency, NO_FAULTS)
+        if faults != stage.dependency_faults.get(dependency):
+            stage.set_dependency_faults(dependency, faults)
     stage.refresh()
+
+
+def _task(fields: dict[str, str]) -> Task:
+    """The task a stream entry carries, as a python stage's handler sees it (its id, admission time, attempts)."""
+    task = Task(int(fields["i"]), float(fields["a"]), fields.get("m") == "1")
+    task.attempts = int(fields.get("n", "0"))
+    return task

@@ -1,4 +1,4 @@
-"""The fault catalogue: seventeen reversible actions, each with its targets, parameters and recovery check.
+"""The fault catalogue: twenty-two reversible actions, each with its targets, parameters and recovery check.
 
 An action resolves its target (an id, a kind, ``random`` or a percentage of its default kind),
 applies itself through the :class:`~chaosd.faults.runtime.Runtime` interface (never the pipeline's
@@ -14,16 +14,48 @@ import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
+from chaosd.faults.record import Memo, MemoValue
 from chaosd.faults.runtime import AgentState, Runtime
 from chaosd.views import ActionView
 
 __all__ = ["CATALOGUE", "Action", "Param"]
 
-Memo = dict[str, Any]
+
+# What an action noted when applied, read back in its recovery checks: each reads what its own apply wrote.
+def _noted(key: str, what: str, value: MemoValue) -> TypeError:
+    return TypeError(f"memo[{key!r}] is not {what}: {value!r}")
+
+
+def _count(memo: Memo, key: str) -> int:
+    value = memo[key]
+    if isinstance(value, int):
+        return value
+    raise _noted(key, "a count", value)
+
+
+def _counts(memo: Memo, key: str) -> dict[str, int]:
+    value = memo[key]
+    if isinstance(value, dict):
+        return value
+    raise _noted(key, "counts by name", value)
+
+
+def _hung(memo: Memo, stage: str) -> tuple[float, int]:
+    """A hung tool's timeout before the fault, and its progress (degraded + successes) when it began."""
+    value = memo[stage]
+    if isinstance(value, tuple):
+        return value
+    raise _noted(stage, "a timeout and a count", value)
+
+
+def _entries(memo: Memo, stage: str) -> list[int]:
+    value = memo[stage]
+    if isinstance(value, list):
+        return value
+    raise _noted(stage, "a list of entries", value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +225,7 @@ class KillLeader(Action):
         return {"elections": elections}
 
     def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
-        return rt.leader() is not None and rt.elections() > memo["elections"]
+        return rt.leader() is not None and rt.elections() > _count(memo, "elections")
 
     def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)
@@ -228,7 +260,8 @@ class KillAgent(Action):
 
     def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         # Resurrected and working: alive again, and has done something since.
-        return all(a.alive and a.served > memo["served"][a.id] for a in _agents(rt, targets))
+        served = _counts(memo, "served")
+        return all(a.alive and a.served > served[a.id] for a in _agents(rt, targets))
 
     def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)
@@ -300,7 +333,7 @@ class NetworkPartition(Action):
 
     def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         # The tasks the cut-off workers held have been taken back (their leases expired).
-        return bool(rt.lease_expired() - memo["expired"] >= memo["held"])
+        return bool(rt.lease_expired() - _count(memo, "expired") >= _count(memo, "held"))
 
     def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         rt.partition(targets, False)
@@ -337,12 +370,12 @@ class DropMessages(Action):
 
     def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         # Redelivery works: something was lost, and as many leases expired since as dispatches were lost.
-        dropped = rt.dropped(targets) - memo["dropped"]
-        return bool(dropped > 0 and rt.lease_expired() - memo["expired"] >= dropped)
+        dropped = rt.dropped(targets) - _count(memo, "dropped")
+        return bool(dropped > 0 and rt.lease_expired() - _count(memo, "expired") >= dropped)
 
     def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
-        dropped = rt.dropped(targets) - memo["dropped"]
-        return bool(rt.lease_expired() - memo["expired"] >= dropped)
+        dropped = rt.dropped(targets) - _count(memo, "dropped")
+        return bool(rt.lease_expired() - _count(memo, "expired") >= dropped)
 
 
 # --- the workflow DAG and its stages -----------------------------------------------------------
@@ -457,12 +490,12 @@ class ToolTimeout(StageAction):
 
     def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
-            rt.hang(name, False, memo[name][0])
+            rt.hang(name, False, _hung(memo, name)[0])
 
     def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         # Degrading (or succeeding) keeps tasks moving through the hung tool.
         stages = rt.stages
-        return all(stages[n].degraded + stages[n].successes > memo[n][1] for n in targets)
+        return all(stages[n].degraded + stages[n].successes > _hung(memo, n)[1] for n in targets)
 
 
 class LlmFailure(StageAction):
@@ -490,7 +523,7 @@ class LlmFailure(StageAction):
 
     def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         stages = rt.stages
-        return all(stages[n].fallback_served > memo[n] for n in targets)
+        return all(stages[n].fallback_served > _count(memo, n) for n in targets)
 
 
 class MemoryCorrupt(StageAction):
@@ -505,7 +538,7 @@ class MemoryCorrupt(StageAction):
         return {name: rt.corrupt_memory(name, int(params["entries"])) for name in targets}
 
     def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
-        return all(not set(memo[n]) & rt.corrupted(n) for n in targets)
+        return all(not set(_entries(memo, n)) & rt.corrupted(n) for n in targets)
 
     def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)  # corruption outlives the fault until repaired
@@ -558,6 +591,123 @@ class LatencyJitter(StageAction):
             rt.jitter(name, 0.0)
 
 
+# --- a python stage's dependencies (its real outbound calls, through chaosd's fault proxy) ------------
+
+
+class DependencyAction(Action):
+    """Targets a python stage's dependencies, as ``stage/dependency`` pairs: a pair, a stage (all of its
+    dependencies), a dependency (every stage calling it), ``all``, or ``random`` (one pair).
+
+    Each action sets fields of its own on the pair's proxy, so different actions on one pair combine (latency
+    and errors at once); the same action twice on a pair conflicts. Nothing heals them: the recovery is timed
+    from the fault's end.
+    """
+
+    kinds: tuple[str, ...] = ("dependency",)
+    default_target = "all"
+    http_only = False  # a synthetic HTTP status means nothing to a raw TCP dependency
+
+    def fields(self, params: Mapping[str, float]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
+        pairs = [
+            (stage, dep, kind)
+            for stage, state in sorted(rt.stages.items())
+            for dep, kind in sorted(state.dependencies.items())
+        ]
+        if not pairs:
+            raise FaultError(
+                "target", "no stage calls a dependency (a python stage lists them in dependencies = [...])", status=409
+            )
+        stage, slash, dep = target.partition("/")
+        if target == "all":
+            picked = pairs
+        elif target == "random":
+            picked = [rng.choice(pairs)]
+        elif slash:
+            picked = [p for p in pairs if p[0] == stage and p[1] == dep]
+        else:
+            picked = [p for p in pairs if target in (p[0], p[1])]
+        if not picked:
+            known = ", ".join(f"{s}/{d}" for s, d, _ in pairs)
+            raise FaultError(
+                "target",
+                f"unknown dependency target {target!r} (pairs: {known}; or a stage, a dependency, all, random)",
+            )
+        if self.http_only:
+            raw = [f"{s}/{d}" for s, d, kind in picked if kind != "http"]
+            if raw:
+                raise FaultError("target", f"{self.name} acts on HTTP dependencies; {raw[0]} is raw TCP", status=409)
+        return tuple(f"{s}/{d}" for s, d, _ in picked)
+
+    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+        fields = self.fields(params)
+        for pair in targets:
+            stage, _, dep = pair.partition("/")
+            rt.dependency_fault(stage, dep, self.name, fields)
+        return {}
+
+    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+        for pair in targets:
+            stage, _, dep = pair.partition("/")
+            rt.dependency_fault(stage, dep, self.name, None)
+
+
+class DependencyLatency(DependencyAction):
+    name = "dependency_latency"
+    description = "Delay each call to the dependency by latency plus a random extra in [0, jitter]."
+    params = {
+        "latency": Param(0.1, 0.0, 60.0, "seconds added to each call", seconds=True),
+        "jitter": Param(0.0, 0.0, 60.0, "largest random extra, seconds", seconds=True),
+    }
+
+    def fields(self, params: Mapping[str, float]) -> dict[str, float]:
+        return {"latency": params["latency"], "jitter": params["jitter"]}
+
+
+class DependencyError(DependencyAction):
+    name = "dependency_error"
+    description = "Answer calls to the HTTP dependency with an error status instead of calling it."
+    http_only = True
+    params = {
+        "status": Param(503, 400, 599, "the HTTP status answered", integer=True),
+        "probability": Param(1.0, 0.0, 1.0, "share of calls answered with it"),
+    }
+
+    def fields(self, params: Mapping[str, float]) -> dict[str, float]:
+        return {"error_status": params["status"], "error_probability": params["probability"]}
+
+
+class DependencyReset(DependencyAction):
+    name = "dependency_reset"
+    description = "Reset the connection (TCP RST, no answer) on that share of the calls to the dependency."
+    params = {"probability": Param(1.0, 0.0, 1.0, "share of calls (HTTP) or connections (TCP) reset")}
+
+    def fields(self, params: Mapping[str, float]) -> dict[str, float]:
+        return {"reset_probability": params["probability"]}
+
+
+class DependencyTimeout(DependencyAction):
+    name = "dependency_timeout"
+    description = "Hold every call to the dependency unanswered: the caller's own timeout ends it."
+
+    def fields(self, params: Mapping[str, float]) -> dict[str, float]:
+        return {"timeout": 1.0}
+
+
+class DependencySlice(DependencyAction):
+    name = "dependency_slice"
+    description = "Stream the dependency's answers in slices of `bytes`, `delay` seconds apart."
+    params = {
+        "bytes": Param(64, 1, 1_000_000, "bytes per slice", integer=True),
+        "delay": Param(0.05, 0.0, 60.0, "seconds between slices", seconds=True),
+    }
+
+    def fields(self, params: Mapping[str, float]) -> dict[str, float]:
+        return {"slice_bytes": params["bytes"], "slice_delay": params["delay"]}
+
+
 # --- load ---------------------------------------------------------------------------------------
 
 
@@ -601,5 +751,10 @@ CATALOGUE: dict[str, Action] = {
         LatencyJitter(),
         DropMessages(),
         PoolExhaustion(),
+        DependencyLatency(),
+        DependencyError(),
+        DependencyReset(),
+        DependencyTimeout(),
+        DependencySlice(),
     )
 }

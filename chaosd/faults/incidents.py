@@ -5,6 +5,10 @@ service comes back once for all of them, so the incident carries the recovery: i
 the last blow (the latest injection of a fault a mechanism heals, or the latest lifting of one that
 nothing heals) and stops when the service is back. A fault in a shared incident carries no recovery
 time of its own: no fault borrows another's recovery.
+
+An incident nobody injected (``unplanned``) opens when the service leaves its steady state with no fault in
+play; it is judged as a fault a mechanism healed at once would be (see :class:`Unplanned`). A fault injected
+while it is open joins it, as a fault joins any open incident: the service will come back once for both.
 """
 
 from __future__ import annotations
@@ -12,13 +16,37 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from chaosd.faults.record import IMPACT_KINDS, FaultRecord, TaskImpact, impact_between
+from chaosd.faults.record import IMPACT_KINDS, Baseline, FaultRecord, TaskImpact, impact_between
 from chaosd.history import Sum
-from chaosd.views import IncidentView
-from chaosd.wire import PENDING, IncidentOutcome
+from chaosd.views import FailReason, IncidentCause, IncidentView
+from chaosd.wire import PENDING, FaultState, IncidentOutcome
 
 # IMPACT_KINDS, TaskImpact and impact_between live in chaosd.faults.record; imported from here too.
-__all__ = ["IMPACT_KINDS", "Incident", "IncidentBook", "TaskImpact", "impact_between"]
+__all__ = ["IMPACT_KINDS", "Incident", "IncidentBook", "TaskImpact", "Unplanned", "impact_between"]
+
+
+@dataclass(slots=True)
+class Unplanned:
+    """The service out of its steady state with no fault in play: an incident's own verdict, without members.
+
+    Judged like a fault whose mechanism recovered at once: recovered once the service stays within tolerance
+    of ``baseline`` (or the SLO) for ``recovery.confirm``, ``back`` being where that stretch began; failed if
+    not recovered within ``recovery.limit`` of ``started_at`` (there is no fault's end to count from).
+    """
+
+    started_at: float  # its first tick out of tolerance
+    baseline: Baseline | None  # the steady state before it (None: judged against the SLO alone)
+    offered: float  # the baseline's mean offered rate: less goodput for less load is no outage
+    cause: IncidentCause
+    failures_from: dict[tuple[str, FailReason], int] = field(default_factory=dict)  # (stage, reason): failed attempts
+    errors_from: dict[tuple[str, str], int] = field(default_factory=dict)  # (stage, exception type): handler errors
+    outcome: FaultState = "recovering"
+    back: float | None = None  # the service's recovery: the start of the confirming stretch
+    stalled_s: float = 0.0
+    streak_from: float | None = None
+    streak_paused: float = 0.0
+    last_judged_within: bool | None = None
+    last_judged_at: float = float("-inf")
 
 
 @dataclass(slots=True)
@@ -29,6 +57,7 @@ class Incident:
     tasks: TaskImpact = field(default_factory=dict)  # tasks by kind from its first injection until its verdict
     tally_from: tuple[int, ...] = ()  # the task tally when it began
     stalled_s: float = 0.0  # seconds, while open, that the daemon's own process was paused (the host's)
+    unplanned: Unplanned | None = None  # opened with no fault in play: its own verdict beside its members'
 
     @property
     def consistent(self) -> bool:
@@ -37,12 +66,17 @@ class Incident:
 
     @property
     def open(self) -> bool:
-        return any(m.outcome in PENDING for m in self.members)
+        own = self.unplanned is not None and self.unplanned.outcome in PENDING
+        return own or any(m.outcome in PENDING for m in self.members)
 
     @property
     def outcome(self) -> IncidentOutcome:
-        """pending while any member is; failed if any failed; unmeasured if none could be judged; else recovered."""
+        """pending while any member is; failed if any failed; unmeasured if none could be judged; else recovered.
+
+        An unplanned incident's own verdict counts as a member's would."""
         outcomes = {m.outcome for m in self.members}
+        if self.unplanned is not None:
+            outcomes.add(self.unplanned.outcome)
         if outcomes & set(PENDING):
             return "recovering"
         if "failed" in outcomes:
@@ -55,33 +89,50 @@ class Incident:
     def recovery_s(self) -> float | None:
         if self.outcome != "recovered":
             return None
-        judged = [m for m in self.members if m.outcome == "recovered" and m.service_recovered_at is not None]
+        backs = [m.service_recovered_at for m in self.members if m.outcome == "recovered"]
+        starts = [m.clock_start for m in self.members]
+        if (own := self.unplanned) is not None:  # a blow of its own, at its start
+            backs.append(own.back)
+            starts.append(own.started_at)
+        judged = [t for t in backs if t is not None]
         if not judged:
             return None
-        start = max(m.clock_start for m in self.members)
-        back = max(m.service_recovered_at for m in judged if m.service_recovered_at is not None)
-        return max(0.0, back - start)
+        return max(0.0, max(judged) - max(starts))
+
+    @property
+    def started_at(self) -> float:
+        """Its first fault's injection, or its first tick out of tolerance (unplanned)."""
+        own = [self.unplanned.started_at] if self.unplanned is not None else []
+        return min([m.injected_at for m in self.members] + own)
 
     def as_dict(self) -> IncidentView:
         return {
             "id": self.id,
             "faults": [m.id for m in self.members],
             "actions": [m.action for m in self.members],
-            "started_at": min(m.injected_at for m in self.members),
+            "started_at": self.started_at,
             "outcome": self.outcome,
             "recovery_s": self.recovery_s,
             "impact_s": self.impact_s,
             "impact_tasks": dict(self.tasks),
             "consistent": self.consistent,
             "stalled_s": self.stalled_s,
+            "unplanned": self.unplanned is not None,
+            "cause": _copied(self.unplanned.cause) if self.unplanned is not None else None,
         }
+
+
+def _copied(cause: IncidentCause) -> IncidentCause:
+    return {**cause, "signals": list(cause["signals"])}
 
 
 class IncidentBook:
     """Running totals of judged incidents, what the score needs: O(1) however many incidents there were.
 
     ``owns`` picks the faults whose incidents count (every fault, a plan's, a window's): an incident counts
-    once, when it closes, if it holds one of them.
+    once, when it closes, if it holds one of them. An unplanned incident holds none of a plan's (unless one of
+    its faults joined it), so it counts in the run's book (no ``owns``) and not in a plan's or a window's.
+    ``unplanned`` counts the unplanned incidents among those it counted, by outcome.
     """
 
     def __init__(self, owns: Callable[[FaultRecord], bool] | None = None) -> None:
@@ -91,12 +142,15 @@ class IncidentBook:
         self.recovered = 0  # recovered with a time (what the speed averages)
         self.recovery = Sum()
         self.inconsistent = 0  # judged ones during which an effect was duplicated or corrupted
+        self.unplanned: dict[IncidentOutcome, int] = {"recovered": 0, "failed": 0, "unmeasured": 0}
 
     def add(self, incident: Incident) -> None:
         if self.owns is not None and not any(self.owns(m) for m in incident.members):
             return
         outcome = incident.outcome
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if incident.unplanned is not None:
+            self.unplanned[outcome] = self.unplanned.get(outcome, 0) + 1
         if outcome not in ("recovered", "failed"):
             return
         self.judged += 1

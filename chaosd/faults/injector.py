@@ -11,23 +11,33 @@ nor an SLO to judge against is ``unmeasured``, never recovered. Two clocks: faul
 are timed from injection (time to heal); faults nothing heals, from the moment they are lifted (time
 to restore), with the seconds out of tolerance while active reported beside it (``impact_s``). Not
 recovered within ``limit`` of the fault's end: a failed recovery.
+
+Incidents nobody injected: with no fault in play, a service out of tolerance of its baseline (or SLO) on
+every judged tick for ``unplanned_after`` seconds opens an incident with no faults, timed from its first
+tick out, its cause read from the stages' failed attempts since (see :meth:`Injector._watch`). Goodput is
+judged against the baseline's scaled to the load offered now (less load, less goodput: no outage). Only a
+service seen within tolerance since the last verdict can open one (one deviation, one incident: a failed
+recovery that lingers is not a new incident), and a tick the host perturbed never counts towards one.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
 from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
-from chaosd.faults.incidents import Incident, IncidentBook
+from chaosd.faults.incidents import Incident, IncidentBook, Unplanned
 from chaosd.faults.record import IMPACT_KINDS, Baseline, FaultRecord, check_labels, impact_between, matches
 from chaosd.faults.runtime import Runtime
 from chaosd.history import Kept, Sum
+from chaosd.views import FailReason, IncidentCause, ServiceSignal
 from chaosd.wire import PENDING, TERMINAL, RevertCause, Verdict
 
 # Baseline, FaultRecord, check_labels and matches live in chaosd.faults.record; imported from here too.
@@ -68,6 +78,24 @@ class ServiceView(Protocol):
     def mean_service(self) -> float: ...
 
 
+# The task tally, the stages' failed attempts by (stage, reason), their handlers' errors by (stage, exception).
+_Reading = tuple[tuple[int, ...], dict[tuple[str, FailReason], int], dict[tuple[str, str], int]]
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """Ticks out of tolerance with no fault in play, not yet long enough to open an incident."""
+
+    started_at: float
+    baseline: Baseline | None
+    offered: float
+    signals: list[ServiceSignal]
+    tally: tuple[int, ...]
+    failures: dict[tuple[str, FailReason], int]
+    errors: dict[tuple[str, str], int]
+    ticks: int = 0
+
+
 class Injector:
     """Owns every fault of one runtime; ``on_tick`` drives TTLs, recovery and stop conditions."""
 
@@ -84,9 +112,12 @@ class Injector:
         *,
         stall: float = float("inf"),
         window: float = 1.0,
+        unplanned_after: float | None = None,
     ) -> None:
         """``stall``: a tick this late means the process was paused; ``window``: how long the telemetry's
-        figures (its p95, its rates) still show such a pause."""
+        figures (its p95, its rates) still show such a pause; ``unplanned_after``: seconds out of tolerance
+        with no fault in play before an incident nobody injected opens (``math.inf``: never; None:
+        ``recovery.unplanned_after``, where 0 is never too)."""
         self.cfg = cfg
         self.recovery = recovery
         self.slo = slo
@@ -115,6 +146,13 @@ class Injector:
         self._perturbed_until = float("-inf")
         self._waits: deque[float] = deque(maxlen=max(1, round(window / tick)))  # cpu_wait per tick, over a window
         self._wait_limit = recovery.cpu_wait * window
+        if unplanned_after is None:
+            unplanned_after = recovery.unplanned_after or math.inf
+        self._open_after = math.inf if math.isinf(unplanned_after) else max(1, round(unplanned_after / tick))
+        self._armed = False  # seen within tolerance, nothing in play, since the last verdict: may open one
+        self._candidate: _Candidate | None = None
+        self._before: _Reading = ((), {}, {})  # the counts at the last tick within tolerance
+        self._unplanned: Incident | None = None  # the newest unplanned incident, until it closes
 
     # --- commands -----------------------------------------------------------------------------
 
@@ -131,6 +169,11 @@ class Injector:
         """The mean of every fault's own recovery time (faults in shared incidents have none)."""
         count = sum(s.count for s in self.recovery_by_action.values())
         return sum(s.value for s in self.recovery_by_action.values()) / count if count else None
+
+    @property
+    def unplanned_open(self) -> bool:
+        """An incident nobody injected is open (its own verdict or a fault that joined it pending)."""
+        return self._unplanned is not None and self._unplanned.open
 
     @property
     def injected(self) -> int:
@@ -307,23 +350,35 @@ class Injector:
 
     def _within(self, s: ServiceView, b: Baseline | None) -> bool | None:
         """Whether the service is as good as its steady state (or its SLO); None with nothing to judge by."""
+        outside = self._outside(s, b)
+        return None if outside is None else not outside
+
+    def _outside(self, s: ServiceView, b: Baseline | None, offered: float = 0.0) -> list[ServiceSignal] | None:
+        """The figures out of tolerance of the steady state (or the SLO), none when it is as good; None with
+        nothing to judge by. ``offered``: the baseline's offered rate, to scale its goodput to less load."""
         slo = self.slo
         if b is None and slo.availability is None and slo.p95 is None:
             return None
         tol = self.recovery.tolerance
-        ok = True
+        out: list[ServiceSignal] = []
         if slo.availability is not None:  # goodput over offered: refusals and failures both count
-            ok = s.arrival_rate <= 0 or s.goodput / s.arrival_rate >= slo.availability
+            if s.arrival_rate > 0 and s.goodput / s.arrival_rate < slo.availability:
+                out.append("availability")
         elif b is not None:
-            ok = s.goodput >= (1 - tol) * b.goodput and s.error_rate <= b.error_rate + _ERROR_SLACK
+            load = s.arrival_rate / offered if 0 < s.arrival_rate < offered else 1.0
+            if s.goodput < (1 - tol) * b.goodput * load:
+                out.append("goodput")
+            if s.error_rate > b.error_rate + _ERROR_SLACK:
+                out.append("error_rate")
         slack = 4 * s.mean_service  # tiny baselines (an idle queue) need an absolute margin
         if slo.p95 is not None:
-            ok = ok and s.sojourn_p95 <= slo.p95
-        elif b is not None:
-            ok = ok and s.sojourn_p95 <= (1 + tol) * b.sojourn_p95 + slack
-        if b is not None:
-            ok = ok and s.queue_depth <= (1 + tol) * b.queue_depth + len(self.rt.workers)
-        return ok
+            if s.sojourn_p95 > slo.p95:
+                out.append("p95")
+        elif b is not None and s.sojourn_p95 > (1 + tol) * b.sojourn_p95 + slack:
+            out.append("p95")
+        if b is not None and s.queue_depth > (1 + tol) * b.queue_depth + len(self.rt.workers):
+            out.append("queue")
+        return out
 
     def on_tick(self, s: ServiceView) -> None:
         dt = s.t - self._now
@@ -357,6 +412,20 @@ class Injector:
             # A resume is instantaneous; anything else still in play keeps the baseline unfed.
             unsettled = unsettled or (record.outcome in PENDING and record.action != "resume_agent")
         self._pending = [r for r in pending if r.active or r.outcome in PENDING]
+        # Incidents nobody injected: the open one judged, or the service watched while nothing is in play.
+        unplanned = self._unplanned
+        if unplanned is not None and unplanned.unplanned is not None and unplanned.unplanned.outcome in PENDING:
+            if perturbed:
+                unplanned.unplanned.stalled_s += dt
+                stalled.add(unplanned.id)
+            unplanned.tasks = impact_between(unplanned.tally_from, tally or self.tally())
+            if self._observe_unplanned(unplanned, s, dt if perturbed else 0.0):
+                felt.add(unplanned.id)
+        elif all(r.action == "resume_agent" for r in self._pending) and not self.unplanned_open:
+            self._watch(s, perturbed)
+        else:  # a fault in play: its own verdict judges the service; a new deviation starts after it
+            self._armed = False
+            self._candidate = None
         for number in felt:
             if (incident := self.incidents.get(number)) is not None:  # 0: a resume with no incident before it
                 incident.impact_s += self._tick
@@ -364,9 +433,153 @@ class Injector:
             if (incident := self.incidents.get(number)) is not None:
                 incident.stalled_s += dt
         # The baseline takes host-perturbed ticks too: on a host that stays busy, its steady state is a busy one.
-        if not unsettled:
+        if not unsettled and not self.unplanned_open:
             self._window.append(s)
         self._check_stop_conditions(s)
+
+    # --- incidents nobody injected --------------------------------------------------------------
+
+    def _watch(self, s: ServiceView, perturbed: bool) -> None:
+        """No fault in play: open an unplanned incident once the service stays out of tolerance long enough.
+
+        Its clock starts at the first tick out; the ticks that led to it leave the baseline (they were the
+        incident's, not the steady state's). A tick the host perturbed breaks the run up to it.
+        """
+        if perturbed:
+            self._candidate = None
+            return
+        base = self.baseline()
+        offered = self._offered()
+        outside = self._outside(s, base, offered)
+        if outside is None:
+            return
+        if not outside:
+            self._armed = True
+            self._candidate = None
+            # Where a deviation's counts start: the last tick within tolerance (its first tick out shows its
+            # window's failures already).
+            self._before = (self.tally(), self._failures(), self._handler_errors())
+            return
+        if not self._armed:
+            return
+        if outside == ["queue"]:  # a queue alone is no outage users feel (a busy queue's excursions): not yet
+            self._candidate = None
+            return
+        candidate = self._candidate
+        if candidate is None:
+            candidate = self._candidate = _Candidate(s.t, base, offered, outside, *self._before)
+        else:  # every figure that left tolerance on the way to it, in the order they first did
+            candidate.signals += [signal for signal in outside if signal not in candidate.signals]
+        candidate.ticks += 1
+        if candidate.ticks >= self._open_after:
+            for _ in range(min(candidate.ticks - 1, len(self._window))):
+                self._window.pop()
+            self._open_unplanned(candidate, s.t)
+
+    def _offered(self) -> float:
+        window = self._window
+        return sum(s.arrival_rate for s in window) / len(window) if window else 0.0
+
+    def _failures(self) -> dict[tuple[str, FailReason], int]:
+        return {(name, why): n for name, stage in self.rt.stages.items() for why, n in stage.failures.items()}
+
+    def _handler_errors(self) -> dict[tuple[str, str], int]:
+        return {(name, kind): n for name, stage in self.rt.stages.items() for kind, n in stage.handler_errors.items()}
+
+    def _cause(self, own: Unplanned) -> IncidentCause:
+        """The stage and reason with the most failed attempts since the incident began (names break ties), and
+        for a python stage the exception its handler raised most; no stage when none failed."""
+        grown = {key: n - own.failures_from.get(key, 0) for key, n in self._failures().items()}
+        failing = sorted((key for key, n in grown.items() if n > 0), key=lambda key: (-grown[key], key))
+        if not failing:
+            return {**own.cause, "stage": None, "reason": None, "failed": 0, "error": None}
+        stage, reason = failing[0]
+        raised = {
+            kind: n - own.errors_from.get((name, kind), 0)
+            for (name, kind), n in self._handler_errors().items()
+            if name == stage
+        }
+        top = min((k for k, n in raised.items() if n > 0), key=lambda k: (-raised[k], k), default=None)
+        return {**own.cause, "stage": stage, "reason": reason, "failed": grown[failing[0]], "error": top}
+
+    def _open_unplanned(self, c: _Candidate, now: float) -> None:
+        cause: IncidentCause = {"stage": None, "reason": None, "failed": 0, "error": None, "signals": list(c.signals)}
+        own = Unplanned(c.started_at, c.baseline, c.offered, cause, c.failures, c.errors)
+        own.cause = self._cause(own)
+        incident = Incident(self.incidents.total + 1, tally_from=c.tally, unplanned=own)
+        incident.tasks = impact_between(c.tally, self.tally())
+        incident.impact_s = c.ticks * self._tick  # the ticks that led to it were out of tolerance too
+        self.incidents.append(incident)
+        self._unplanned = incident
+        self._candidate = None
+        self._armed = False
+        self._events.record(
+            now, "incident", about=incident, id=incident.id, state="opened", started_at=c.started_at, cause=own.cause
+        )
+
+    def _observe_unplanned(self, incident: Incident, s: ServiceView, perturbed: float) -> bool:
+        """Advance an unplanned incident's own verdict as :meth:`_observe` does a fault's whose mechanism
+        recovered at its start; True when the service was out of tolerance (judged)."""
+        own = incident.unplanned
+        assert own is not None
+        own.cause = self._cause(own)
+        outside = self._outside(s, own.baseline, own.offered)
+        limit = own.started_at + self.recovery.limit
+        if outside is None:
+            if s.t > limit:
+                self._settle_unplanned(incident, "unmeasured", s.t)
+            return False
+        within = not outside
+        felt = False
+        if not within and perturbed:  # the host's lateness: neither breaks the streak nor counts towards it
+            if own.streak_from is not None:
+                own.streak_paused += perturbed
+        else:
+            felt = not within
+            own.last_judged_within, own.last_judged_at = within, s.t
+            if not within:
+                own.streak_from = None
+                own.streak_paused = 0.0
+            elif own.streak_from is None:
+                own.streak_from = s.t
+            if own.streak_from is not None and s.t - own.streak_from - own.streak_paused >= self.recovery.confirm:
+                own.back = own.streak_from
+                self._settle_unplanned(incident, "recovered", s.t)
+                return felt
+        if s.t > limit:
+            seen_out = own.last_judged_within is False
+            held_up = own.streak_paused > 0 or own.streak_from is None
+            unjudged = own.stalled_s > 0 and held_up and not seen_out
+            self._settle_unplanned(incident, "unmeasured" if unjudged else "failed", s.t)
+        return felt
+
+    def _settle_unplanned(self, incident: Incident, outcome: Verdict, now: float) -> None:
+        own = incident.unplanned
+        assert own is not None
+        own.outcome = outcome
+        self._armed = outcome == "recovered"  # a failed one lingers: the next incident starts once it is over
+        if not incident.open:
+            self._closed(incident, now)
+
+    def _closed(self, incident: Incident, now: float) -> None:
+        """An incident's last verdict: counted in the books; an unplanned one's told as an event."""
+        for book in (self.book, *self.books):
+            book.add(incident)
+        if (own := incident.unplanned) is None:
+            return
+        outcome = incident.outcome
+        if outcome == "recovered":
+            self._events.record(
+                now,
+                "incident",
+                about=incident,
+                id=incident.id,
+                state="recovered",
+                recovery_s=incident.recovery_s,
+                cause=own.cause,
+            )
+        elif outcome != "recovering":
+            self._events.record(now, "incident", about=incident, id=incident.id, state=outcome, cause=own.cause)
 
     def _observe(self, record: FaultRecord, s: ServiceView, perturbed: float = 0.0) -> bool:
         """Advance one fault's verdict; True when the service was out of tolerance while it was active.
@@ -446,8 +659,7 @@ class Injector:
             self._events.record(now, "fault", about=record, id=record.id, action=record.action, state=outcome)
         incident = self.incidents.get(record.incident) if record.action != "resume_agent" else None
         if incident is not None and record in incident.members and not incident.open:
-            for book in (self.book, *self.books):
-                book.add(incident)
+            self._closed(incident, now)
 
     def _check_stop_conditions(self, s: ServiceView) -> None:
         if self.lever is not None:

@@ -11,6 +11,8 @@ from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
+from chaosd.views import FailReason
+
 __all__ = [
     "AgentState",
     "DuplicateCount",
@@ -69,6 +71,18 @@ class StageState(Protocol):
     @property
     def fallback_served(self) -> int:
         """Attempts the fallback model served; only ever grows."""
+
+    @property
+    def failures(self) -> Mapping[FailReason, int]:
+        """Failed attempts by reason (a ``FailReason``); each count only ever grows."""
+
+    @property
+    def handler_errors(self) -> Mapping[str, int]:
+        """python stages: attempts whose handler raised, by exception type; each count only ever grows."""
+
+    @property
+    def dependencies(self) -> Mapping[str, str]:
+        """The dependencies its calls go through, by name: their kind, ``http`` or ``tcp``; never changes."""
 
 
 class TaskCounts(Protocol):
@@ -235,6 +249,10 @@ class Runtime(Protocol):
 
     def mcp_connected(self, name: str) -> bool:
         """Whether the MCP stage's client holds a connection now."""
+
+    def dependency_fault(self, stage: str, dependency: str, action: str, fields: Mapping[str, float] | None) -> None:
+        """Set what ``action`` does to the stage's calls to the dependency (fields of
+        ``chaosd.dependencies.DependencyFaults``), or lift it (None); other actions on the pair stay."""
 
     # --- load ------------------------------------------------------------------------------------
 

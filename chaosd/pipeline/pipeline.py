@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
 
 from chaosd.clock import Clock
-from chaosd.config import Settings
+from chaosd.config import Settings, dependency_kind
 from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.handlers import refuse_virtual_time
@@ -18,6 +18,7 @@ from chaosd.pipeline.audit import Audit
 from chaosd.pipeline.dag import Dag
 from chaosd.pipeline.in_memory import in_memory
 from chaosd.pipeline.ledger import Ledger
+from chaosd.pipeline.lifespan import stage_lifespan
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.parts import Backend, Core
 from chaosd.pipeline.producer import Admission
@@ -104,7 +105,8 @@ class Pipeline:
                 )
                 self.mcp[stage.name] = mcp
             rng = streams.stream(f"service:{stage.name}")
-            runner = StageRunner(stage, rng, self.queue, self.ledger, clock, memory=memory, mcp=mcp)
+            kinds = {name: dependency_kind(settings.dependencies[name]) for name in stage.dependencies}
+            runner = StageRunner(stage, rng, self.queue, self.ledger, clock, memory=memory, mcp=mcp, dependencies=kinds)
             runner.on_trip = self._breaker_tripped
             self.stages[stage.name] = runner
         self.dag = Dag(settings.stages)
@@ -122,6 +124,7 @@ class Pipeline:
         # What a fault switch changed, for a backend whose agents must hear of it (``switch``, the agent ids).
         self.on_switch: list[Callable[[str, Collection[str]], None]] = []
         self.host = parts.host(self)
+        self._in_lifespan = False
         self.supervisor = Supervisor(
             settings.supervisor, clock, self.events, streams.stream("supervisor"), self.t0, self.start_agent
         )
@@ -325,6 +328,10 @@ class Pipeline:
     def mcp_connected(self, name: str) -> bool:
         return self.mcp[name].connected
 
+    def dependency_fault(self, stage: str, dependency: str, action: str, fields: Mapping[str, float] | None) -> None:
+        self.stages[stage].dependency_fault(dependency, action, fields)
+        self._switched("dependency")
+
     def spike_load(self, factor: float, on: bool) -> None:
         if on:
             self.surge.factor *= factor
@@ -350,9 +357,26 @@ class Pipeline:
         return self.host.health()
 
     @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """The python stages' proxies and setup for the body (see ``stage_lifespan``), where this process serves
+        the stages (not a Redis daemon's mirror of them). Entered once: inside it, entering again does nothing,
+        so a caller that must see a setup fail before it serves (the daemon) enters it before ``running``."""
+        if self._in_lifespan or self.host.remote_stages:
+            yield
+            return
+        self._in_lifespan = True
+        try:
+            async with stage_lifespan(tuple(self.stages.values()), self.settings.dependencies, self.settings.seed):
+                yield
+        finally:
+            self._in_lifespan = False
+
+    @asynccontextmanager
     async def running(self) -> AsyncIterator[Pipeline]:
-        """Run the agents for the body of the ``async with``; stop them all after (the host's ``running``)."""
-        async with self.host.running():
+        """Run the agents for the body of the ``async with``; stop them all after (the host's ``running``).
+
+        The stages' lifespan wraps the agents: set up before the first task, torn down after the last."""
+        async with self.lifespan(), self.host.running():
             yield self
 
 

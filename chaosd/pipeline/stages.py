@@ -13,23 +13,28 @@ import itertools
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Final, Literal
 
 from chaosd.clock import Clock
 from chaosd.config import ServiceConfig, StageConfig
+from chaosd.dependencies import NO_FAULTS, DependencyFaults, FaultProxy
 from chaosd.errors import ConfigError
 from chaosd.handlers import Handler, HandlerError, StageContext, load_handler
+from chaosd.histogram import LogHistogram
 from chaosd.pipeline.backoff import backoff_delay
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.resources import McpConnection, MemoryStore
 from chaosd.pipeline.task import Task
+from chaosd.views import BreakerState, FailReason
 
-__all__ = ["DEGRADED", "StageRunner", "make_sampler"]
+__all__ = ["DEGRADED", "Degraded", "StageRunner", "StageStats", "make_sampler"]
 
 # What ``StageRunner.run`` returns when the stage gave up but the task goes on without its result.
-DEGRADED = "degraded"
+Degraded = Literal["degraded"]
+DEGRADED: Final = "degraded"
 
 # A tool call hanging under a tool_timeout fault, when the stage sets no timeout of its own.
 DEFAULT_HANG_TIMEOUT = 0.1
@@ -56,6 +61,31 @@ def make_sampler(service: ServiceConfig, rng: random.Random) -> Callable[[], flo
     return lambda: uniform(low, high)
 
 
+class StageStats:
+    """What one stage did, attempt by attempt; every figure only grows (readers take differences).
+
+    Every attempt adds its duration to ``latency`` (the fast path of a stage that cannot fail too, with its
+    service time), so the attempts are ``latency.count`` and the successful ones are the attempts less
+    ``failures``: one C call per attempt on the hot path, nothing more.
+    """
+
+    __slots__ = ("breaker_closed", "breaker_opened", "failures", "latency", "retries")
+
+    def __init__(self) -> None:
+        self.latency = LogHistogram()  # seconds per attempt
+        self.failures: dict[FailReason, int] = {}  # failed attempts by reason
+        self.retries = 0  # attempts that were retries of a failed one
+        self.breaker_opened = 0  # closed or half-open -> open
+        self.breaker_closed = 0  # open or half-open -> closed
+
+    @property
+    def attempts(self) -> int:
+        return self.latency.count
+
+    def failed(self, reason: FailReason) -> None:
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+
+
 class StageRunner:
     """Runs one stage of a task on the worker that holds it; returns a failure reason or None.
 
@@ -75,6 +105,7 @@ class StageRunner:
         *,
         memory: MemoryStore | None = None,
         mcp: McpConnection | None = None,
+        dependencies: Mapping[str, str] | None = None,
     ) -> None:
         self.name = cfg.name
         self.kind = cfg.kind
@@ -85,6 +116,18 @@ class StageRunner:
         # python: imported once here, at build; the service time is only the handler's expected duration.
         self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None
         self._params = MappingProxyType(dict(cfg.params))
+        self.cfg_params: Mapping[str, object] = self._params
+        # Dependencies: name -> kind (http, tcp); the URL a handler calls each at (its proxy, once started);
+        # what each catalogue action does to each of them now, and the faults that makes.
+        self.dependencies: Mapping[str, str] = MappingProxyType(dict(dependencies or {}))
+        self._urls: dict[str, str] = {}
+        self.urls: Mapping[str, str] = MappingProxyType(self._urls)
+        self.proxies: dict[str, FaultProxy] = {}  # where this process serves the stage: started by its lifespan
+        self.dependency_layers: dict[str, dict[str, Mapping[str, float]]] = {name: {} for name in self.dependencies}
+        self.dependency_faults: dict[str, DependencyFaults] = dict.fromkeys(self.dependencies, NO_FAULTS)
+        self._dependency_fault_names: tuple[str, ...] = ()
+        self.state: object = None  # what the stage's setup returned
+        self.stats = StageStats()
         self.handler_errors: dict[str, int] = {}  # attempts whose handler raised, by exception type
         self.handler_timeouts = 0  # attempts whose handler was cut at the stage timeout
         self._queue = queue
@@ -112,9 +155,45 @@ class StageRunner:
         self.open_until = float("-inf")
         self.trips = 0  # times the breaker opened
         self._open_for = cfg.breaker_reset  # doubles while trials keep failing, up to 16 ×
+        self._tripped = False  # opened and not closed since: half-open once open_until has passed
         self.on_trip: Callable[[], None] | None = None  # the orchestrator reroutes at once, not at its next beat
         self.simple = True
         self.refresh()
+
+    @property
+    def failures(self) -> dict[FailReason, int]:
+        return self.stats.failures
+
+    def dependency_fault(self, dependency: str, action: str, fields: Mapping[str, float] | None) -> None:
+        """Set (or lift, with None) what one catalogue action does to the calls to ``dependency``."""
+        layers = self.dependency_layers[dependency]
+        if fields is None:
+            layers.pop(action, None)
+        else:
+            layers[action] = fields
+        merged: dict[str, float] = {}
+        for fields_ in layers.values():  # each action sets fields of its own
+            merged.update(fields_)
+        self.set_dependency_faults(dependency, DependencyFaults.from_json(merged))
+
+    def set_dependency_faults(self, dependency: str, faults: DependencyFaults) -> None:
+        """What acts on the calls to ``dependency`` now (a Redis worker is told the whole of it)."""
+        self.dependency_faults[dependency] = faults
+        proxy = self.proxies.get(dependency)
+        if proxy is not None:
+            proxy.faults = faults
+        names = (name for f in self.dependency_faults.values() for name in f.names())
+        self._dependency_fault_names = tuple(dict.fromkeys(names))
+
+    def serve_through(self, dependency: str, proxy: FaultProxy) -> None:
+        """Calls to ``dependency`` go through ``proxy`` (started) from now on; it takes the faults in force."""
+        proxy.faults = self.dependency_faults[dependency]
+        self.proxies[dependency] = proxy
+        self._urls[dependency] = proxy.url
+
+    def stop_serving_through(self) -> None:
+        self.proxies.clear()
+        self._urls.clear()
 
     def refresh(self) -> None:
         cfg = self.cfg
@@ -140,6 +219,19 @@ class StageRunner:
     def is_open(self, now: float) -> bool:
         return now < self.open_until
 
+    def breaker(self, now: float) -> BreakerState:
+        """``open`` until its reset time, then ``half_open`` until a call or a health check succeeds."""
+        if now < self.open_until:
+            return "open"
+        return "half_open" if self._tripped else "closed"
+
+    def _close(self) -> None:
+        self._fail_streak = 0
+        self._open_for = self.cfg.breaker_reset
+        if self._tripped:
+            self._tripped = False
+            self.stats.breaker_closed += 1
+
     def _failed_attempt(self) -> None:
         self._fail_streak += 1
         threshold = self.cfg.breaker_threshold
@@ -153,6 +245,8 @@ class StageRunner:
         self._open_for = min(self._open_for * 2, 16 * self.cfg.breaker_reset)
         self.trips += 1
         self._fail_streak = 0
+        self._tripped = True
+        self.stats.breaker_opened += 1
 
     def healthy(self) -> bool:
         """One trial call by a health check: would an attempt succeed now? (Draws from the stage's stream.)"""
@@ -167,31 +261,34 @@ class StageRunner:
         Healthy closes the breaker; otherwise it opens again for twice as long (up to 16 × the reset).
         """
         if self.removed or self.healthy():  # a removed stage is out of the DAG: nothing to probe
-            self._fail_streak = 0
-            self._open_for = self.cfg.breaker_reset
+            self._close()
             return True
         self._open(now)
         return False
 
-    async def run(self, slow: float = 1.0, task: Task | None = None) -> str | None:
+    async def run(self, slow: float = 1.0, task: Task | None = None) -> FailReason | Degraded | None:
         """None when the stage served the task; :data:`DEGRADED` when it went on without; else why it failed."""
         cfg = self.cfg
         timeout = cfg.timeout
         sleep = self._sleep
         rng = self._rng
         attempt = 0
-        use_fallback = self._fallback is not None and self.is_open(self._now())
+        now = self._now
+        stats = self.stats
+        use_fallback = self._fallback is not None and self.is_open(now())
         while True:
+            begun = now()
             if self.handler is not None:
                 reason = await self._call(self.handler, slow, timeout, task, attempt + 1)
             else:
                 reason = await self._attempt(slow, timeout, use_fallback)
+            stats.latency.add(now() - begun)
             if reason is None:
                 self.successes += 1
                 if not use_fallback:
-                    self._fail_streak = 0
-                    self._open_for = cfg.breaker_reset
+                    self._close()
                 return None
+            stats.failed(reason)
             if not use_fallback:
                 self._failed_attempt()
             attempt += 1
@@ -203,9 +300,10 @@ class StageRunner:
                     return DEGRADED
                 return reason
             self._ledger.retries += 1
+            stats.retries += 1
             await sleep(backoff_delay(cfg.backoff, attempt, rng))
 
-    async def _attempt(self, slow: float, timeout: float, use_fallback: bool) -> str | None:
+    async def _attempt(self, slow: float, timeout: float, use_fallback: bool) -> FailReason | None:
         sleep = self._sleep
         if self.removed:
             return "node_removed"
@@ -240,7 +338,9 @@ class StageRunner:
             self.fallback_served += 1
         return None
 
-    async def _call(self, handler: Handler, slow: float, timeout: float, task: Task | None, attempt: int) -> str | None:
+    async def _call(
+        self, handler: Handler, slow: float, timeout: float, task: Task | None, attempt: int
+    ) -> FailReason | None:
         """One attempt of a python stage: the faults act first, in place of the call or before it."""
         sleep = self._sleep
         if self.removed:
@@ -262,6 +362,8 @@ class StageRunner:
         if self.jitter:
             delay += self._rng.uniform(0.0, self.jitter)
         faults = tuple(name for name, on in (("slow_agent", slow > 1.0), ("latency_jitter", self.jitter > 0.0)) if on)
+        if self._dependency_fault_names:
+            faults += self._dependency_fault_names
         deadline = self._now() + timeout if timeout > 0.0 else None
         context = StageContext(
             stage=self.name,
@@ -271,6 +373,8 @@ class StageRunner:
             faults=faults,
             task_id=task.id if task is not None else -1,
             params=self._params,
+            state=self.state,
+            dependencies=self.urls,
         )
         # The clock is the running loop's (clock.now is loop.time), so the deadline is the loop's too.
         scope = asyncio.timeout_at(deadline)

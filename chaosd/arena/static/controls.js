@@ -19,6 +19,10 @@ function targetOptions(action, status) {
     opts.push(...kinds, "random", ...(status.agents || []).filter((a) => kinds.includes(a.kind)).map((a) => a.id));
   } else if (kinds.includes("edge")) {
     opts.push("random", ...[...dag.edges, ...dag.removed_edges].sort());
+  } else if (kinds.includes("dependency")) {
+    const pairs = dag.dependencies || [];
+    const names = pairs.flatMap((p) => p.split("/"));
+    opts.push("random", ...pairs, ...[...new Set(names)].sort());
   } else if (!kinds.includes("pipeline")) {
     opts.push("random", ...kinds, ...[...dag.nodes, ...dag.removed_nodes].sort());
   }
@@ -35,6 +39,7 @@ export function applies(action, stageKinds, status) {
     const dag = (status && status.dag) || {};
     return Boolean((dag.edges || []).length + (dag.removed_edges || []).length) || !status;
   }
+  if (kinds.includes("dependency")) return Boolean(((status && status.dag) || {}).dependencies?.length);
   return Object.values(stageKinds).some((k) => kinds.includes(k));
 }
 
@@ -65,16 +70,20 @@ export class Controls {
     this.root = root;
     this.showsSurvival = false;
     const usable = actions.filter((a) => applies(a, stageKinds, status));
-    const skipped = actions.filter((a) => !usable.includes(a));
+    // The dependency faults need a python stage that lists dependencies: without any they are not shown at all.
+    const skipped = actions.filter((a) => !usable.includes(a) && !(a.targets || []).includes("dependency"));
     root.append(this._tokenBox(), this._leverBox(), this._survivalBox(usable), this._scenarioBox());
     const ares = el("div", { class: "fault-list", role: "group", "aria-label": "ARES actions" });
     const queue = el("div", { class: "fault-list", role: "group", "aria-label": "Queue faults" });
+    const calls = el("div", { class: "fault-list", role: "group", "aria-label": "Dependency faults" });
     actions.forEach((action, i) => {
       if (!usable.includes(action)) return;
+      if ((action.targets || []).includes("dependency")) return calls.append(this._faultRow(action));
       const group = action.group ? action.group === "queue" : i >= ARES_COUNT;
       (group ? queue : ares).append(this._faultRow(action));
     });
     root.append(el("h3", {}, "ARES actions"), ares, el("h3", {}, "Queue faults"), queue);
+    if (calls.childElementCount) root.append(el("h3", {}, "Dependency faults"), calls);
     if (skipped.length) {
       const why = skipped.map((a) => `${a.action} (needs ${a.targets.includes("edge") ? "an edge" : `a ${a.targets.join(" or ")} stage`})`);
       root.append(el("p", { class: "skipped", id: "skipped-actions" }, `Not offered (nothing in this DAG for them): ${why.join(", ")}.`));

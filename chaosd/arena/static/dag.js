@@ -1,12 +1,24 @@
 // The DAG, left to right: stages by depth, the current route, removed stages and edges, open breakers,
-// and the active faults written on what they hit. Everything ever seen keeps its place, removed or not.
+// each stage's attempt rate, p95 and error share over the telemetry window, and the active faults written on
+// what they hit. Everything ever seen keeps its place, removed or not.
 import { setAttr, setText, svgEl, toggle } from "./dom.js";
 
-const COL = 150;
+const COL = 170;
 const ROW = 62;
-const NODE_W = 116;
-const NODE_H = 34;
+const NODE_W = 140;
+const NODE_H = 44;
 const MARGIN = 14;
+
+// A stage's figures on one line: "212/s · p95 9.1 ms · 3% err" (no attempts in the window: "idle").
+export function stageLine(st) {
+  if (!st || !(st.attempts_per_s > 0)) return "idle";
+  const rate = st.attempts_per_s >= 10 ? st.attempts_per_s.toFixed(0) : st.attempts_per_s.toFixed(1);
+  const ms = st.p95_s * 1000;
+  const p95 = ms >= 1000 ? `${st.p95_s.toFixed(1)} s` : ms >= 10 ? `${ms.toFixed(0)} ms` : `${ms.toFixed(1)} ms`;
+  const share = st.error_share * 100;
+  const err = share === 0 ? "0" : share < 1 ? "<1" : share.toFixed(0);
+  return `${rate}/s · p95 ${p95} · ${err}% err`;
+}
 
 export class DagView {
   constructor(svg) {
@@ -28,6 +40,7 @@ export class DagView {
     const present = new Set(dag.edges);
     const removedEdges = new Set(dag.removed_edges);
     const open = new Set(dag.breakers_open || []);
+    const stages = dag.stages || {};
     const onRoute = new Set(route);
     const routeEdges = new Set(route.slice(1).map((b, i) => `${route[i]}->${b}`));
     const hits = new Map();
@@ -45,6 +58,13 @@ export class DagView {
       toggle(g.root, "faulted", hits.has(name));
       setAttr(g.root, "data-state", removed ? "removed" : open.has(name) ? "breaker-open" : onRoute.has(name) ? "route" : "idle");
       setText(g.note, hits.has(name) ? `⚡ ${hits.get(name).join(", ")}` : open.has(name) ? "breaker open" : "");
+      const st = stages[name];
+      setText(g.stats, stageLine(st));
+      setAttr(g.root, "data-breaker", st ? st.breaker : "closed");
+      setAttr(g.root, "data-attempts-per-s", st ? String(st.attempts_per_s) : "0");
+      setAttr(g.root, "data-error-share", st ? String(st.error_share) : "0");
+      setAttr(g.root, "data-p95-s", st ? String(st.p95_s) : "0");
+      toggle(g.root, "erring", Boolean(st && st.error_share >= 0.05));
     }
     for (const [key, e] of this.edgeEls) {
       const [a, b] = key.split("->");
@@ -112,15 +132,17 @@ export class DagView {
     }
     for (const [n, p] of pos) {
       const note = svgEl("text", { class: "node-note", x: p.x + NODE_W / 2, y: p.y + NODE_H + 12, "text-anchor": "middle" });
+      const stats = svgEl("text", { class: "node-stats", x: p.x + NODE_W / 2, y: p.y + NODE_H - 8, "text-anchor": "middle" });
       const root = svgEl(
         "g",
         { class: "node", "data-node": n },
         svgEl("rect", { x: p.x, y: p.y, width: NODE_W, height: NODE_H, rx: 6 }),
-        svgEl("text", { class: "node-name", x: p.x + NODE_W / 2, y: p.y + NODE_H / 2 + 4, "text-anchor": "middle" }, n),
+        svgEl("text", { class: "node-name", x: p.x + NODE_W / 2, y: p.y + 17, "text-anchor": "middle" }, n),
+        stats,
         note,
       );
       nodeLayer.append(root);
-      this.nodeEls.set(n, { root, note });
+      this.nodeEls.set(n, { root, note, stats });
     }
     this.svg.append(edgeLayer, nodeLayer);
   }

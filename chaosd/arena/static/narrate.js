@@ -5,6 +5,7 @@ import { reasonText, stallLateMs, toneOf } from "./states.js";
 // The log's filter groups, in the order of their check boxes.
 export const GROUPS = {
   fault: "faults",
+  incident: "incidents",
   leader: "leader",
   agent: "agents",
   supervisor: "agents",
@@ -115,6 +116,16 @@ const HEALED = {
   remove_edge: () => "the route goes around it",
 };
 
+// An unplanned incident's cause: "answer · error, 2900 failed attempts" (a python stage adds its exception), or
+// the figures that left tolerance when no stage failed ("p95, queue out of tolerance").
+export function causeText(cause) {
+  if (!cause) return "";
+  const signals = (cause.signals || []).join(", ");
+  if (!cause.stage) return signals ? `${signals} out of tolerance` : "";
+  const error = cause.error ? ` (${cause.error})` : "";
+  return `${cause.stage} · ${cause.reason}${error}, ${cause.failed} failed attempt${cause.failed === 1 ? "" : "s"}`;
+}
+
 // ctx keeps what a later event needs: when the leader was lost, each fault's injection time, the throttle's run.
 export function narrate(kind, d, ctx) {
   const list = (v) => (Array.isArray(v) ? v.join(", ") : String(v ?? ""));
@@ -145,6 +156,24 @@ export function narrate(kind, d, ctx) {
         default:
           return ["info", `${d.action} #${d.id}: ${d.state}`];
       }
+    case "incident": {
+      // An incident nobody injected: the service left its steady state with no fault in play.
+      const cause = causeText(d.cause);
+      const why = cause ? `: ${cause}` : "";
+      switch (d.state) {
+        case "opened":
+          return ["bad", `✗ incident #${d.id} opened, no fault injected (since ${fmtNum(d.started_at)} s)${why}`];
+        case "recovered":
+          return [
+            "good",
+            `✓ incident #${d.id} recovered` + (d.recovery_s === null || d.recovery_s === undefined ? "" : ` in ${fmtSeconds(d.recovery_s)}`) + why,
+          ];
+        case "failed":
+          return ["bad", `✗ incident #${d.id}: service did not recover in time${why}`];
+        default:
+          return ["info", `· incident #${d.id}: ${d.state}${why}`];
+      }
+    }
     case "leader":
       if (d.state === "lost") {
         ctx.leaderLostAt = d.t;

@@ -4,6 +4,7 @@ import { CHARTS, admissionChart, chartPointsFromTimeline } from "./chartdefs.js"
 import { LineChart } from "./charts.js";
 import { el } from "./dom.js";
 import { fmtNum, fmtSeconds } from "./format.js";
+import { causeText } from "./narrate.js";
 import { ScoreRing } from "./ring.js";
 
 // The charts of a report: the shared ones, and the throttle factor's when the run used aimd (or a report too
@@ -137,17 +138,19 @@ export function renderPostmortem(root, report, title) {
     ]),
     "pm-faults",
   );
-  // An incident of one fault says nothing its fault's row does not: only those grouping several are listed.
-  const grouped = (report.incidents || []).filter((i) => (i.faults || []).length > 1);
+  // An incident of one fault says nothing its fault's row does not: only those grouping several are listed,
+  // and those nobody injected (unplanned: the service left its steady state with no fault in play), with their cause.
+  const grouped = (report.incidents || []).filter((i) => (i.faults || []).length > 1 || i.unplanned);
   const incidents = pmTable(
-    ["#", "faults", "actions", "started", "recovery", "outcome"],
+    ["#", "faults", "actions", "started", "recovery", "outcome", "cause"],
     grouped.map((i) => [
       String(i.id),
-      (i.faults || []).map((id) => `#${id}`).join(", "),
-      (i.actions || []).join(", "),
+      (i.faults || []).map((id) => `#${id}`).join(", ") || "none injected",
+      (i.actions || []).join(", ") || "–",
       `${fmtNum(i.started_at)} s`,
       fmtSeconds(i.recovery_s),
       i.outcome ?? "–",
+      i.unplanned ? `unplanned: ${causeText(i.cause) || "–"}` : "–",
     ]),
     "pm-incidents",
   );
@@ -180,7 +183,7 @@ export function renderPostmortem(root, report, title) {
     el("h3", {}, "Incidents"),
     grouped.length
       ? incidents
-      : el("p", { class: "pm-note", id: "pm-incidents-none" }, nFaults ? "No faults overlapped: each was its own incident (see Faults)." : "No faults."),
+      : el("p", { class: "pm-note", id: "pm-incidents-none" }, nFaults ? "No faults overlapped: each was its own incident (see Faults); none nobody injected." : "No faults, and no incident nobody injected."),
     el("h3", {}, "Diagnostics"),
     diagnostics,
     ...expectations,

@@ -2,7 +2,7 @@
 // batching: frames are queued as they come and handed over at most once per animation frame.
 
 const KINDS = [
-  "fault", "leader", "agent", "detector", "throttle", "lever", "score", "survival", "scenario", "window",
+  "fault", "incident", "leader", "agent", "detector", "throttle", "lever", "score", "survival", "scenario", "window",
   "breaker", "supervisor", "dag", "mcp", "memory", "run", "gap", "overflow", "close",
 ];
 const REPLAY = 200; // a fresh page shows the recent past

@@ -1,0 +1,103 @@
+"""Handlers the dependency and lifecycle tests name in their configs (``dependency_handlers:get`` …).
+
+Each writes one JSON line per event to the file named by ``$CHAOSD_TEST_CALLS`` (the daemon runs in another
+process): setup and teardown with their stage, and every call with what the handler's real client saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+import aiohttp
+
+from chaosd.handlers import StageContext, StageInfo
+from chaosd.pipeline import Task
+
+
+def _write(**line: Any) -> None:
+    path = os.environ.get("CHAOSD_TEST_CALLS")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"t": time.time(), "pid": os.getpid(), **line}) + "\n")
+
+
+async def setup(stage: StageInfo) -> aiohttp.ClientSession:
+    _write(event="setup", stage=stage.stage, dependencies=dict(stage.dependencies))
+    return aiohttp.ClientSession()
+
+
+async def teardown(session: object, stage: StageInfo) -> None:
+    assert isinstance(session, aiohttp.ClientSession)
+    await session.close()
+    _write(event="teardown", stage=stage.stage)
+
+
+async def failing_setup(stage: StageInfo) -> None:
+    raise ConnectionRefusedError(f"cannot reach the model for {stage.stage}")
+
+
+async def get(task: Task, context: StageContext) -> None:
+    """One GET through the stage's ``svc`` dependency; the line says the status or the error, and the time."""
+    session = context.state
+    assert isinstance(session, aiohttp.ClientSession), "setup's session is the state"
+    url = context.dependencies["svc"] + "/search"
+    started = time.monotonic()
+    try:
+        async with session.get(url, params={"q": str(task.id)}) as response:
+            body = await response.read()
+            status = response.status
+    except (TimeoutError, aiohttp.ClientError, OSError, asyncio.CancelledError) as exc:
+        # CancelledError: chaosd cut the call at the stage's timeout.
+        _write(
+            event="call",
+            stage=context.stage,
+            error=type(exc).__name__,
+            dt=time.monotonic() - started,
+            faults=list(context.faults),
+        )
+        raise
+    _write(
+        event="call",
+        stage=context.stage,
+        status=status,
+        bytes=len(body),
+        dt=time.monotonic() - started,
+        faults=list(context.faults),
+    )
+    if status >= 400:
+        raise RuntimeError(f"the service answered {status}")
+
+
+async def echo(task: Task, context: StageContext) -> None:
+    """One round trip over raw TCP through the stage's ``echo`` dependency (``tcp://host:port``)."""
+    host, _, port = context.dependencies["echo"].removeprefix("tcp://").rpartition(":")
+    started = time.monotonic()
+    message = f"task {task.id}\n".encode()
+    try:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(message)
+            await writer.drain()
+            answer = await reader.readexactly(len(message))
+        finally:
+            writer.close()
+    except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError) as exc:
+        _write(
+            event="call",
+            stage=context.stage,
+            error=type(exc).__name__,
+            dt=time.monotonic() - started,
+            faults=list(context.faults),
+        )
+        raise
+    _write(
+        event="call",
+        stage=context.stage,
+        ok=answer == message,
+        dt=time.monotonic() - started,
+        faults=list(context.faults),
+    )
