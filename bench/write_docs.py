@@ -149,6 +149,14 @@ BENCHES = (
         "the capacity policy's targets, listed in its section",
         markdown=True,
     ),
+    Bench(
+        "replications",
+        "Replications on local processes",
+        (),
+        "Wall time of the same 8 replications (120 s survival runs) with `--jobs 1` and `--jobs 2`, interleaved; "
+        "the reports must be the same bytes",
+        "≥ 1.8× with 2 jobs on 2 cores",
+    ),
 )
 
 HEADER = """# Benchmarks

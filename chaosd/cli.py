@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -25,10 +26,10 @@ from chaosd.errors import ConfigError, FaultError
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from chaosd.config import Settings
+    from chaosd.replicate import RunSpec
     from chaosd.runner import Experiment
-    from chaosd.scenario import Scenario
     from chaosd.telemetry.snapshot import Snapshot
+    from chaosd.views import ReportView
 
 __all__ = ["main"]
 
@@ -54,6 +55,16 @@ def _seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError("must be ≥ 0")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1 (got {value})")
     return value
 
 
@@ -104,6 +115,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--overlap", action="store_true", help="survival: faults last 2×interval and stack (default: one at a time)"
     )
+    run.add_argument(
+        "--replications",
+        type=_count,
+        metavar="N",
+        help="run N seeds (the first is --seed's) and report each number's 95 %% CI",
+    )
+    run.add_argument(
+        "--jobs", type=_count, metavar="J", help="replications: processes to run them on (default: the cores)"
+    )
+    run.add_argument(
+        "--cluster", metavar="ADDRESS", help="replications: on this Dask scheduler instead (tcp://HOST:PORT)"
+    )
     post = sub.add_parser(
         "report",
         help="print a run report's summary (did it heal, why, what to fix), or write it as one HTML page",
@@ -113,6 +136,34 @@ def _parser() -> argparse.ArgumentParser:
     post.add_argument("file", type=Path, help="a JSON run report (chaosd run --report, or the daemon's)")
     post.add_argument("--html", action="store_true", help="write the HTML post-mortem instead of printing the summary")
     post.add_argument("-o", "--out", type=Path, help="with --html: where to write it (default: FILE with .html)")
+    sweep = sub.add_parser(
+        "sweep",
+        help="run an experiment at every value of one or two config keys; find the capacity knee and collapse onset",
+        description="Run the experiment (virtual time) once, or --replications N times, at every point of one or two "
+        "--param ranges, and find along the first where goodput stops keeping up (the knee) and where it falls (the "
+        "collapse onset). Writes the JSON to --out and its chart next to it (.html).",
+    )
+    sweep.add_argument("scenario", nargs="?", help="scenario file, or the name of a shipped one")
+    sweep.add_argument(
+        "--param",
+        action="append",
+        required=True,
+        metavar="KEY=START:STOP:STEP",
+        help="a config key and its values: load.rate=100:800:50 (stop included) or workers.count=2,4,8; twice: a grid",
+    )
+    sweep.add_argument("--config", type=Path, help="TOML config file")
+    sweep.add_argument("--seed", type=_seed, help="base seed (overrides config and scenario); every point uses it")
+    sweep.add_argument("--duration", type=_duration, help="clock time of each run, e.g. 600 or 10m")
+    sweep.add_argument("--warmup", type=_duration, help="initial time excluded from each run (default 10 %%)")
+    sweep.add_argument("--replications", type=_count, default=1, metavar="N", help="seeds per point (default 1)")
+    sweep.add_argument("--jobs", type=_count, metavar="J", help="processes to run on (default: the cores)")
+    sweep.add_argument("--cluster", metavar="ADDRESS", help="run on this Dask scheduler instead (tcp://HOST:PORT)")
+    sweep.add_argument("-o", "--out", type=Path, help="where to write the JSON (default sweep.json; chart: .html)")
+    sweep.add_argument("--quiet", action="store_true", help="print no progress and no table")
+    sweep.add_argument("--survival", action="store_true", help="inject random faults every --interval in each run")
+    sweep.add_argument("--interval", type=_duration, default=10.0, help="survival: seconds between faults (10)")
+    sweep.add_argument("--actions", help="survival: comma-separated subset of the catalogue (default: every action)")
+    sweep.add_argument("--overlap", action="store_true", help="survival: faults last 2×interval and stack")
     worker = sub.add_parser("worker", help="run a worker (or orchestrator replica) process for backend.kind = redis")
     worker.add_argument("--config", type=Path, help="TOML config file (the daemon's: the same [backend] section)")
     worker.add_argument("--settings-json", type=Path, help=argparse.SUPPRESS)  # the daemon's own children
@@ -188,92 +239,62 @@ class _ProgressBar:
             self._bar[0].stop()
 
 
-def _run(args: argparse.Namespace) -> int:
-    from chaosd.config import load_settings  # noqa: PLC0415 - the engine, only for the commands that run it
-    from chaosd.handlers import refuse_virtual_time  # noqa: PLC0415
-    from chaosd.plans import (  # noqa: PLC0415
-        SURVIVAL_DEFAULT,
-        check_actions,
-        check_expectations,
-        evaluate_expectations,
-        scenario_plan,
-        survival_plan,
-        survival_timing,
+def _run_spec(args: argparse.Namespace) -> RunSpec:
+    """The run the command line asks for, as a spec every replication can rebuild."""
+    from chaosd.replicate import RunSpec, SurvivalSpec  # noqa: PLC0415
+
+    survival = None
+    if args.survival:
+        subset = tuple(a.strip() for a in args.actions.split(",") if a.strip()) if args.actions else None
+        survival = SurvivalSpec(interval=args.interval, actions=subset, overlap=args.overlap)
+    elif args.actions or args.overlap:
+        raise ConfigError([(f"--{'actions' if args.actions else 'overlap'}", "", "only with --survival")])
+    return RunSpec(
+        scenario=args.scenario,
+        config=str(args.config) if args.config is not None else None,
+        overlay={} if args.seed is None else {"seed": args.seed},
+        duration=args.duration,
+        warmup=args.warmup,
+        survival=survival,
     )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from chaosd.plans import evaluate_expectations  # noqa: PLC0415 - the engine, only for the commands that run it
+    from chaosd.replicate import prepare  # noqa: PLC0415
     from chaosd.report import render_summary, write_report  # noqa: PLC0415
     from chaosd.runner import run_offline  # noqa: PLC0415
-    from chaosd.scenario import find_scenario, load_scenario, settings_for  # noqa: PLC0415
 
-    scenario: Scenario | None = None
-    overlay: dict[str, object] = {}
-    if args.seed is not None:
-        overlay["seed"] = args.seed
-    if args.scenario is not None:
-        path = find_scenario(args.scenario)
-        scenario = load_scenario(path)
-        # The command line's overrides (the seed) go on top, keeping the scenario's (derived) duration.
-        settings: Settings = settings_for(scenario, path, args.config, overlay)
-        check_actions(scenario.actions, str(path), settings.faults.max_ttl)
-        check_expectations(scenario.expect, str(path))  # values too, before anything runs
-    else:
-        settings = load_settings(args.config, overlay, "command line")
-    duration = args.duration or (scenario.duration if scenario else None) or settings.run.duration
-    warmup = args.warmup
-    if warmup is None and scenario is not None:
-        warmup = scenario.warmup
-    if warmup is None:
-        warmup = settings.run.warmup
-    if warmup is None:
-        warmup = duration / 10
-    if warmup >= duration:
-        return _fail([f"--warmup: {warmup:g} s must be shorter than the duration ({duration:g} s)"])
-    report_path = args.report or Path(settings.run.report)
-    plan = None
-    if args.survival:
-        subset = tuple(a.strip() for a in args.actions.split(",") if a.strip()) if args.actions else SURVIVAL_DEFAULT
-        if args.interval <= 0:
-            return _fail([f"--interval: must be > 0 (got {args.interval:g})"])
-        ttl, room = survival_timing(
-            args.interval,
-            default_ttl=settings.faults.default_ttl,
-            max_ttl=settings.faults.max_ttl,
-            confirm=settings.recovery.confirm,
-            overlap=args.overlap,
+    spec = _run_spec(args)
+    if args.replications is None and (args.jobs is not None or args.cluster is not None):
+        return _fail([f"--{'jobs' if args.jobs is not None else 'cluster'}: only with --replications"])
+    if args.replications is not None:
+        return _replicate(args, spec)
+    every = max(1, round(60 / args.interval)) if args.interval > 0 else 1  # a progress line a simulated minute
+
+    def progress(exp: Experiment) -> None:
+        if args.quiet or len(exp.plan_log) % every:
+            return
+        live = exp.live_score()
+        score = "none yet" if live.total is None else f"{live.total:.1f} ({live.grade})"  # nothing measured
+        _out(
+            f"  survival   t={exp.pipeline.elapsed():7.1f}s actions={sum(1 for e in exp.plan_log if e.get('ok'))} "
+            f"active={len(exp.injector.active())} score={score}"
         )
-        every = max(1, round(60 / args.interval))  # a progress line about once a simulated minute
 
-        def progress(exp: Experiment) -> None:
-            if args.quiet or len(exp.plan_log) % every:
-                return
-            live = exp.live_score()
-            score = "none yet" if live.total is None else f"{live.total:.1f} ({live.grade})"  # nothing measured
-            _out(
-                f"  survival   t={exp.pipeline.elapsed():7.1f}s actions={sum(1 for e in exp.plan_log if e.get('ok'))} "
-                f"active={len(exp.injector.active())} score={score}"
-            )
-
-        plan = survival_plan(
-            args.interval, subset, settings.seed, ttl=ttl, room=room, last_at=duration - ttl, progress=progress
-        )
-    elif args.actions or args.overlap:
-        return _fail([f"--{'actions' if args.actions else 'overlap'}: only with --survival"])
-    elif scenario is not None and scenario.actions:
-        plan = scenario_plan(scenario.actions)
-    if not args.realtime:  # a user's stage handler waits on the real clock: refused before anything starts
-        refuse_virtual_time(settings.stages, str(args.config or (path if scenario is not None else "configuration")))
-    if not args.realtime and settings.backend.kind == "redis":  # its workers are processes, on the real clock
-        source = str(args.config or (path if scenario is not None else "configuration"))
-        return _fail([f"{source}: backend.kind: 'redis' runs real processes in real time: use `chaosd run --realtime`"])
-    bar = None if args.quiet or not sys.stdout.isatty() else _ProgressBar(duration, virtual=not args.realtime)
+    ready = prepare(spec, realtime=args.realtime, progress=progress)
+    scenario = ready.scenario
+    report_path = args.report or Path(ready.settings.run.report)
+    bar = None if args.quiet or not sys.stdout.isatty() else _ProgressBar(ready.duration, virtual=not args.realtime)
     started = wall_time()
     try:
         report = run_offline(
-            settings,
-            duration=duration,
-            warmup=warmup,
+            ready.settings,
+            duration=ready.duration,
+            warmup=ready.warmup,
             virtual=not args.realtime,
             scenario=scenario.name if scenario else None,
-            plan=plan,
+            plan=ready.plan,
             on_tick=bar,
             stop_on=(signal.SIGINT,),
         )
@@ -304,12 +325,137 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
+    """``--replications N``: N seeds on local processes (or ``--cluster``); the base seed's report, with the
+    ``replications`` block and its expectations judged over every run."""
+    from chaosd.replicate import MAX_REPLICATIONS, prepare, replicate  # noqa: PLC0415
+    from chaosd.report import render_summary, write_report  # noqa: PLC0415
+
+    if args.realtime:
+        return _fail(["--replications: only in virtual time (without --realtime)"])
+    if args.replications > MAX_REPLICATIONS:
+        return _fail([f"--replications: at most {MAX_REPLICATIONS} (got {args.replications})"])
+    if args.cluster is not None:
+        if args.jobs is not None:
+            return _fail(["--jobs: not with --cluster (the cluster's workers run the replications)"])
+        from chaosd.cluster import check_address  # noqa: PLC0415 - no dask: it checks the text
+
+        check_address(args.cluster)
+    ready = prepare(spec)  # every error a replication could meet, before any process starts
+    report_path = args.report or Path(ready.settings.run.report)
+    n = args.replications
+
+    def done(index: int, report: ReportView) -> None:
+        if not args.quiet:
+            score = report["score"]
+            shown = "none" if score["total"] is None else f"{score['total']:.1f} ({score['grade']})"
+            _out(f"  replication {index + 1}/{n} seed {report['seed']}: score {shown}")
+
+    started = wall_time()
+    try:
+        report = replicate(spec, n, jobs=args.jobs, cluster=args.cluster, on_done=done)
+    except KeyboardInterrupt:
+        print("chaosd: interrupted; no report written", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    wall = wall_time() - started
+    write_report(report, report_path)
+    if not args.quiet:
+        _out(render_summary(report))
+        _out(f"  report     {report_path} · {n} runs · {wall:.2f} s wall")
+    if any(not e["passed"] for e in report.get("expectations", [])):
+        return EXIT_EXPECTATION
+    return 0
+
+
+def _sweep_command(args: argparse.Namespace) -> str:
+    """The command that gives the same numbers (--jobs, --cluster and --out change where, not what)."""
+    parts = ["chaosd", "sweep", *([args.scenario] if args.scenario else [])]
+    for flag, value in (("--config", args.config), ("--seed", args.seed)):
+        if value is not None:
+            parts += [flag, str(value)]
+    for flag, seconds in (("--duration", args.duration), ("--warmup", args.warmup)):
+        if seconds is not None:
+            parts += [flag, f"{seconds:g}"]
+    for param in args.param:
+        parts += ["--param", param]
+    if args.replications != 1:
+        parts += ["--replications", str(args.replications)]
+    if args.survival:
+        parts += [
+            "--survival",
+            "--interval",
+            f"{args.interval:g}",
+            *(["--actions", args.actions] if args.actions else []),
+        ]
+        parts += ["--overlap"] if args.overlap else []
+    return shlex.join(parts)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """``chaosd sweep``: every point's runs, then the JSON to --out and its chart page next to it."""
+    from chaosd.sweep import run_sweep  # noqa: PLC0415 - the engine, only for the commands that run it
+    from chaosd.sweep_chart import write_html  # noqa: PLC0415
+    from chaosd.sweep_params import parse_params  # noqa: PLC0415
+    from chaosd.sweep_view import render_sweep, write_sweep  # noqa: PLC0415
+
+    out = args.out or Path("sweep.json")
+    if out.suffix.lower() in (".html", ".htm"):
+        return _fail([f"--out: {out} is where the JSON goes; its chart is written next to it as .html"])
+    if args.cluster is not None:
+        if args.jobs is not None:
+            return _fail(["--jobs: not with --cluster (the cluster's workers run the points)"])
+        from chaosd.cluster import check_address  # noqa: PLC0415 - no dask: it checks the text
+
+        check_address(args.cluster)
+    params = parse_params(args.param)  # every param, then every point's settings, before any run starts
+    spec = _run_spec(args)
+    shown = -1
+
+    def done(finished: int, total: int) -> None:
+        nonlocal shown
+        tenth = finished * 10 // total
+        if not args.quiet and tenth > shown:  # about ten lines, however many runs
+            shown = tenth
+            _out(f"  sweep      {finished}/{total} runs done")
+
+    try:
+        view = run_sweep(
+            spec,
+            params,
+            replications=args.replications,
+            jobs=args.jobs,
+            cluster=args.cluster,
+            command=_sweep_command(args),
+            on_done=done,
+        )
+    except KeyboardInterrupt:
+        print("chaosd: interrupted; nothing written", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    write_sweep(view, out)
+    page = write_html(view, out.with_suffix(".html"))
+    if not args.quiet:
+        _out(render_sweep(view))
+        _out(f"  wrote      {out} · chart {page}")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     """``chaosd report FILE``: the text summary; ``--html [-o PATH]``: the HTML post-mortem."""
     from chaosd.arena.postmortem import load_report, write_postmortem  # noqa: PLC0415 - only for this command
 
     if args.out is not None and not args.html:
         return _fail(["--out: only with --html (the summary is printed)"])
+    from chaosd.sweep_view import read_sweep, render_sweep  # noqa: PLC0415 - a sweep file is told by its "sweep" key
+
+    sweep = read_sweep(args.file)
+    if sweep is not None:
+        if args.html:
+            from chaosd.sweep_chart import write_html  # noqa: PLC0415
+
+            _out(f"chaosd: wrote {write_html(sweep, args.out or args.file.with_suffix('.html'))}")
+        else:
+            _out(render_sweep(sweep))
+        return 0
     if args.html:
         _out(f"chaosd: wrote {write_postmortem(args.file, args.out)}")
         return 0
@@ -335,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             except KeyboardInterrupt:  # before the run started, or while the report was being written
                 print("chaosd: interrupted", file=sys.stderr, flush=True)
                 return EXIT_INTERRUPTED
+        if args.command == "sweep":
+            return _sweep(args)
         if args.command == "report":
             return _report(args)
         if args.command == "worker":

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from chaosd.confidence import mean_ci
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError, ScenarioError
 from chaosd.faults import CATALOGUE, FaultRecord
@@ -20,7 +21,7 @@ from chaosd.history import RecentLog
 from chaosd.humanize import host_stall, seconds
 from chaosd.runner import Experiment
 from chaosd.scenario import CHECKS, Scenario, ScenarioAction, split_metadata
-from chaosd.score import ScoreInputs, ScoreWeights, compute_score
+from chaosd.score import ScoreInputs, ScoreWeights, compute_score, grade
 from chaosd.views import (
     ExpectationView,
     ExpectedIncident,
@@ -48,6 +49,7 @@ __all__ = [
     "check_expectations",
     "check_speed",
     "evaluate_expectations",
+    "evaluate_replicated",
     "parse_expectations",
     "scenario_plan",
     "survival_plan",
@@ -544,6 +546,63 @@ def evaluate_expectations(expect: Mapping[str, object], report: JudgedReport) ->
         if not ok:
             result["because"] = _because(key, measured, blame, faults)
         results.append(result)
+    return results
+
+
+# Over replications, a threshold on a number is judged on its 95 % CI: a min_* passes only if the interval's lower
+# bound meets it, a max_* only if its upper bound does. A limit on counts or a flag holds only if every run meets it.
+_LOWER = ("min_score", "min_availability")
+_UPPER = ("max_recovery_s",)
+
+
+def evaluate_replicated(expect: Mapping[str, object], reports: Sequence[ReportView]) -> list[ExpectationView]:
+    """Check ``expect:`` over the reports of N replications of one run: one entry per expectation.
+
+    ``min_score`` and ``min_availability`` measure the lower bound of the runs' 95 % CI, ``max_recovery_s`` the
+    upper bound (of each run's slowest incident recovery), ``min_grade`` the grade of the score's lower bound;
+    ``lost_tasks``, ``duplicated_tasks``, ``all_recovered`` and ``checks_pass`` measure the worst run. One
+    report (or a CI that cannot be had) is judged as :func:`evaluate_expectations` judges it.
+    """
+    if not reports:
+        raise ValueError("no reports to judge")
+    checks = parse_expectations(expect, "scenario")
+    per_run = [evaluate_expectations(expect, r) for r in reports]
+    results: list[ExpectationView] = []
+    for k, check in enumerate(checks):
+        runs = [entries[k] for entries in per_run]
+        if len(reports) == 1:
+            results.append(runs[0])
+            continue
+        key = check.check
+        wanted = check.expected
+        if key in (*_LOWER, *_UPPER, "min_grade"):
+            values = [r["score"]["total"] for r in reports] if key == "min_grade" else [e["measured"] for e in runs]
+            numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+            ci = mean_ci(numbers)["ci95"] if len(numbers) == len(values) else None
+            bound = None if ci is None else ci[1] if key in _UPPER else ci[0]
+            measured: Measured = bound
+            if key == "min_grade":
+                measured = None if bound is None else grade(bound)
+                ok = measured is not None and _GRADES.index(measured) >= _GRADES.index(str(wanted))
+            elif bound is None:
+                ok = False
+            else:
+                ok = bound <= float(wanted) if key in _UPPER else bound >= float(wanted)
+            side = "upper" if key in _UPPER else "lower"
+            result: ExpectationView = {"check": key, "expected": wanted, "measured": measured, "passed": ok}
+            if not ok:
+                shown = "none (a run measured nothing)" if bound is None else f"{bound:g}"
+                result["because"] = f"{key}: the {side} bound of the 95 % CI over {len(reports)} runs is {shown}"
+            results.append(result)
+            continue
+        failing = [(report, e) for report, e in zip(reports, runs, strict=True) if not e["passed"]]
+        if not failing:
+            results.append({"check": key, "expected": wanted, "measured": runs[0]["measured"], "passed": True})
+            continue
+        report, first = failing[0]
+        worst = first.copy()
+        worst["because"] = f"seed {report['seed']} ({len(failing)} of {len(reports)} runs fail): {first.get('because')}"
+        results.append(worst)
     return results
 
 

@@ -25,7 +25,7 @@ from chaosd.humanize import (
     time_causes,
     value,
 )
-from chaosd.views import IncidentView, LatencyBlock, ReportView, StageReportView, ThrottleView
+from chaosd.views import IncidentView, LatencyBlock, ReplicationsView, ReportView, StageReportView, ThrottleView
 
 __all__ = ["latency_block", "render_summary", "rounded", "write_report"]
 
@@ -149,6 +149,8 @@ def render_summary(r: ReportView) -> str:
                 f"  score      {sc['total']:.1f} ({sc['grade']}) · availability {_dim(sc['availability'])} · "
                 f"recovery {_dim(sc['recovery'])} · consistency {_dim(sc['consistency'])} · formula v{sc['version']}"
             )
+        if "replications" in r:
+            lines.append(_replications_line(r["replications"]))
         top = ", ".join(f"{cause} {count} ({share})" for cause, count, share in cause_rows(diagnostics)[:4])
         if top:
             lines.append(f"  causes     {top}")
@@ -163,6 +165,21 @@ def render_summary(r: ReportView) -> str:
     lines.append("  what to fix" + ("" if todo else "  nothing stands out"))
     lines.extend(f"    - {line}" for line in todo)
     return "\n".join(lines)
+
+
+def _replications_line(rep: ReplicationsView) -> str:
+    """``score 85.4 ± 1.1 (95 % CI, 8 runs) · grade B in 8 of 8``: the score over every replication."""
+    n, score = rep["n"], rep["score"]
+    runs = f"{n} run{'s' if n != 1 else ''}"
+    if score["mean"] is None:
+        shown = f"none: no run measured one ({runs})"
+    elif score["ci95"] is None:
+        shown = f"{score['mean']:.1f} (one run: no CI)"
+    else:
+        shown = f"{score['mean']:.1f} ± {(score['ci95'][1] - score['ci95'][0]) / 2:.1f} (95 % CI, {runs})"
+    counts = rep["grade_counts"]  # a JSON report's keys come back sorted: listed here best grade first
+    grades = ", ".join(f"{g} in {counts[g]} of {n}" for g in ("A+", "A", "B", "C", "D", "F", "none") if g in counts)
+    return f"  runs       score {shown} · grade {grades}"
 
 
 def _unplanned_lines(incidents: list[IncidentView]) -> list[str]:

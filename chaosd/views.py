@@ -40,8 +40,10 @@ __all__ = [
     "FaultView",
     "IncidentCause",
     "IncidentView",
+    "MeanCI",
     "PlanEnd",
     "RefuseReason",
+    "ReplicationsView",
     "RunInstant",
     "ScoreView",
     "ServiceSignal",
@@ -569,7 +571,42 @@ class ReportView(TypedDict):
     runtime: NotRequired[RuntimeView]
     actions: NotRequired[list[PlanLogEntry]]
     expectations: NotRequired[list[ExpectationView]]
+    replications: NotRequired[ReplicationsView]
     stages: NotRequired[Annotated[dict[str, StageReportView], Field(description="per stage, over the measured window")]]
+
+
+# --- replications: one run's numbers over N seeds -----------------------------------------------------------
+
+
+@_closed
+class MeanCI(TypedDict):
+    """The mean of one number over the runs that measured it, and its 95 % confidence interval."""
+
+    mean: float | None
+    ci95: Annotated[
+        list[float] | None,
+        Field(description="[lo, hi]: Student's t on the per-run values, n - 1 degrees of freedom; null when n < 2"),
+    ]
+    n: Annotated[int, Field(ge=0, description="runs that measured it")]
+
+
+@_closed
+class ReplicationsView(TypedDict):
+    """The same run repeated on N seeds: each number's mean and 95 % CI over the runs, and how the grade fell."""
+
+    n: Annotated[int, Field(ge=1)]
+    seeds: Annotated[list[int], Field(description="one per run, in order; the first is the report's own")]
+    score: MeanCI
+    components: Annotated[dict[str, MeanCI], Field(description="each score dimension (null ones left out)")]
+    grade_counts: Annotated[dict[str, int], Field(description="runs per grade, best grade first")]
+    recovery_s: Annotated[
+        dict[str, MeanCI], Field(description="per fault action: its per-run mean recovery, seconds, over runs with one")
+    ]
+    goodput: Annotated[MeanCI, Field(description="goodput per second")]
+    completed: Annotated[MeanCI, Field(description="completions per second")]
+    wait_mean_s: Annotated[MeanCI, Field(description="mean queue wait, seconds")]
+    p95_s: Annotated[MeanCI, Field(description="p95 sojourn, seconds")]
+    lost: Annotated[MeanCI, Field(description="lost tasks per run")]
 
 
 # --- API answers ------------------------------------------------------------------------------------------
