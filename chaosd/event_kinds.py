@@ -16,7 +16,9 @@ from chaosd.views import (  # EventKind: defined where EventView needs it
     DetectorStateName,
     EventKind,
     IncidentCause,
+    PhasesView,
     PlanEnd,
+    PredictionView,
     ThrottleMove,
 )
 from chaosd.wire import RevertCause
@@ -94,6 +96,8 @@ class FaultRecovered(TypedDict):
     action: str
     state: Literal["recovered"]
     recovery_s: float | None  # None: judged with its incident, no time of its own
+    phases: PhasesView  # where the time went (chaosd.faults.record.phases)
+    prediction: PredictionView | None  # the fluid model's time from the measured rates
 
 
 class FaultUnrecovered(TypedDict):
@@ -118,8 +122,10 @@ class IncidentOpened(TypedDict):
 class IncidentRecovered(TypedDict):
     id: int
     state: Literal["recovered"]
-    recovery_s: float | None  # from its start (or its last fault's blow) to the start of the confirming stretch
+    recovery_s: float | None  # from its start (or its last fault's blow) until the service was back
     cause: IncidentCause
+    phases: PhasesView
+    prediction: PredictionView | None
 
 
 class IncidentUnrecovered(TypedDict):

@@ -41,7 +41,11 @@ __all__ = [
     "IncidentCause",
     "IncidentView",
     "MeanCI",
+    "PhaseName",
+    "PhaseSpans",
+    "PhasesView",
     "PlanEnd",
+    "PredictionView",
     "RefuseReason",
     "ReplicationsView",
     "RunInstant",
@@ -76,6 +80,58 @@ class BaselineView(TypedDict):
     seconds: Annotated[float, Field(ge=0, description="how much fault-free time it covers, seconds")]
 
 
+# The intervals a recovery time is made of, in order: from the clock's start until the service was seen out of
+# tolerance, until the mechanism healed (or the fault was lifted), until the backlog drained, until the figures
+# settled back within tolerance (the recovery).
+PhaseName = Literal["detection", "heal", "drain", "settle"]
+_Moment = Annotated[
+    float | None, Field(description="seconds from the fault's clock start (negative: before it); null: not seen")
+]
+
+
+@_closed
+class PhaseSpans(TypedDict):
+    """How long each phase of a recovery lasted, seconds (their sum is the recovery time)."""
+
+    detection: Duration
+    heal: Duration
+    drain: Duration
+    settle: Duration
+
+
+@_closed
+class PhasesView(TypedDict):
+    """Where a recovery's time went: its moments, from the fault's (or incident's) clock start."""
+
+    detected: Annotated[_Moment, Field(description="the first tick out of tolerance")]
+    healed: Annotated[_Moment, Field(description="the mechanism healed, or the fault was lifted")]
+    drained: Annotated[_Moment, Field(description="the queue back within tolerance of its baseline depth")]
+    recovered: Annotated[_Moment, Field(description="the service back within tolerance: what recovery_s measures")]
+    confirmed: Annotated[_Moment, Field(description="the confirming hold (recovery.confirm) ended: the verdict")]
+    spans: PhaseSpans | None  # null until it recovered
+    dominant: Annotated[PhaseName | None, Field(description="the longest span; null until it recovered")]
+
+
+@_closed
+class PredictionView(TypedDict):
+    """The fluid model's recovery time from the measured rates: the heal, then the backlog drained at the spare
+    capacity, ``drain_s = backlog / (capacity_rate - arrival_rate)``."""
+
+    predicted_s: Annotated[Duration | None, Field(description="seconds: heal_s + drain_s; null when it cannot drain")]
+    heal_s: Annotated[
+        Duration, Field(description="seconds from the clock's start to the heal (0 on the restore clock)")
+    ]
+    drain_s: Annotated[
+        Duration | None, Field(description="seconds to drain the backlog; null when capacity_rate ≤ arrival_rate")
+    ]
+    drains: Annotated[bool, Field(description="capacity_rate > arrival_rate: the backlog can drain")]
+    backlog: Annotated[int, Field(ge=0, description="tasks waiting above the baseline depth when it healed")]
+    arrival_rate: Annotated[
+        Rate, Field(description="λ, tasks/s admitted to the queue, measured from the heal until drained")
+    ]
+    capacity_rate: Annotated[Rate, Field(description="cμ, tasks/s the able workers serve, measured likewise")]
+
+
 @_closed
 class FaultView(TypedDict):
     """One fault: what was injected, on what, and its verdict."""
@@ -105,6 +161,8 @@ class FaultView(TypedDict):
     recovered: bool
     outcome: Annotated[FaultOutcome, Field(description="aborted: its run ended before its verdict (as stored)")]
     incident: Annotated[int, Field(ge=0)]
+    phases: PhasesView
+    prediction: PredictionView | None  # null: nothing to predict from (it never healed, or no baseline)
     run_id: NotRequired[Annotated[str, Field(description="the run it belongs to (in a run's history)")]]
 
 
@@ -140,6 +198,8 @@ class IncidentView(TypedDict):
     stalled_s: Annotated[float, Field(ge=0, description="seconds, while open, the daemon's own process was paused")]
     unplanned: Annotated[bool, Field(description="opened by the service leaving its steady state, no fault in play")]
     cause: IncidentCause | None  # unplanned: its stage and reason (null for an incident a fault opened)
+    phases: PhasesView  # of the member that came back last (or its own, unplanned), from the incident's clock
+    prediction: PredictionView | None
 
 
 @_closed

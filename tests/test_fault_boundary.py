@@ -198,6 +198,8 @@ class Snapshot:
     lateness: float = 0.0
     cpu_wait: float = 0.0
     mean_service: float = 0.001
+    admitted_rate: float = 100.0
+    capacity_rate: float = 1000.0  # one able worker at mean_service
 
 
 def _public(cls: type) -> set[str]:
@@ -205,9 +207,11 @@ def _public(cls: type) -> set[str]:
 
 
 def _injector(rt: FakeRuntime, **recovery: float) -> Injector:
-    return Injector(
+    injector = Injector(
         FaultsConfig(), RecoveryConfig(confirm=2.0, **recovery), SloConfig(), rt, random.Random(1), EventLog(), 1.0
     )
+    injector.dated = False  # the fake's figures are instantaneous: no trailing window to date a recovery back by
+    return injector
 
 
 def _tick(injector: Injector, rt: FakeRuntime, t: float, goodput: float = 100.0) -> None:

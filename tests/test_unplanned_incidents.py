@@ -41,7 +41,9 @@ OPEN_AFTER = RecoveryConfig().unplanned_after  # seconds out of tolerance before
 
 def _injector(rt: FakeRuntime, events: EventLog, **kw: float) -> Injector:
     recovery = RecoveryConfig(confirm=CONFIRM, limit=kw.pop("limit", 60.0))
-    return Injector(FaultsConfig(), recovery, SloConfig(), rt, random.Random(1), events, TICK, **kw)  # type: ignore[arg-type]
+    injector = Injector(FaultsConfig(), recovery, SloConfig(), rt, random.Random(1), events, TICK, **kw)  # type: ignore[arg-type]
+    injector.dated = False  # the fake's figures are instantaneous: no trailing window to date a recovery back by
+    return injector
 
 
 def _drive(injector: Injector, rt: FakeRuntime, until: float, shape: Shape, start: float = 0.0) -> None:

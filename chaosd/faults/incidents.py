@@ -16,9 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from chaosd.faults.record import IMPACT_KINDS, Baseline, FaultRecord, TaskImpact, impact_between
+from chaosd.faults.record import (
+    IMPACT_KINDS,
+    Baseline,
+    FaultRecord,
+    TaskImpact,
+    Trace,
+    impact_between,
+    phases,
+    prediction,
+)
 from chaosd.history import Sum
-from chaosd.views import FailReason, IncidentCause, IncidentView
+from chaosd.views import FailReason, IncidentCause, IncidentView, PhasesView, PredictionView
 from chaosd.wire import PENDING, FaultState, IncidentOutcome
 
 # IMPACT_KINDS, TaskImpact and impact_between live in chaosd.faults.record; imported from here too.
@@ -44,9 +53,11 @@ class Unplanned:
     back: float | None = None  # the service's recovery: the start of the confirming stretch
     stalled_s: float = 0.0
     streak_from: float | None = None
+    back_from: float | None = None  # where the streak's service came back (its windowed figures dated back)
     streak_paused: float = 0.0
     last_judged_within: bool | None = None
     last_judged_at: float = float("-inf")
+    trace: Trace = field(default_factory=Trace)  # its phases, from its first tick out (judged as healed then)
 
 
 @dataclass(slots=True)
@@ -100,12 +111,40 @@ class Incident:
         return max(0.0, max(judged) - max(starts))
 
     @property
+    def clock_start(self) -> float:
+        """Where its clock starts: its last blow (see the module), or its own first tick out (unplanned)."""
+        starts = [m.clock_start for m in self.members]
+        if self.unplanned is not None:
+            starts.append(self.unplanned.started_at)
+        return max(starts) if starts else 0.0
+
+    def explained(self) -> tuple[PhasesView, PredictionView | None]:
+        """Its recovery's phases and prediction, from its clock start: those of the member (or its own verdict,
+        unplanned) that came back last, since that is when the service was back for all of them."""
+        start, seconds = self.clock_start, self.recovery_s
+        back = [m for m in self.members if m.service_recovered_at is not None]
+        member = max(back, key=lambda m: (m.service_recovered_at or 0.0, m.id), default=None)
+        own = self.unplanned
+        if own is not None and (member is None or (own.back or 0.0) >= (member.service_recovered_at or 0.0)):
+            return phases(own.trace, start, own.started_at, own.back, seconds), None
+        if member is None:  # none came back (yet): the last blow's member tells what is known
+            member = max(self.members, key=lambda m: (m.clock_start, m.id), default=None)
+        if member is None:
+            return phases(Trace(), start, None, None, None), None
+        healed = member.mechanism_recovered_at
+        return (
+            phases(member.trace, start, healed, member.service_recovered_at, seconds),
+            prediction(member.trace, start, healed),
+        )
+
+    @property
     def started_at(self) -> float:
         """Its first fault's injection, or its first tick out of tolerance (unplanned)."""
         own = [self.unplanned.started_at] if self.unplanned is not None else []
         return min([m.injected_at for m in self.members] + own)
 
     def as_dict(self) -> IncidentView:
+        explained = self.explained()
         return {
             "id": self.id,
             "faults": [m.id for m in self.members],
@@ -119,6 +158,8 @@ class Incident:
             "stalled_s": self.stalled_s,
             "unplanned": self.unplanned is not None,
             "cause": _copied(self.unplanned.cause) if self.unplanned is not None else None,
+            "phases": explained[0],
+            "prediction": explained[1],
         }
 
 

@@ -5,7 +5,9 @@ released; stop conditions that pull it. Recovery is observed on what users feel:
 *mechanism* recovered when the runtime's own healing did its job (its action says when), and its
 *service* recovered when goodput, error rate, p95 sojourn and queue depth stayed within tolerance of
 the steady-state baseline (or within the configured SLO) for the confirmation window, a stretch that
-reaches past the mechanism's recovery. The baseline is fed only while no fault is active or
+reaches past the mechanism's recovery; its start is dated back to where the trailing window's figures came
+back (see :meth:`Injector._came_back`), and each recovery's phases and fluid-model prediction are kept in its
+:class:`~chaosd.faults.record.Trace`. The baseline is fed only while no fault is active or
 recovering, and counts only once it covers ``recovery.baseline_min``; a fault with neither a baseline
 nor an SLO to judge against is ``unmeasured``, never recovered. Two clocks: faults a mechanism heals
 are timed from injection (time to heal); faults nothing heals, from the moment they are lifted (time
@@ -34,7 +36,15 @@ from chaosd.errors import FaultError
 from chaosd.events import EventLog
 from chaosd.faults.catalogue import CATALOGUE
 from chaosd.faults.incidents import Incident, IncidentBook, Unplanned
-from chaosd.faults.record import IMPACT_KINDS, Baseline, FaultRecord, check_labels, impact_between, matches
+from chaosd.faults.record import (
+    IMPACT_KINDS,
+    Baseline,
+    FaultRecord,
+    Trace,
+    check_labels,
+    impact_between,
+    matches,
+)
 from chaosd.faults.runtime import Runtime
 from chaosd.history import Kept, Sum
 from chaosd.views import FailReason, IncidentCause, ServiceSignal
@@ -76,6 +86,10 @@ class ServiceView(Protocol):
     def cpu_wait(self) -> float: ...
     @property
     def mean_service(self) -> float: ...
+    @property
+    def capacity_rate(self) -> float: ...
+    @property
+    def admitted_rate(self) -> float: ...
 
 
 # The task tally, the stages' failed attempts by (stage, reason), their handlers' errors by (stage, exception).
@@ -144,6 +158,10 @@ class Injector:
         self._stall = stall
         self._stall_window = window
         self._perturbed_until = float("-inf")
+        self._last_perturbed = float("-inf")  # the newest tick the host perturbed
+        # Date a recovery back to where its windowed figures came back (see _came_back); False: at the first tick
+        # judged within tolerance, the window's resolution (a control for tests and benchmarks).
+        self.dated = True
         self._waits: deque[float] = deque(maxlen=max(1, round(window / tick)))  # cpu_wait per tick, over a window
         self._wait_limit = recovery.cpu_wait * window
         if unplanned_after is None:
@@ -391,6 +409,8 @@ class Injector:
         if s.lateness >= self._stall or sum(self._waits) >= self._wait_limit:
             self._perturbed_until = s.t + self._stall_window
         perturbed = s.t < self._perturbed_until
+        if perturbed:
+            self._last_perturbed = s.t
         # Work per tick follows the faults still in play, not every fault the daemon ever injected.
         pending = self._pending
         for record in pending:
@@ -531,19 +551,25 @@ class Injector:
             return False
         within = not outside
         felt = False
+        base = own.baseline
+        depth = s.queue_depth - (base.queue_depth if base is not None else 0.0)
+        own.trace.see(s.t, outside, within or not perturbed, own.started_at, depth, s.admitted_rate, s.capacity_rate)
         if not within and perturbed:  # the host's lateness: neither breaks the streak nor counts towards it
             if own.streak_from is not None:
                 own.streak_paused += perturbed
         else:
             felt = not within
+            was_out = own.last_judged_within is False
             own.last_judged_within, own.last_judged_at = within, s.t
             if not within:
                 own.streak_from = None
                 own.streak_paused = 0.0
             elif own.streak_from is None:
                 own.streak_from = s.t
+                own.back_from = self._came_back(own.trace, s.t, was_out, own.started_at)
             if own.streak_from is not None and s.t - own.streak_from - own.streak_paused >= self.recovery.confirm:
-                own.back = own.streak_from
+                own.back = own.back_from if own.back_from is not None else own.streak_from
+                own.trace.confirm(s.t)
                 self._settle_unplanned(incident, "recovered", s.t)
                 return felt
         if s.t > limit:
@@ -569,6 +595,7 @@ class Injector:
             return
         outcome = incident.outcome
         if outcome == "recovered":
+            phases, predicted = incident.explained()
             self._events.record(
                 now,
                 "incident",
@@ -577,6 +604,8 @@ class Injector:
                 state="recovered",
                 recovery_s=incident.recovery_s,
                 cause=own.cause,
+                phases=phases,
+                prediction=predicted,
             )
         elif outcome != "recovering":
             self._events.record(now, "incident", about=incident, id=incident.id, state=outcome, cause=own.cause)
@@ -602,13 +631,19 @@ class Injector:
                 self._events.record(
                     s.t, "fault", about=record, id=record.id, action=record.action, state="mechanism_recovered"
                 )
-        within = self._within(s, record.baseline)
+        base = record.baseline
+        outside = self._outside(s, base)
         end = record.reverted_at if record.reverted_at is not None else record.injected_at + record.ttl
-        if within is None:
+        if outside is None:
             if not record.active and (record.mechanism_recovered_at is not None or s.t > end + self.recovery.limit):
                 self._settle(record, "unmeasured", s.t)  # nothing to judge the service against: no verdict, no time
             return False
+        within = not outside
         judged = within or not perturbed
+        healed_at = record.mechanism_recovered_at
+        depth = s.queue_depth - (base.queue_depth if base is not None else 0.0)
+        record.trace.see(s.t, outside, judged, healed_at, depth, s.admitted_rate, s.capacity_rate)
+        was_out = record._last_judged_within is False
         if not judged:
             if record._streak_from is not None:
                 record._streak_paused += perturbed
@@ -623,6 +658,7 @@ class Injector:
                 record._streak_paused = 0.0
             elif record._streak_from is None:
                 record._streak_from = s.t
+                record._back_from = self._came_back(record.trace, s.t, was_out, healed_at)
         if (
             judged
             and record.mechanism_recovered_at is not None
@@ -630,7 +666,9 @@ class Injector:
             and s.t - record._streak_from - record._streak_paused >= self.recovery.confirm
             and s.t >= record.mechanism_recovered_at
         ):
-            record.service_recovered_at = max(record._streak_from, record.injected_at)
+            back = record._back_from if record._back_from is not None else record._streak_from
+            record.service_recovered_at = max(back, record.injected_at)
+            record.trace.confirm(s.t)
             self._settle(record, "recovered", s.t)
             return felt
         if s.t > end + self.recovery.limit:
@@ -644,6 +682,18 @@ class Injector:
             self._settle(record, "unmeasured" if unjudged and record.mechanism_recovered_at else "failed", s.t)
         return felt
 
+    def _came_back(self, trace: Trace, t: float, was_out: bool, healed: float | None) -> float:
+        """Where the service came back, for a stretch within tolerance starting at ``t``.
+
+        Right after a judged tick out, the trailing window's figures lag: dated back to the window's start, or
+        the queue's first tick back within tolerance, whichever is later (:meth:`Trace.dated_back`), and
+        never before the heal or a tick the host perturbed. Otherwise (the fault's first judged tick) at ``t``.
+        """
+        if not (self.dated and was_out):
+            return t
+        not_before = max(self._last_perturbed, healed if healed is not None and healed <= t else float("-inf"))
+        return trace.dated_back(t, self._stall_window, not_before)
+
     def _settle(self, record: FaultRecord, outcome: Verdict, now: float) -> None:
         """The fault's verdict: counted in the totals, its incident judged once its last member has one."""
         record.outcome = outcome
@@ -652,8 +702,17 @@ class Injector:
             # Shared incidents are judged as one (see the incident): the fault has no time of its own then.
             if (seconds := record.recovery_s) is not None:
                 self.recovery_by_action.setdefault(record.action, Sum()).add(seconds)
+            view = record.as_dict()
             self._events.record(
-                now, "fault", about=record, id=record.id, action=record.action, state=outcome, recovery_s=seconds
+                now,
+                "fault",
+                about=record,
+                id=record.id,
+                action=record.action,
+                state=outcome,
+                recovery_s=seconds,
+                phases=view["phases"],
+                prediction=view["prediction"],
             )
         else:
             self._events.record(now, "fault", about=record, id=record.id, action=record.action, state=outcome)

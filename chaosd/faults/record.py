@@ -1,4 +1,4 @@
-"""A fault's record: what was injected on what, what users felt while it lasted, and its verdict."""
+"""A fault's record: what was injected on what, what users felt, its verdict, and where its time went."""
 
 from __future__ import annotations
 
@@ -7,20 +7,24 @@ from dataclasses import asdict, dataclass, field
 from typing import cast
 
 from chaosd.errors import FaultError
-from chaosd.views import BaselineView, FaultView
+from chaosd.views import BaselineView, FaultView, PhaseName, PhasesView, PredictionView, ServiceSignal
 from chaosd.wire import FaultClock, FaultState, RevertCause
 
 __all__ = [
     "IMPACT_KINDS",
     "MAX_LABELS",
+    "PHASES",
     "Baseline",
     "FaultRecord",
     "Memo",
     "MemoValue",
     "TaskImpact",
+    "Trace",
     "check_labels",
     "impact_between",
     "matches",
+    "phases",
+    "prediction",
 ]
 
 MAX_LABELS = 16
@@ -86,6 +90,139 @@ def matches(
     )
 
 
+# --- why a recovery took as long as it did: its phases, and the fluid model's prediction ----------------
+# A recovery time is cut at four moments: the first tick out of tolerance (``detected``), the mechanism's heal
+# or the fault's lifting (``healed``), the queue back within tolerance of its baseline depth (``drained``) and
+# the service back within tolerance (``recovered``, what ``recovery_s`` measures); ``confirmed`` is when the
+# confirming hold ended (the verdict). The spans between them add up to the recovery time; the longest one
+# dominated it.
+#
+# The fluid model treats tasks as a fluid: the backlog left when the fault healed drains at the spare capacity,
+# ``backlog / (cμ − λ)``, with λ and cμ measured from the heal until the queue drained (cμ: the able workers
+# over their measured mean service time). It cannot drain when cμ ≤ λ.
+
+PHASES: tuple[PhaseName, ...] = ("detection", "heal", "drain", "settle")
+
+
+@dataclass(slots=True)
+class Trace:
+    """What a recovery's explanation needs, gathered tick by tick: a few numbers, however long it lasts."""
+
+    detected_at: float | None = None  # the first judged tick out of tolerance
+    queue_within_since: float | None = None  # the first tick of the current run with the queue within tolerance
+    drained_at: float | None = None  # the first tick from the heal on with the queue within tolerance
+    confirmed_at: float | None = None  # the verdict's tick
+    backlog: int | None = None  # tasks above the baseline depth at the heal
+    arrivals: float = 0.0  # sums over the drain's ticks (after the heal, until drained): λ and cμ
+    capacity: float = 0.0
+    ticks: int = 0
+
+    def see(
+        self,
+        t: float,
+        outside: list[ServiceSignal],
+        judged: bool,
+        healed_at: float | None,
+        depth: float,
+        arrival_rate: float,
+        capacity_rate: float,
+    ) -> None:
+        """One tick: ``outside`` the figures out of tolerance, ``judged`` whether the tick counts (not the host's),
+        ``depth`` the queue depth above the baseline's."""
+        if judged and outside and self.detected_at is None:
+            self.detected_at = t
+        queue_within = "queue" not in outside
+        if not queue_within:
+            self.queue_within_since = None
+        elif self.queue_within_since is None:
+            self.queue_within_since = t
+        if healed_at is None or self.drained_at is not None:
+            return
+        if self.backlog is None:  # the heal's own tick: what is left to drain
+            self.backlog = max(0, round(depth))
+        if t > healed_at or queue_within:  # the heal's tick still shows the fault's capacity in its figures
+            self.arrivals += arrival_rate
+            self.capacity += capacity_rate
+            self.ticks += 1
+        if queue_within:
+            self.drained_at = t
+
+    def confirm(self, t: float) -> None:
+        """The verdict at ``t``: the drain is the queue's run within tolerance that lasted (it may have flapped)."""
+        self.confirmed_at = t
+        if self.drained_at is not None and self.queue_within_since is not None:
+            self.drained_at = max(self.drained_at, self.queue_within_since)
+
+    def dated_back(self, t: float, window: float, not_before: float) -> float:
+        """Where a stretch within tolerance that starts at ``t``, right after a judged tick out, began.
+
+        The windowed figures (rates, percentiles) at ``t`` cover the trailing ``window``: within tolerance over
+        all of it, the service was back at its start; the queue depth is read at each tick, so it was back at
+        the first tick of its run within tolerance. Never before ``not_before`` (the heal, a host's stall).
+        """
+        queue = self.queue_within_since if self.queue_within_since is not None else t
+        return min(t, max(t - window, queue, not_before))
+
+
+def _moment(at: float | None, start: float) -> float | None:
+    return None if at is None else at - start
+
+
+def phases(
+    trace: Trace,
+    start: float,
+    healed_at: float | None,
+    recovered_at: float | None,
+    recovery_s: float | None,
+) -> PhasesView:
+    """The moments from ``start`` (the clock's), and the spans of a recovery of ``recovery_s`` seconds."""
+    drained = trace.drained_at
+    if drained is not None and healed_at is not None:
+        drained = max(drained, healed_at)
+    view: PhasesView = {
+        "detected": _moment(trace.detected_at, start),
+        "healed": _moment(healed_at, start),
+        "drained": _moment(drained, start),
+        "recovered": _moment(recovered_at, start),
+        "confirmed": _moment(trace.confirmed_at, start),
+        "spans": None,
+        "dominant": None,
+    }
+    if recovery_s is None:
+        return view
+    cuts = []
+    low = 0.0
+    for at in (view["detected"], view["healed"], view["drained"]):
+        low = min(recovery_s, max(low, at if at is not None else low))
+        cuts.append(low)
+    detection, heal, drain = cuts
+    lasted = (detection, heal - detection, drain - heal, recovery_s - drain)
+    view["spans"] = {"detection": lasted[0], "heal": lasted[1], "drain": lasted[2], "settle": lasted[3]}
+    if recovery_s > 0:  # the longest span; ties go to the earlier phase
+        view["dominant"] = PHASES[max(range(len(PHASES)), key=lambda i: (lasted[i], -i))]
+    return view
+
+
+def prediction(trace: Trace, start: float, healed_at: float | None) -> PredictionView | None:
+    """The fluid model's recovery time: the heal, then ``backlog / (capacity − λ)``; None before a heal."""
+    if healed_at is None or trace.backlog is None or trace.ticks == 0:
+        return None
+    arrival = trace.arrivals / trace.ticks
+    capacity = trace.capacity / trace.ticks
+    heal = max(0.0, healed_at - start)
+    drains = trace.backlog == 0 or capacity > arrival
+    drain = trace.backlog / (capacity - arrival) if trace.backlog and drains else 0.0 if drains else None
+    return {
+        "predicted_s": heal + drain if drain is not None else None,
+        "heal_s": heal,
+        "drain_s": drain,
+        "drains": drains,
+        "backlog": trace.backlog,
+        "arrival_rate": arrival,
+        "capacity_rate": capacity,
+    }
+
+
 @dataclass(slots=True)
 class FaultRecord:
     """One fault, from injection to verdict; the injector updates it as the fault ends and its recovery shows."""
@@ -114,7 +251,9 @@ class FaultRecord:
     owner: object | None = None  # the plan (survival, scenario) that injected it, if one did
     shared: bool = False  # its incident has other faults: the recovery is the incident's, not its own
     stalled_s: float = 0.0  # seconds before its verdict the daemon's process was paused (or its window showed it)
+    trace: Trace = field(default_factory=Trace)  # its phases and the fluid model's inputs, as they were seen
     _streak_from: float | None = None
+    _back_from: float | None = None  # where the streak's service came back (its windowed figures dated back)
     _streak_paused: float = 0.0  # of the streak: seconds that could not count towards the hold (a stall's)
     _last_judged_within: bool | None = None  # the newest verdict on a tick the host did not perturb
     _last_judged_at: float = float("-inf")  # and when
@@ -169,4 +308,8 @@ class FaultRecord:
             "recovered": self.outcome == "recovered",
             "outcome": self.outcome,
             "incident": self.incident,
+            "phases": phases(
+                self.trace, self.clock_start, self.mechanism_recovered_at, self.service_recovered_at, self.recovery_s
+            ),
+            "prediction": prediction(self.trace, self.clock_start, self.mechanism_recovered_at),
         }

@@ -26,3 +26,37 @@ export function fmtClock(seconds) {
   const rest = s - m * 60;
   return `${m}:${rest < 10 ? "0" : ""}${rest.toFixed(1)}`;
 }
+
+// The setting whose timer paces each healing mechanism (as in the text summary).
+const HEAL_TIMERS = {
+  kill_leader: "orchestrator.lease_ttl",
+  kill_orchestrator: "orchestrator.lease_ttl",
+  kill_agent: "supervisor.backoff",
+  network_partition: "orchestrator.task_lease",
+  drop_messages: "orchestrator.task_lease",
+  mcp_disconnect: "the stage's reconnect backoff",
+};
+
+// Where a recovery's time went (its `phases` and `prediction`): the longest phase, and what would shorten it.
+const PHASE_WHY = {
+  detection: (span) => `${span} before it showed; telemetry.window and recovery.tolerance set how soon`,
+  heal: (span, p, actions) => {
+    const timers = [...new Set(actions.map((a) => HEAL_TIMERS[a]).filter(Boolean))].sort();
+    return `${span} until the mechanism healed; ${timers.length ? `${timers.join(" and ")} sets it` : "its own timers set it"}`;
+  },
+  drain: (span, p) =>
+    p && p.backlog
+      ? `${span} draining ${p.backlog} tasks at ${fmtNum(p.capacity_rate - p.arrival_rate)}/s of spare capacity; more workers would shorten it`
+      : `${span} draining the backlog; more workers would shorten it`,
+  settle: (span) => `${span} for p95, goodput and errors to settle once the queue drained`,
+};
+
+export function recoveryWhy(v) {
+  const phases = v && v.phases;
+  const dominant = phases && phases.dominant;
+  if (!dominant || !phases.spans || !PHASE_WHY[dominant]) return "";
+  const p = v.prediction;
+  const model = !p ? "" : p.predicted_s === null || p.predicted_s === undefined ? " (cannot drain)" : ` (fluid model ${fmtSeconds(p.predicted_s)})`;
+  const actions = v.actions || (v.action ? [v.action] : []);
+  return `${PHASE_WHY[dominant](fmtSeconds(phases.spans[dominant]), p, actions)}${model}`;
+}

@@ -1,5 +1,5 @@
 // Events told in plain words: "✗ kill_leader → orchestrator-0 killed", "✓ orchestrator-1 elected leader (0.48 s)".
-import { fmtNum, fmtSeconds } from "./format.js";
+import { fmtNum, fmtSeconds, recoveryWhy } from "./format.js";
 import { reasonText, stallLateMs, toneOf } from "./states.js";
 
 // The log's filter groups, in the order of their check boxes.
@@ -145,7 +145,9 @@ export function narrate(kind, d, ctx) {
         case "recovered":
           return [
             "good",
-            `✓ service recovered after ${d.action} #${d.id}` + (d.recovery_s === null || d.recovery_s === undefined ? "" : ` (${fmtSeconds(d.recovery_s)})`),
+            `✓ service recovered after ${d.action} #${d.id}` +
+              (d.recovery_s === null || d.recovery_s === undefined ? "" : ` (${fmtSeconds(d.recovery_s)})`) +
+              (recoveryWhy(d) ? `: ${recoveryWhy(d)}` : ""),
           ];
         case "failed":
           return ["bad", `✗ ${d.action} #${d.id}: service did not recover in time`];
@@ -166,7 +168,10 @@ export function narrate(kind, d, ctx) {
         case "recovered":
           return [
             "good",
-            `✓ incident #${d.id} recovered` + (d.recovery_s === null || d.recovery_s === undefined ? "" : ` in ${fmtSeconds(d.recovery_s)}`) + why,
+            `✓ incident #${d.id} recovered` +
+              (d.recovery_s === null || d.recovery_s === undefined ? "" : ` in ${fmtSeconds(d.recovery_s)}`) +
+              why +
+              (recoveryWhy(d) ? ` (${recoveryWhy(d)})` : ""),
           ];
         case "failed":
           return ["bad", `✗ incident #${d.id}: service did not recover in time${why}`];

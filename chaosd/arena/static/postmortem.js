@@ -3,7 +3,7 @@
 import { CHARTS, admissionChart, chartPointsFromTimeline } from "./chartdefs.js";
 import { LineChart } from "./charts.js";
 import { el } from "./dom.js";
-import { fmtNum, fmtSeconds } from "./format.js";
+import { fmtNum, fmtSeconds, recoveryWhy } from "./format.js";
 import { causeText } from "./narrate.js";
 import { ScoreRing } from "./ring.js";
 
@@ -126,7 +126,7 @@ export function renderPostmortem(root, report, title) {
     "pm-actions",
   );
   const faults = pmTable(
-    ["#", "action", "targets", "injected", "service recovered", "recovery", "outcome"],
+    ["#", "action", "targets", "injected", "service recovered", "recovery", "where the time went", "outcome"],
     (report.faults || []).map((f) => [
       String(f.id),
       f.action,
@@ -134,6 +134,7 @@ export function renderPostmortem(root, report, title) {
       `${fmtNum(f.injected_at)} s`,
       f.service_recovered_at === null || f.service_recovered_at === undefined ? "–" : `${fmtNum(f.service_recovered_at)} s`,
       fmtSeconds(f.recovery_s),
+      recoveryWhy(f) || "–",
       f.outcome ?? "–",
     ]),
     "pm-faults",
@@ -142,13 +143,14 @@ export function renderPostmortem(root, report, title) {
   // and those nobody injected (unplanned: the service left its steady state with no fault in play), with their cause.
   const grouped = (report.incidents || []).filter((i) => (i.faults || []).length > 1 || i.unplanned);
   const incidents = pmTable(
-    ["#", "faults", "actions", "started", "recovery", "outcome", "cause"],
+    ["#", "faults", "actions", "started", "recovery", "where the time went", "outcome", "cause"],
     grouped.map((i) => [
       String(i.id),
       (i.faults || []).map((id) => `#${id}`).join(", ") || "none injected",
       (i.actions || []).join(", ") || "–",
       `${fmtNum(i.started_at)} s`,
       fmtSeconds(i.recovery_s),
+      recoveryWhy(i) || "–",
       i.outcome ?? "–",
       i.unplanned ? `unplanned: ${causeText(i.cause) || "–"}` : "–",
     ]),
