@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from daemon_harness import TOKEN, Daemon, wait_for
 
 import chaosd.client as client_module
 from chaosd.client import (
@@ -32,7 +33,6 @@ from chaosd.client import (
     add_client_commands,
     run_client_command,
 )
-from tests.daemon_harness import TOKEN, Daemon, wait_for
 
 
 @dataclass(frozen=True)

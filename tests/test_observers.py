@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import live, settings
+from daemon_harness import Daemon, wait_for
 
 from chaosd.clock import LoopClock
 from chaosd.control import Controller
 from chaosd.events import Event
 from chaosd.wire import PENDING, TERMINAL
-from tests.conftest import live, settings
-from tests.daemon_harness import Daemon, wait_for
 
 
 def _script(raising: bool) -> Any:

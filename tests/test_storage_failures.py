@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.daemon_harness import Daemon, wait_for
+from daemon_harness import Daemon, wait_for
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs and sets chattr +i: needs root (CI is root)")
 
