@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from chaosd.errors import ConfigError
 
 if TYPE_CHECKING:
-    from chaosd.replicate import RunSpec
     from chaosd.views import ReportView
+
+Spec = TypeVar("Spec")  # what ``run`` takes: a picklable description of one run
 
 __all__ = ["CONNECT_TIMEOUT", "check_address", "run_on_cluster"]
 
@@ -33,13 +34,14 @@ def check_address(address: str) -> None:
 
 
 def run_on_cluster(
-    specs: Sequence[RunSpec],
+    run: Callable[[Spec], ReportView],
+    specs: Sequence[Spec],
     address: str,
     *,
     on_done: Callable[[int, ReportView], None] | None = None,
     timeout: float = CONNECT_TIMEOUT,
 ) -> list[ReportView]:
-    """Every spec's :func:`~chaosd.replicate.run_one` on the cluster at ``address``; the reports in spec order.
+    """Every spec's ``run`` (:func:`chaosd.replicate.run_one`) on the cluster at ``address``; the reports in spec order.
 
     The workers need chaosd importable, and the spec's scenario and config paths readable where they run.
     An address that cannot be reached within ``timeout`` seconds raises ConfigError naming ``--cluster``.
@@ -49,15 +51,13 @@ def run_on_cluster(
         from distributed import Client, as_completed  # noqa: PLC0415
     except ImportError:
         raise _refused("needs dask's distributed package: pip install 'chaosd[cluster]'") from None
-    from chaosd.replicate import run_one  # noqa: PLC0415
-
     try:
         client = Client(address, timeout=timeout)  # the default while it runs: as_completed finds it
     except (OSError, TimeoutError) as exc:
         raise _refused(f"cannot reach the scheduler at {address} within {timeout:g} s ({exc})") from None
     with client:
         # pure=False: equal specs are still separate runs; one key per spec keeps their order.
-        futures = client.map(run_one, list(specs), pure=False)
+        futures = client.map(run, list(specs), pure=False)
         index = {future.key: i for i, future in enumerate(futures)}
         if on_done is not None:
             for future in as_completed(futures):

@@ -222,7 +222,7 @@ def run_many(
     if cluster is not None:
         from chaosd.cluster import run_on_cluster  # noqa: PLC0415 - dask only when a cluster is asked for
 
-        return run_on_cluster(specs, cluster, on_done=on_done)
+        return run_on_cluster(run_one, specs, cluster, on_done=on_done)
     workers = min(jobs or default_jobs(), len(specs))
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_ignore_sigint)
     try:
