@@ -51,6 +51,15 @@ BENCHES = (
         "≥ 40 simulated s per wall s; at most 1.18× bare",
     ),
     Bench(
+        "peers",
+        "Virtual-time speed against SimPy and Ciw",
+        (),
+        "The `saturation` scenario's M/M/4 at ρ 0.9 (360 tasks/s, 10 ms exponential service) three ways, "
+        "interleaved: chaosd's full pipeline in virtual time, SimPy's bare model (a `Resource` of 4) and Ciw (one "
+        "node, 4 servers), in simulated seconds per wall second, with each one's mean wait against Erlang C's",
+        "chaosd at least as fast as SimPy's bare model (ratio ≥ 1)",
+    ),
+    Bench(
         "resilience_speed",
         "Virtual-time speed with faults",
         (),

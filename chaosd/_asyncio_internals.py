@@ -19,8 +19,10 @@ __all__ = [
     "MIN_SCHEDULED_TIMER_HANDLES",
     "TIMER_FIELDS",
     "Alarm",
+    "ClockedAlarm",
     "ClockedSelector",
     "ClockedSelectorLoop",
+    "alarm_class",
     "keeps_asyncio_time",
 ]
 
@@ -40,9 +42,10 @@ __all__ = [
 #   run_forever_turns  run_forever (hence run_until_complete) turns the loop by calling ``self._run_once()``
 #   handle_run         a Handle runs as ``_context.run(_callback, *_args)``, skipped once ``_cancelled``
 #   iteration_limits   asyncio.base_events' iteration constants have the values below
-#   task_wakeup        a Task awaiting an object that sets ``_asyncio_future_blocking`` calls its get_loop(),
-#                      add_done_callback(wakeup, context=...), then result() when woken, and cancel(msg=...) if
-#                      cancelled meanwhile; the wake-up takes the awaited object as its one argument
+#   task_wakeup        a Task awaiting an object that sets ``_asyncio_future_blocking`` calls its get_loop() (or,
+#                      without one, reads its ``_loop``), then add_done_callback(wakeup, context=...), result() when
+#                      woken, and cancel(msg=...) if cancelled meanwhile; the wake-up takes the awaited object as
+#                      its one argument
 #   isfuture_by_class  asyncio.isfuture asks the class for ``_asyncio_future_blocking``, not the instance
 #   monotonic_time     BaseEventLoop.time() is time.monotonic()
 
@@ -82,9 +85,9 @@ class Alarm:
     Sleeping on a future takes two turns of the loop: the timer sets the future's result, which schedules the
     task's wake-up for the next turn. A task hands its wake-up to what it awaits (``add_done_callback``), and an
     alarm hands it to the timer, so the task runs in the timer's own turn. asyncio's tasks accept any object that
-    behaves as a future this far: ``_asyncio_future_blocking``, ``get_loop``, ``add_done_callback``, ``result``
-    and ``cancel``. A cancelled sleeper (a killed agent, a stage's timeout) is woken at once, and raises
-    ``CancelledError`` where it awaited, as with a future.
+    behaves as a future this far: ``_asyncio_future_blocking``, ``_loop`` (read where there is no ``get_loop``:
+    no Python call), ``add_done_callback``, ``result`` and ``cancel``. A cancelled sleeper (a killed agent, a
+    stage's timeout) is woken at once, and raises ``CancelledError`` where it awaited, as with a future.
     """
 
     # No __slots__: a slot would make ``_asyncio_future_blocking`` a class attribute, and asyncio would then take an
@@ -97,23 +100,15 @@ class Alarm:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         self._loop = loop
-        self._when: float | None = when  # None once yielded to the task
+        self._when: float | None = when  # None once handed to the task
+        self._asyncio_future_blocking = True  # set at once: the alarm is yielded exactly once
 
     def __await__(self) -> Generator[Alarm, None, None]:
-        # An iterator that yields the alarm once, as a future's does; not a generator, which would add a frame.
-        return self  # type: ignore[return-value]
-
-    def __iter__(self) -> Alarm:
-        return self
-
-    def __next__(self) -> Alarm:
-        if self._when is None:  # resumed: the sleep is over
-            raise StopIteration
-        self._asyncio_future_blocking = True
-        return self
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
+        # A generator: the task's two resumptions (the yield, then the return) run in C, where an iterator's
+        # ``__next__`` would be two Python calls and a StopIteration raised in Python. Awaited again once over, it
+        # returns at once.
+        if self._when is not None:
+            yield self
 
     def add_done_callback(
         self, wakeup: Callable[[Alarm], object], *, context: contextvars.Context | None = None
@@ -137,6 +132,40 @@ class Alarm:
         self._cancelled = asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
         self._loop.call_soon(wakeup, self, context=self._context)
         return True
+
+
+class ClockedAlarm(Alarm):
+    """An alarm on a loop whose call_at is ClockedSelectorLoop's: it makes and pushes its timer itself, as that
+    call_at would (one Python call per sleep fewer; ``tests/test_hot_paths.py`` checks the timers match)."""
+
+    _loop: ClockedSelectorLoop
+
+    def add_done_callback(
+        self, wakeup: Callable[[Alarm], object], *, context: contextvars.Context | None = None
+    ) -> None:
+        when, self._when = self._when, None
+        assert when is not None, "an alarm wakes one task once"
+        self._wakeup, self._context = wakeup, context
+        loop = self._loop
+        if loop._closed:
+            raise RuntimeError("Event loop is closed")
+        timer = _new_timer(_TimerHandle)
+        timer._context = context if context is not None else contextvars.copy_context()  # type: ignore[attr-defined]
+        timer._loop = loop  # type: ignore[attr-defined]
+        timer._callback = wakeup  # type: ignore[attr-defined]
+        timer._args = (self,)
+        timer._cancelled = False
+        timer._repr = None  # type: ignore[attr-defined]
+        timer._source_traceback = None  # type: ignore[attr-defined]
+        timer._when = when  # type: ignore[attr-defined]
+        timer._scheduled = True  # type: ignore[attr-defined]
+        heapq.heappush(loop._scheduled, (when, timer))
+        self._handle = timer
+
+
+def alarm_class(loop: asyncio.AbstractEventLoop) -> type[Alarm]:
+    """The alarm for ``loop``: one that pushes its own timer where the loop's timers are ClockedSelectorLoop's."""
+    return ClockedAlarm if type(loop).call_at is ClockedSelectorLoop.call_at else Alarm
 
 
 class ClockedSelector(selectors.BaseSelector):
@@ -198,56 +227,66 @@ class ClockedSelectorLoop(asyncio.SelectorEventLoop):
         return timer
 
     def _run_once(self) -> None:
-        """asyncio's loop iteration on the heap of pairs (no debug-mode checks of slow callbacks)."""
-        scheduled = self._scheduled
+        """asyncio's loop iteration on the heap of pairs (no debug-mode checks of slow callbacks), repeated until the
+        loop is stopping: run_forever calls it, then stops once ``_stopping`` is set, so iterating here until then
+        runs the same iterations with one Python call per run instead of one per iteration (a simulated task takes
+        two or more)."""
         ready = self._ready
-        count = len(scheduled)
-        if (
-            count > MIN_SCHEDULED_TIMER_HANDLES
-            and self._timer_cancelled_count / count > MIN_CANCELLED_TIMER_HANDLES_FRACTION
-        ):
-            kept = []
-            for entry in scheduled:
-                if entry[1]._cancelled:
-                    entry[1]._scheduled = False  # type: ignore[attr-defined]
-                else:
-                    kept.append(entry)
-            heapq.heapify(kept)
-            self._scheduled = scheduled = kept
-            self._timer_cancelled_count = 0
-        else:
-            while scheduled and scheduled[0][1]._cancelled:
-                self._timer_cancelled_count -= 1
-                heapq.heappop(scheduled)[1]._scheduled = False  # type: ignore[attr-defined]
+        vselector = self._vselector
+        select = vselector.select
+        resolution = self._clock_resolution
+        process_events = self._process_events  # type: ignore[attr-defined]
+        heappop = heapq.heappop
+        while True:
+            scheduled = self._scheduled
+            count = len(scheduled)
+            if (
+                count > MIN_SCHEDULED_TIMER_HANDLES
+                and self._timer_cancelled_count / count > MIN_CANCELLED_TIMER_HANDLES_FRACTION
+            ):
+                kept = []
+                for entry in scheduled:
+                    if entry[1]._cancelled:
+                        entry[1]._scheduled = False  # type: ignore[attr-defined]
+                    else:
+                        kept.append(entry)
+                heapq.heapify(kept)
+                self._scheduled = scheduled = kept
+                self._timer_cancelled_count = 0
+            else:
+                while scheduled and scheduled[0][1]._cancelled:
+                    self._timer_cancelled_count -= 1
+                    heappop(scheduled)[1]._scheduled = False  # type: ignore[attr-defined]
 
-        # With callbacks ready, asyncio polls with a timeout of 0, which the virtual selector answers with nothing
-        # and no system call: so no poll at all here. Outside I/O is polled when the loop runs out of ready work.
-        if not (ready or self._stopping):
-            timeout = (
-                min(max(0.0, scheduled[0][0] - self._vselector.now), MAXIMUM_SELECT_TIMEOUT) if scheduled else None
-            )
-            events = self._vselector.select(timeout)
-            if events:
-                self._process_events(events)  # type: ignore[attr-defined]
+            # With callbacks ready, asyncio polls with a timeout of 0, which the virtual selector answers with
+            # nothing and no system call: so no poll at all here. Outside I/O is polled when the loop runs out of
+            # ready work.
+            if not (ready or self._stopping):
+                timeout = min(max(0.0, scheduled[0][0] - vselector.now), MAXIMUM_SELECT_TIMEOUT) if scheduled else None
+                events = select(timeout)
+                if events:
+                    process_events(events)
 
-        end = self._vselector.now + self._clock_resolution
-        while scheduled and scheduled[0][0] < end:
-            timer = heapq.heappop(scheduled)[1]
-            timer._scheduled = False  # type: ignore[attr-defined]
-            ready.append(timer)
+            end = vselector.now + resolution
+            while scheduled and scheduled[0][0] < end:
+                timer = heappop(scheduled)[1]
+                timer._scheduled = False  # type: ignore[attr-defined]
+                ready.append(timer)
 
-        # Each ready handle runs as its own ``_run`` would run it, written out here to save a Python call per
-        # callback: in its context, and a callback that raises is reported to the loop's exception handler.
-        for _ in range(len(ready)):
-            handle = ready.popleft()
-            if handle._cancelled:
-                continue
-            try:
-                handle._context.run(handle._callback, *handle._args)  # type: ignore[attr-defined]
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self.call_exception_handler(
-                    {"message": f"Exception in callback {handle!r}", "exception": exc, "handle": handle}
-                )
-        handle = None  # type: ignore[assignment]  # as asyncio: no cycle through this frame if a callback raised
+            # Each ready handle runs as its own ``_run`` would run it, written out here to save a Python call per
+            # callback: in its context, and a callback that raises is reported to the loop's exception handler.
+            for _ in range(len(ready)):
+                handle = ready.popleft()
+                if handle._cancelled:
+                    continue
+                try:
+                    handle._context.run(handle._callback, *handle._args)  # type: ignore[attr-defined]
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self.call_exception_handler(
+                        {"message": f"Exception in callback {handle!r}", "exception": exc, "handle": handle}
+                    )
+            handle = None  # type: ignore[assignment]  # as asyncio: no cycle through this frame if a callback raised
+            if self._stopping:
+                return

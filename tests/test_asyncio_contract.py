@@ -367,3 +367,45 @@ def test_monotonic_time(loop: asyncio.AbstractEventLoop) -> None:
         assert not internals.keeps_asyncio_time(vloop)
     finally:
         vloop.close()
+
+
+class _LoopOnly:
+    """Awaited as a future with no get_loop: what the task asks of it, and its ``_loop`` as set."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, calls: list[str]) -> None:
+        self._loop = loop
+        self._calls = calls
+        self._asyncio_future_blocking = True
+
+    def __await__(self) -> Iterator[_LoopOnly]:
+        yield self
+
+    def __getattr__(self, name: str) -> Any:  # only for what the instance lacks
+        self._calls.append(name)
+        raise AttributeError(name)
+
+    def add_done_callback(self, wakeup: Any, *, context: Any = None) -> None:
+        self._calls.append("add_done_callback")
+        self._loop.call_soon(wakeup, self, context=context)
+
+    def result(self) -> None:
+        self._calls.append("result")
+
+
+def test_task_wakeup_reads_the_loop_of_an_object_without_get_loop(loop: asyncio.AbstractEventLoop) -> None:
+    # An alarm has no get_loop (a Python call per sleep saved): the task looks for one, then takes ``_loop``.
+    calls: list[str] = []
+    assert loop.run_until_complete(_await(_LoopOnly(loop, calls))) == "woken"
+    assert calls == ["get_loop", "add_done_callback", "result"]
+    # The negative control: an object whose ``_loop`` is another loop is refused, so ``_loop`` is what is read.
+    other = asyncio.SelectorEventLoop()
+    try:
+        with pytest.raises(RuntimeError, match="different loop"):
+            loop.run_until_complete(_await(_LoopOnly(other, [])))
+    finally:
+        other.close()
+
+
+async def _await(awaited: _LoopOnly) -> str:
+    await awaited
+    return "woken"

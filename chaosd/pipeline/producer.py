@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import random
 from collections.abc import Callable
 from typing import Protocol
@@ -110,6 +111,8 @@ class Producer:
         share = self._share
         gap = self._gap
         bursty = self._bursty
+        poisson = not constant and not bursty
+        draw, log = self._rng.random, math.log
         flat_rate, flat_until = 0.0, float("-inf")
         while True:
             if not agent.gate_open and not agent.partitioned:
@@ -151,7 +154,12 @@ class Producer:
                     await self._queue.put(blocked)
                     t = now()
                 streak += 1
-            next_t += 1.0 / rate if constant else gap(rate)
+            if constant:
+                next_t += 1.0 / rate
+            elif poisson:
+                next_t += -log(1.0 - draw()) / rate  # expovariate(rate), written out (see make_sampler)
+            else:
+                next_t += gap(rate)
 
     def _throttled(self, factor: float) -> bool:
         """Whether the throttle refuses this offer: it admits ``factor`` of them, evenly, through a running credit."""
