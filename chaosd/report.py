@@ -26,6 +26,7 @@ from chaosd.humanize import (
     value,
 )
 from chaosd.views import (
+    IncidentCause,
     IncidentView,
     LatencyBlock,
     PhasesView,
@@ -232,21 +233,30 @@ def _recovery_lines(incidents: list[IncidentView]) -> list[str]:
     lines = ["  recovery   the slowest, and where the time went"]
     for i in slowest:
         what = "unplanned" if i["unplanned"] else " + ".join(i["actions"])
-        lines.append(
-            f"    #{i['id']} {what} {explain_recovery(i['recovery_s'], i['phases'], i['prediction'], i['actions'])}"
-        )
+        why = explain_recovery(i["recovery_s"], i["phases"], i["prediction"], i["actions"], i["cause"])
+        lines.append(f"    #{i['id']} {what} {why}")
     return lines
 
 
-def explain_recovery(took: float | None, ph: PhasesView, p: PredictionView | None, actions: Sequence[str] = ()) -> str:
+def explain_recovery(
+    took: float | None,
+    ph: PhasesView,
+    p: PredictionView | None,
+    actions: Sequence[str] = (),
+    cause: IncidentCause | None = None,
+) -> str:
     """``11.7 s: 10.0 s draining 2,000 tasks at 200/s of spare capacity; more workers would shorten it``: a
-    recovery of ``took`` seconds, the phase that dominated it (of ``ph``), the fluid model's time (``p``)."""
+    recovery of ``took`` seconds, the phase that dominated it (of ``ph``), the fluid model's time (``p``); an
+    incident nobody injected names its ``cause`` instead of a mechanism."""
     spans, dominant = ph["spans"], ph["dominant"]
     if took is None or spans is None or dominant is None:
         return "no recovery time"
     span = seconds(spans[dominant])
     if dominant == "detection":
         why = f"{span} before it showed out of tolerance; telemetry.window and recovery.tolerance set how soon"
+    elif dominant == "heal" and not actions and cause is not None and cause["stage"] is not None:
+        error = f", {cause['error']}" if cause["error"] else ""
+        why = f"{span} until {cause['stage']} stopped failing ({cause['reason']}{error}); nothing was injected"
     elif dominant == "heal":
         timers = sorted({_HEAL_TIMERS[a] for a in actions if a in _HEAL_TIMERS})
         why = f"{span} until the mechanism healed; " + (

@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 from daemon_harness import ROOT, Daemon, wait_for
 
+from chaosd.report import explain_recovery
+
 pytestmark = pytest.mark.slow
 
 TTL = 2.0  # seconds each fault lasts: long enough for ~40 calls at the rate below
@@ -310,7 +312,15 @@ def test_an_outage_nobody_injected_is_an_incident_with_its_cause_and_recovery(
     """The search service answers 503 to everything for 8 s, with no fault injected: chaosd opens an incident
     with no faults, names fetch and handler_error as its cause, and times its recovery from the outage's end."""
     outage = 8.0  # longer than recovery.unplanned_after (5 s), so the incident is open a while before it ends
-    daemon, _ = _daemon(tmp_path, _config(tmp_path, services.urls["search"], echo_port))
+    config = _config(tmp_path, services.urls["search"], echo_port)
+    # No breaker on fetch: its open time doubles while trials fail (2, 4, 8 s), so with one the service would come
+    # back at the first trial after the outage, wherever the host's timing put it, not at the outage's end.
+    text = config.read_text().replace(
+        'timeout = 0.6\nnext = ["talk"]', 'timeout = 0.6\nbreaker_threshold = 0\nnext = ["talk"]'
+    )
+    assert "breaker_threshold = 0" in text
+    config.write_text(text)
+    daemon, _ = _daemon(tmp_path, config)
     try:
         daemon.wait_for_baseline()
         # Negative control first: a healthy dependency for as long as the outage and its confirmation take.
@@ -341,6 +351,14 @@ def test_an_outage_nobody_injected_is_an_incident_with_its_cause_and_recovery(
         assert start - 0.5 <= incident["started_at"] <= start + 2.0, (start, incident)
         back = incident["started_at"] + incident["recovery_s"]
         assert abs(back - (start + outage)) <= 1.0, (start + outage, back, incident)
+        # Where the time went: it showed at once, and the outage itself is the heal span (nothing chaosd did).
+        phases = incident["phases"]
+        assert phases["detected"] == 0.0 and phases["dominant"] == "heal", phases
+        assert abs(phases["spans"]["heal"] - outage) <= 1.0, phases
+        why = explain_recovery(
+            incident["recovery_s"], phases, incident["prediction"], incident["actions"], incident["cause"]
+        )
+        assert "until fetch stopped failing (handler_error, RuntimeError); nothing was injected" in why, why
         scraped = daemon.scrape()
         assert scraped['chaosd_unplanned_incidents_total{outcome="recovered"}'] == 1
         assert scraped["chaosd_unplanned_incident_open"] == 0

@@ -14,7 +14,7 @@ while it is open joins it, as a fault joins any open incident: the service will 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from chaosd.faults.record import (
     IMPACT_KINDS,
@@ -126,7 +126,10 @@ class Incident:
         member = max(back, key=lambda m: (m.service_recovered_at or 0.0, m.id), default=None)
         own = self.unplanned
         if own is not None and (member is None or (own.back or 0.0) >= (member.service_recovered_at or 0.0)):
-            return phases(own.trace, start, own.started_at, own.back, seconds), None
+            # Nothing chaosd did healed it: it showed at its first tick out (its start), and whatever failed it
+            # stopped when the service came back, so the outage itself is its heal span.
+            seen = replace(own.trace, detected_at=own.started_at)
+            return phases(seen, start, own.back, own.back, seconds), None
         if member is None:  # none came back (yet): the last blow's member tells what is known
             member = max(self.members, key=lambda m: (m.clock_start, m.id), default=None)
         if member is None:

@@ -40,7 +40,10 @@ const HEAL_TIMERS = {
 // Where a recovery's time went (its `phases` and `prediction`): the longest phase, and what would shorten it.
 const PHASE_WHY = {
   detection: (span) => `${span} before it showed; telemetry.window and recovery.tolerance set how soon`,
-  heal: (span, p, actions) => {
+  heal: (span, p, actions, cause) => {
+    if (!actions.length && cause && cause.stage) {
+      return `${span} until ${cause.stage} stopped failing (${cause.reason}${cause.error ? `, ${cause.error}` : ""}); nothing was injected`;
+    }
     const timers = [...new Set(actions.map((a) => HEAL_TIMERS[a]).filter(Boolean))].sort();
     return `${span} until the mechanism healed; ${timers.length ? `${timers.join(" and ")} sets it` : "its own timers set it"}`;
   },
@@ -58,5 +61,5 @@ export function recoveryWhy(v) {
   const p = v.prediction;
   const model = !p ? "" : p.predicted_s === null || p.predicted_s === undefined ? " (cannot drain)" : ` (fluid model ${fmtSeconds(p.predicted_s)})`;
   const actions = v.actions || (v.action ? [v.action] : []);
-  return `${PHASE_WHY[dominant](fmtSeconds(phases.spans[dominant]), p, actions)}${model}`;
+  return `${PHASE_WHY[dominant](fmtSeconds(phases.spans[dominant]), p, actions, v.cause)}${model}`;
 }
