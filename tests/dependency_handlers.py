@@ -1,7 +1,8 @@
 """Handlers the dependency and lifecycle tests name in their configs (``dependency_handlers:get`` …).
 
-Each writes one JSON line per event to the file named by ``$CHAOSD_TEST_CALLS`` (the daemon runs in another
-process): setup and teardown with their stage, and every call with what the handler's real client saw.
+Each writes one JSON line per event to the file named by ``$CHAOSD_TEST_CALLS`` (the daemon, or a Redis worker,
+runs in another process): setup and teardown with their stage, and every call with what the handler's real client
+saw, with the process id, so a test tells the workers apart. tests/redis_dependency_handlers.py shares them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,23 +19,32 @@ import aiohttp
 from chaosd.handlers import StageContext, StageInfo
 from chaosd.pipeline import Task
 
+CALLS_VARIABLE = "CHAOSD_TEST_CALLS"
 
-def _write(**line: Any) -> None:
-    path = os.environ.get("CHAOSD_TEST_CALLS")
+
+def recorded(path: Path) -> list[dict[str, Any]]:
+    """Every line written so far to the file at ``path`` (none before the first)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def record(**line: Any) -> None:
+    path = os.environ.get(CALLS_VARIABLE)
     if path:
-        with open(path, "a", encoding="utf-8") as fh:
+        with open(path, "a", encoding="utf-8") as fh:  # one short append per line: whole lines across processes
             fh.write(json.dumps({"t": time.time(), "pid": os.getpid(), **line}) + "\n")
 
 
 async def setup(stage: StageInfo) -> aiohttp.ClientSession:
-    _write(event="setup", stage=stage.stage, dependencies=dict(stage.dependencies))
+    record(event="setup", stage=stage.stage, dependencies=dict(stage.dependencies))
     return aiohttp.ClientSession()
 
 
 async def teardown(session: object, stage: StageInfo) -> None:
     assert isinstance(session, aiohttp.ClientSession)
     await session.close()
-    _write(event="teardown", stage=stage.stage)
+    record(event="teardown", stage=stage.stage)
 
 
 async def failing_setup(stage: StageInfo) -> None:
@@ -52,7 +63,7 @@ async def get(task: Task, context: StageContext) -> None:
             status = response.status
     except (TimeoutError, aiohttp.ClientError, OSError, asyncio.CancelledError) as exc:
         # CancelledError: chaosd cut the call at the stage's timeout.
-        _write(
+        record(
             event="call",
             stage=context.stage,
             error=type(exc).__name__,
@@ -60,7 +71,7 @@ async def get(task: Task, context: StageContext) -> None:
             faults=list(context.faults),
         )
         raise
-    _write(
+    record(
         event="call",
         stage=context.stage,
         status=status,
@@ -86,7 +97,7 @@ async def echo(task: Task, context: StageContext) -> None:
         finally:
             writer.close()
     except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError) as exc:
-        _write(
+        record(
             event="call",
             stage=context.stage,
             error=type(exc).__name__,
@@ -94,7 +105,7 @@ async def echo(task: Task, context: StageContext) -> None:
             faults=list(context.faults),
         )
         raise
-    _write(
+    record(
         event="call",
         stage=context.stage,
         ok=answer == message,

@@ -2,49 +2,25 @@
 service they call (``python redis_dependency_handlers.py``: prints its port, answers ``GET /ok``).
 
 The handlers run in the Redis worker processes: each writes one JSON line per event to the file named by
-``$CHAOSD_REDIS_DEP_CALLS`` — setup and teardown, and every call with the status and the latency its own aiohttp
-client measured — with the process id, so the test tells the workers apart.
+``$CHAOSD_TEST_CALLS`` (setup, teardown and the writer are tests/dependency_handlers.py's): every call with the
+status and the latency its own aiohttp client measured, with the process id, so the test tells the workers apart.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import socket
 import sys
 import time
-from typing import Any
 
 import aiohttp
 from aiohttp import web
+from dependency_handlers import CALLS_VARIABLE, failing_setup, record, setup, teardown
 
-from chaosd.handlers import StageContext, StageInfo
+from chaosd.handlers import StageContext
 from chaosd.pipeline import Task
 
-CALLS_VARIABLE = "CHAOSD_REDIS_DEP_CALLS"
-
-
-def _write(**line: Any) -> None:
-    path = os.environ.get(CALLS_VARIABLE)
-    if path:
-        with open(path, "a", encoding="utf-8") as fh:  # one short append per line: whole lines across processes
-            fh.write(json.dumps({"t": time.time(), "pid": os.getpid(), **line}) + "\n")
-
-
-async def setup(stage: StageInfo) -> aiohttp.ClientSession:
-    _write(event="setup", stage=stage.stage, dependencies=dict(stage.dependencies))
-    return aiohttp.ClientSession()
-
-
-async def teardown(session: object, stage: StageInfo) -> None:
-    assert isinstance(session, aiohttp.ClientSession)
-    await session.close()
-    _write(event="teardown", stage=stage.stage)
-
-
-async def failing_setup(stage: StageInfo) -> None:
-    raise ConnectionRefusedError(f"cannot reach the model for {stage.stage}")
+__all__ = ["CALLS_VARIABLE", "call", "failing_setup", "setup", "teardown"]
 
 
 async def call(task: Task, context: StageContext) -> None:
@@ -60,7 +36,7 @@ async def call(task: Task, context: StageContext) -> None:
             response.raise_for_status()
     finally:
         latency = time.monotonic() - started
-        _write(event="call", task=task.id, status=status, latency=latency, faults=list(context.faults))
+        record(event="call", task=task.id, status=status, latency=latency, faults=list(context.faults))
 
 
 async def _ok(request: web.Request) -> web.Response:

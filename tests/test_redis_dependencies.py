@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pytest
 import redis
 from daemon_harness import Daemon, wait_for
+from dependency_handlers import recorded
 from redis_dependency_handlers import CALLS_VARIABLE
 from redis_harness import redis_settings, running_redis
 from test_redis_backend import RECOVERY, experiment, until
@@ -93,9 +94,7 @@ class Calls:
         self.path = path
 
     def all(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        return recorded(self.path)
 
     def calls(self, since: float = 0.0) -> list[dict[str, Any]]:
         """Calls begun after ``since`` (wall time)."""
