@@ -459,13 +459,7 @@ class FaultProxy:
             self.calls += 1
             faults = self.faults
             if faults is not NO_FAULTS:
-                if faults.timeout:
-                    self._count("dependency_timeout")
-                    await _hold(reader)
-                    return
-                if faults.reset_probability > 0 and self._chance(faults.reset_probability):
-                    self._count("dependency_reset")
-                    _reset(writer)
+                if await self._cut(faults, reader, writer):
                     return
                 if faults.error_status and self._chance(faults.error_probability):
                     self._count("dependency_error")
@@ -620,6 +614,19 @@ class FaultProxy:
         await writer.drain()
         return not close
 
+    async def _cut(self, faults: DependencyFaults, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """The faults that end a call before it reaches the upstream, HTTP or TCP alike: a timeout holds it open
+        unanswered until the caller gives up, a reset drops it. True if one did."""
+        if faults.timeout:
+            self._count("dependency_timeout")
+            await _hold(reader)
+            return True
+        if faults.reset_probability > 0 and self._chance(faults.reset_probability):
+            self._count("dependency_reset")
+            _reset(writer)
+            return True
+        return False
+
     # --- TCP -------------------------------------------------------------------------------------------------
 
     async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -627,14 +634,7 @@ class FaultProxy:
 
     async def _tcp_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.calls += 1
-        faults = self.faults
-        if faults.timeout:
-            self._count("dependency_timeout")
-            await _hold(reader)
-            return
-        if faults.reset_probability > 0 and self._chance(faults.reset_probability):
-            self._count("dependency_reset")
-            _reset(writer)
+        if await self._cut(self.faults, reader, writer):
             return
         try:
             conn = await self._connect()
