@@ -19,10 +19,8 @@ __all__ = [
     "MIN_SCHEDULED_TIMER_HANDLES",
     "TIMER_FIELDS",
     "Alarm",
-    "ClockedAlarm",
     "ClockedSelector",
     "ClockedSelectorLoop",
-    "alarm_class",
     "keeps_asyncio_time",
 ]
 
@@ -132,40 +130,6 @@ class Alarm:
         self._cancelled = asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
         self._loop.call_soon(wakeup, self, context=self._context)
         return True
-
-
-class ClockedAlarm(Alarm):
-    """An alarm on a loop whose call_at is ClockedSelectorLoop's: it makes and pushes its timer itself, as that
-    call_at would (one Python call per sleep fewer; ``tests/test_hot_paths.py`` checks the timers match)."""
-
-    _loop: ClockedSelectorLoop
-
-    def add_done_callback(
-        self, wakeup: Callable[[Alarm], object], *, context: contextvars.Context | None = None
-    ) -> None:
-        when, self._when = self._when, None
-        assert when is not None, "an alarm wakes one task once"
-        self._wakeup, self._context = wakeup, context
-        loop = self._loop
-        if loop._closed:
-            raise RuntimeError("Event loop is closed")
-        timer = _new_timer(_TimerHandle)
-        timer._context = context if context is not None else contextvars.copy_context()  # type: ignore[attr-defined]
-        timer._loop = loop  # type: ignore[attr-defined]
-        timer._callback = wakeup  # type: ignore[attr-defined]
-        timer._args = (self,)
-        timer._cancelled = False
-        timer._repr = None  # type: ignore[attr-defined]
-        timer._source_traceback = None  # type: ignore[attr-defined]
-        timer._when = when  # type: ignore[attr-defined]
-        timer._scheduled = True  # type: ignore[attr-defined]
-        heapq.heappush(loop._scheduled, (when, timer))
-        self._handle = timer
-
-
-def alarm_class(loop: asyncio.AbstractEventLoop) -> type[Alarm]:
-    """The alarm for ``loop``: one that pushes its own timer where the loop's timers are ClockedSelectorLoop's."""
-    return ClockedAlarm if type(loop).call_at is ClockedSelectorLoop.call_at else Alarm
 
 
 class ClockedSelector(selectors.BaseSelector):

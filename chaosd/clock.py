@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from chaosd._asyncio_internals import ClockedSelector, ClockedSelectorLoop, alarm_class, keeps_asyncio_time
+from chaosd._asyncio_internals import Alarm, ClockedSelector, ClockedSelectorLoop, keeps_asyncio_time
 
 if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
@@ -44,7 +44,7 @@ class Clock(Protocol):
 class LoopClock:
     """Reads the running event loop's clock, so a virtual loop makes it virtual."""
 
-    __slots__ = ("_alarm", "_loop", "now", "virtual")
+    __slots__ = ("_loop", "now", "virtual")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -52,7 +52,6 @@ class LoopClock:
         # A bound method stored once: ``now()`` is on the per-task hot path. asyncio's own loops read
         # time.monotonic(), so call it without the method in between (a task reads the clock three times).
         self.now = time.monotonic if keeps_asyncio_time(loop) else loop.time
-        self._alarm = alarm_class(loop)
 
     def sleep(self, seconds: float) -> Awaitable[None]:
         """What ``asyncio.sleep`` does, in one turn of the loop instead of two (see
@@ -60,7 +59,7 @@ class LoopClock:
         less yields once, as asyncio's does."""
         if seconds <= 0.0:
             return asyncio.sleep(0)
-        return self._alarm(self._loop, self.now() + seconds)
+        return Alarm(self._loop, self.now() + seconds)
 
     async def sleep_until(self, when: float) -> None:
         await self.sleep(when - self.now())

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from chaosd._asyncio_internals import TIMER_FIELDS, Alarm, ClockedAlarm, alarm_class
+from chaosd._asyncio_internals import Alarm
 from chaosd.clock import LoopClock, VirtualEventLoop
 from chaosd.config import ServiceConfig
 from chaosd.pipeline.stages import make_sampler
@@ -60,49 +60,3 @@ def test_an_alarm_sleeps_once_then_returns_at_once_and_a_cancel_wakes_it_where_i
     assert (slept, again) == (2.0, 2.0)
     # The cancelled 100 s sleep ended when cancelled (3 s), and its timer no longer holds the clock back.
     assert (cancelled_at, after) == (3.0, 3.5)
-
-
-def test_a_clocked_alarm_sets_the_timer_call_at_would() -> None:
-    loop = VirtualEventLoop()
-    clock = LoopClock(loop)
-    fields = [f for f in TIMER_FIELDS if f != "_scheduled"]
-    seen: list[tuple[dict[str, object], dict[str, object]]] = []
-
-    async def main() -> list[float]:
-        readings = [clock.now()]
-        alarm = clock.sleep(1.5)
-        assert isinstance(alarm, ClockedAlarm)
-        task = asyncio.ensure_future(_await(alarm))
-        await asyncio.sleep(0)  # the task awaits the alarm, which pushes its timer
-        pushed = alarm._handle
-        assert pushed is not None
-        reference = loop.call_at(pushed.when(), pushed._callback, *pushed._args, context=pushed._context)  # type: ignore[attr-defined]
-        seen.append(({f: getattr(pushed, f) for f in fields}, {f: getattr(reference, f) for f in fields}))
-        reference.cancel()
-        await task
-        readings += [clock.now(), loop.time()]
-        return readings
-
-    try:
-        readings = loop.run_until_complete(main())
-    finally:
-        loop.close()
-    ((pushed, reference),) = seen
-    assert pushed == reference and pushed["_when"] == 1.5
-    assert readings == [0.0, 1.5, 1.5]
-
-
-def test_a_loop_with_asyncios_own_timers_gets_the_plain_alarm() -> None:
-    class Reference(VirtualEventLoop):
-        call_at = asyncio.SelectorEventLoop.call_at  # type: ignore[assignment]
-
-    loops: list[asyncio.AbstractEventLoop] = [VirtualEventLoop(), Reference(), asyncio.SelectorEventLoop()]
-    try:
-        assert [alarm_class(loop) for loop in loops] == [ClockedAlarm, Alarm, Alarm]
-    finally:
-        for loop in loops:
-            loop.close()
-
-
-async def _await(alarm: Alarm) -> None:
-    await alarm
