@@ -325,6 +325,18 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_refused(args: argparse.Namespace, runs: str) -> int | None:
+    """``--cluster`` with ``--jobs`` is refused (exit 2); a cluster address that cannot be one raises ConfigError."""
+    if args.cluster is None:
+        return None
+    if args.jobs is not None:
+        return _fail([f"--jobs: not with --cluster (the cluster's workers run {runs})"])
+    from chaosd.cluster import check_address  # noqa: PLC0415 - no dask: it checks the text
+
+    check_address(args.cluster)
+    return None
+
+
 def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
     """``--replications N``: N seeds on local processes (or ``--cluster``); the base seed's report, with the
     ``replications`` block and its expectations judged over every run."""
@@ -335,12 +347,8 @@ def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
         return _fail(["--replications: only in virtual time (without --realtime)"])
     if args.replications > MAX_REPLICATIONS:
         return _fail([f"--replications: at most {MAX_REPLICATIONS} (got {args.replications})"])
-    if args.cluster is not None:
-        if args.jobs is not None:
-            return _fail(["--jobs: not with --cluster (the cluster's workers run the replications)"])
-        from chaosd.cluster import check_address  # noqa: PLC0415 - no dask: it checks the text
-
-        check_address(args.cluster)
+    if (refused := _cluster_refused(args, "the replications")) is not None:
+        return refused
     ready = prepare(spec)  # every error a replication could meet, before any process starts
     report_path = args.report or Path(ready.settings.run.report)
     n = args.replications
@@ -401,12 +409,8 @@ def _sweep(args: argparse.Namespace) -> int:
     out = args.out or Path("sweep.json")
     if out.suffix.lower() in (".html", ".htm"):
         return _fail([f"--out: {out} is where the JSON goes; its chart is written next to it as .html"])
-    if args.cluster is not None:
-        if args.jobs is not None:
-            return _fail(["--jobs: not with --cluster (the cluster's workers run the points)"])
-        from chaosd.cluster import check_address  # noqa: PLC0415 - no dask: it checks the text
-
-        check_address(args.cluster)
+    if (refused := _cluster_refused(args, "the points")) is not None:
+        return refused
     params = parse_params(args.param)  # every param, then every point's settings, before any run starts
     spec = _run_spec(args)
     shown = -1

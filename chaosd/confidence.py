@@ -34,12 +34,14 @@ def t975(df: int) -> float:
     return z + g1 / df + g2 / df**2 + g3 / df**3
 
 
-def mean_ci(values: Sequence[float], *, quantile: float | None = None) -> MeanCI:
-    """The mean of ``values`` and its 95 % CI: mean ± t(n-1) · s / √n, with s the sample deviation (n - 1).
+def mean_ci(given: Sequence[float | None], *, quantile: float | None = None) -> MeanCI:
+    """The mean of the values given and its 95 % CI: mean ± t(n-1) · s / √n, with s the sample deviation (n - 1).
 
-    No values: mean null. One value: its mean, ci95 null (one run says nothing about the spread).
-    ``quantile`` replaces t(n-1) (the tests' negative control uses the normal one).
+    None stands for a run that did not measure the figure (no fault of that action, no task done): it is left
+    out, and ``n`` counts the rest. No values: mean null. One value: its mean, ci95 null (one run says nothing
+    about the spread). ``quantile`` replaces t(n-1) (the tests' negative control uses the normal one).
     """
+    values = [v for v in given if v is not None]
     n = len(values)
     if n == 0:
         return {"mean": None, "ci95": None, "n": 0}

@@ -275,10 +275,6 @@ def _reporter(index: int, on_done: Callable[[int, ReportView], None]) -> Callabl
     return done
 
 
-def _ci(values: Sequence[float | None]) -> MeanCI:
-    return mean_ci([v for v in values if v is not None])
-
-
 def summarise(reports: Sequence[ReportView]) -> ReplicationsView:
     """The ``replications`` block: every number's mean and 95 % CI over ``reports``, and the runs per grade."""
     from chaosd.report import rounded  # noqa: PLC0415
@@ -287,28 +283,28 @@ def summarise(reports: Sequence[ReportView]) -> ReplicationsView:
         raise ValueError("no reports to summarise")
     scores = [r["score"] for r in reports]
     components = {
-        "availability": _ci([s["availability"] for s in scores]),
-        "recovery": _ci([s["recovery"] for s in scores]),
-        "recovery_rate": _ci([s["recovery_rate"] for s in scores]),
-        "recovery_speed": _ci([s["recovery_speed"] for s in scores]),
-        "consistency": _ci([s["consistency"] for s in scores]),
+        "availability": mean_ci([s["availability"] for s in scores]),
+        "recovery": mean_ci([s["recovery"] for s in scores]),
+        "recovery_rate": mean_ci([s["recovery_rate"] for s in scores]),
+        "recovery_speed": mean_ci([s["recovery_speed"] for s in scores]),
+        "consistency": mean_ci([s["consistency"] for s in scores]),
     }
     grades = [s["grade"] or "none" for s in scores]
     counts = {g: grades.count(g) for g in (*_GRADES, "none") if g in grades}
     actions = sorted({a for r in reports for a in r["faults_summary"]["mean_recovery_s_by_action"]})
-    recovery = {a: _ci([r["faults_summary"]["mean_recovery_s_by_action"].get(a) for r in reports]) for a in actions}
+    recovery = {a: mean_ci([r["faults_summary"]["mean_recovery_s_by_action"].get(a) for r in reports]) for a in actions}
     block: ReplicationsView = {
         "n": len(reports),
         "seeds": [r["seed"] for r in reports],
-        "score": _ci([s["total"] for s in scores]),
+        "score": mean_ci([s["total"] for s in scores]),
         "components": {name: ci for name, ci in components.items() if ci["n"]},
         "grade_counts": counts,
         "recovery_s": recovery,
-        "goodput": _ci([r["throughput"]["goodput_per_s"] for r in reports]),
-        "completed": _ci([r["throughput"]["completed_per_s"] for r in reports]),
-        "wait_mean_s": _ci([r["latency"]["wait"]["mean"] for r in reports]),
-        "p95_s": _ci([r["latency"]["sojourn"]["p95"] for r in reports]),
-        "lost": _ci([float(r["tasks"]["lost"]) for r in reports]),
+        "goodput": mean_ci([r["throughput"]["goodput_per_s"] for r in reports]),
+        "completed": mean_ci([r["throughput"]["completed_per_s"] for r in reports]),
+        "wait_mean_s": mean_ci([r["latency"]["wait"]["mean"] for r in reports]),
+        "p95_s": mean_ci([r["latency"]["sojourn"]["p95"] for r in reports]),
+        "lost": mean_ci([float(r["tasks"]["lost"]) for r in reports]),
     }
     return rounded(block)
 

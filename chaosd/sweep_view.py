@@ -104,16 +104,12 @@ def _measures(r: ReportView) -> dict[str, float | None]:
     }
 
 
-def _ci(values: Sequence[float | None]) -> MeanCI:
-    return mean_ci([v for v in values if v is not None])
-
-
 def point_view(
     at: dict[str, Value], reports: Sequence[ReportView], *, p95_limit: float, goodput_target: float
 ) -> SweepPointView:
     """One point from its replications' reports (in seed order)."""
     rows = [_measures(r) for r in reports]
-    column = {name: _ci([row[name] for row in rows]) for name in rows[0]}
+    column = {name: mean_ci([row[name] for row in rows]) for name in rows[0]}
     share, p95 = column["goodput_share"]["mean"], column["p95_s"]["mean"]
     within = share is not None and p95 is not None and share >= goodput_target and p95 <= p95_limit
     return {
