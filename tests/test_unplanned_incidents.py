@@ -226,6 +226,28 @@ def test_ticks_the_host_perturbed_never_open_one() -> None:
         assert injector.incidents.total == expected, late
 
 
+def test_a_stall_mid_outage_delays_the_opening_and_does_not_hide_it() -> None:
+    """An 8 s outage with the host late on one tick 4 s in: the ticks the stall perturbed do not count, and the
+    run goes on after them, so it opens (timed from its first tick out). Were the run broken there, the 5 s it
+    needs would end after the outage: none. The control: late for the outage's second half, too few judged
+    ticks out are left, and none opens."""
+    assert OPEN_AFTER == 5.0
+    for late_from, late_to, expected in ((24.0, 24.05, 1), (23.5, 28.0, 0)):
+        rt, events = FakeRuntime(), EventLog()
+        injector = _injector(rt, events, stall=0.5)
+        down = _outage(20.0, 28.0)(rt)
+
+        def shape(t: float, down: Shape = down, a: float = late_from, b: float = late_to) -> Snapshot:
+            snap = down(t)
+            return replace(snap, lateness=1.0) if a <= t < b else snap
+
+        _drive(injector, rt, 60.0, shape)
+        assert injector.incidents.total == expected, (late_from, late_to)
+        if expected:
+            view = injector.incidents.get(1).as_dict()  # type: ignore[union-attr]
+            assert view["started_at"] == 20.0 and view["outcome"] == "recovered", view
+
+
 def test_less_load_is_no_outage() -> None:
     """Half the load, half the goodput: within tolerance. The control: half the goodput at full load opens one."""
     for arrival, expected in ((50.0, 0), (100.0, 1)):

@@ -463,10 +463,10 @@ class Injector:
         """No fault in play: open an unplanned incident once the service stays out of tolerance long enough.
 
         Its clock starts at the first tick out; the ticks that led to it leave the baseline (they were the
-        incident's, not the steady state's). A tick the host perturbed breaks the run up to it.
+        incident's, not the steady state's). A tick the host perturbed neither counts towards the run nor breaks
+        it, as in a recovery's confirming stretch: a stall mid-outage delays the opening, and does not hide it.
         """
         if perturbed:
-            self._candidate = None
             return
         base = self.baseline()
         offered = self._offered()
