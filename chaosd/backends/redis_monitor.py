@@ -257,6 +257,7 @@ class Monitor:
                 if stage is not None:
                     self._mirror(stage, totals)
         self._heartbeats(workers, reply.beats)
+        self._controls.observe(b for b in reply.beats if b is not None)  # memory stores and MCP connections
         self._mirror_breakers()
         if reply.members is not None:
             self._join(reply.members)

@@ -16,8 +16,9 @@ from redis.asyncio import Redis
 
 from chaosd.backends.redis_leader import Replica
 from chaosd.backends.redis_worker import RedisWorker
-from chaosd.clock import LoopClock, new_event_loop
+from chaosd.clock import LoopClock, new_event_loop, unix_time
 from chaosd.config import Settings, load_settings
+from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
 
 __all__ = ["EXIT_KILLED", "default_id", "die_with_parent", "read_settings", "serve_process", "spawn_from"]
 
@@ -104,6 +105,7 @@ async def _orphaned(parent: int, clock: LoopClock) -> None:
 async def _main(settings: Settings, role: str, agent_id: str, parent: int | None, stop: asyncio.Event) -> int:
     clock = LoopClock(asyncio.get_running_loop())
     data, control = _client(settings), _client(settings)
+    tracing: Tracing | None = None
     try:
         killed: asyncio.Event | None = None
         if role == "orchestrator":
@@ -111,6 +113,11 @@ async def _main(settings: Settings, role: str, agent_id: str, parent: int | None
         else:
             worker = RedisWorker(settings, agent_id, data, control, clock)
             runner, killed = worker.run(), worker.killed
+            # The sampled tasks' spans, continuing the producer's trace (the standard OTEL_* variables, as the
+            # daemon's): the worker exports its own.
+            tracing = Tracing(clock, unix_time() - clock.now(), settings.tracing.sample_every, otlp_exporter_from_env())
+            if tracing.enabled:
+                worker.tracer = tracing
         work = asyncio.create_task(runner, name=agent_id)
         waiters: list[asyncio.Task[object]] = [asyncio.create_task(stop.wait(), name="stop")]
         if parent is not None:
@@ -131,6 +138,8 @@ async def _main(settings: Settings, role: str, agent_id: str, parent: int | None
             raise error
         return EXIT_KILLED if killed is not None and killed.is_set() else 0
     finally:
+        if tracing is not None:
+            tracing.close(_EXIT_GRACE)  # bounded: a collector that never answers does not hold the exit
         await data.aclose()
         await control.aclose()
 

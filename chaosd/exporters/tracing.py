@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
@@ -18,7 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
 from chaosd.clock import Clock, wall_time
@@ -27,7 +28,7 @@ from chaosd.events import Event, fault_data
 from chaosd.faults import Injector
 from chaosd.pipeline.stages import Degraded
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.tracing import TaskEnd
+from chaosd.pipeline.tracing import TaskEnd, parse_traceparent
 from chaosd.runner import Experiment
 from chaosd.views import FailReason
 
@@ -109,6 +110,7 @@ class Tracing:
         processor: SpanProcessor | None = None,
         stall_after: float = 300.0,
         wall: Callable[[], float] = wall_time,
+        instance: str | None = None,
     ) -> None:
         # Written by the loop thread (_Gate.on_end) and the batch processor's worker (_Counting.export).
         self._lock = threading.Lock()
@@ -135,7 +137,15 @@ class Tracing:
             return
         self.enabled = True
         # No exit hook: the SDK's would flush at interpreter exit with no bound; close() flushes, bounded.
-        self.provider = TracerProvider(resource=Resource.create({"service.name": name}), shutdown_on_exit=False)
+        # Which process sent a span: a task's trace on Redis has spans from the daemon and from a worker process.
+        resource = Resource.create(
+            {
+                "service.name": name,
+                "process.pid": os.getpid(),
+                "service.instance.id": instance or f"{socket.gethostname()}-{os.getpid()}",
+            }
+        )
+        self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         if processor is not None:
             self.provider.add_span_processor(processor)  # a caller's processor (tests): no queue to guard
         else:
@@ -288,8 +298,21 @@ class Tracing:
         span.end(end_time=self.ns(at))
         return span.get_span_context()
 
+    def continued(self, header: str) -> SpanContext | None:
+        ids = parse_traceparent(header)
+        if ids is None or not ids[2] & TraceFlags.SAMPLED:
+            return None
+        return SpanContext(ids[0], ids[1], is_remote=True, trace_flags=TraceFlags(ids[2]))
+
     def started(self, task: Task, worker: str, at: float) -> Span:
-        links = [Link(task.trace)] if isinstance(task.trace, SpanContext) else []  # produced() gave it, or None
+        trace_context = task.trace if isinstance(task.trace, SpanContext) else None  # produced() gave it, or None
+        # Another process's producer (continued()): a child in its trace. This process's own: a link to it.
+        parent = None
+        links = []
+        if trace_context is not None and trace_context.is_remote:
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(trace_context))
+        elif trace_context is not None:
+            links = [Link(trace_context)]
         attributes: dict[str, AttributeValue] = {"chaosd.task.id": task.id, "chaosd.worker": worker}
         if self._injector is not None:
             active = self._injector.active()
@@ -297,7 +320,12 @@ class Tracing:
                 attributes["chaosd.fault.ids"] = [f.id for f in active]
                 attributes["chaosd.fault.actions"] = [f.action for f in active]
         return self.tracer.start_span(
-            "task process", kind=SpanKind.CONSUMER, start_time=self.ns(at), links=links, attributes=attributes
+            "task process",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            start_time=self.ns(at),
+            links=links,
+            attributes=attributes,
         )
 
     def stage(
