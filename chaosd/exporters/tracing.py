@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-from chaosd.clock import Clock, wall_time
+from chaosd.clock import Clock, unix_time, wall_time
 from chaosd.config import StageKind
 from chaosd.events import Event, fault_data
 from chaosd.faults import Injector
@@ -32,7 +32,7 @@ from chaosd.pipeline.tracing import TaskEnd, parse_traceparent
 from chaosd.runner import Experiment
 from chaosd.views import FailReason
 
-__all__ = ["Tracing", "otlp_exporter_from_env"]
+__all__ = ["Tracing", "otlp_exporter_from_env", "process_tracing"]
 
 log = logging.getLogger("chaosd.tracing")
 QUEUE = 2048
@@ -53,6 +53,17 @@ def otlp_exporter_from_env(env: Mapping[str, str] | None = None) -> SpanExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http  # noqa: PLC0415
 
     return Http()
+
+
+def process_tracing(sample_every: int) -> Callable[[Clock], Tracing | None]:
+    """A worker process's tracing on its own clock (the standard ``OTEL_*`` variables, as the daemon's, whose
+    environment it inherits), or None when no endpoint is configured."""
+
+    def make(clock: Clock) -> Tracing | None:
+        tracing = Tracing(clock, unix_time() - clock.now(), sample_every, otlp_exporter_from_env())
+        return tracing if tracing.enabled else None
+
+    return make
 
 
 class _Counting(SpanExporter):

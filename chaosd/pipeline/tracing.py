@@ -47,6 +47,10 @@ class CarriedTracer(TaskTracer, Protocol):
         span is then a child in that trace); None when the header is not a sampled one."""
         ...
 
+    def close(self, timeout: float | None = None) -> bool:
+        """Export what is queued, within ``timeout`` seconds; False when that did not finish."""
+        ...
+
 
 _TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
