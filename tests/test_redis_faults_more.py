@@ -64,16 +64,12 @@ def test_memory_corrupt_and_mcp_disconnect_act_in_the_worker_processes(server: R
         picked = set(p.corrupted("mem"))
         raw_picked = set(p.corrupted("raw"))
         assert len(picked) == len(raw_picked) == 40
-        reached: set[str] = set()  # the workers whose own store held the daemon's entries corrupted
-
-        def in_workers() -> bool:
-            for worker, doc in beats(client, "memory").items():
-                if set(doc["mem"][1]) & picked:
-                    reached.add(worker)
-            return len(reached) == 2
-
-        await until(exp, in_workers, 5, "the corruption in both worker processes")
+        before = {w: doc["mem"][2] for w, doc in beats(client, "memory").items()}
+        assert len(before) == 2
         seen["mem"] = await judged(exp, mem)
+        # Each worker process restored the 40 entries in its own store (its checksums and scrub caught them).
+        seen["restored"] = {w: doc["mem"][2] - before[w] for w, doc in beats(client, "memory").items()}
+        seen["raw_restored"] = {w: doc["raw"][2] for w, doc in beats(client, "memory").items()}
         seen["mem_left"] = set(p.corrupted("mem"))
         seen["raw_left"] = set(p.corrupted("raw"))
         seen["raw_in_workers"] = {w: set(doc["raw"][1]) for w, doc in beats(client, "memory").items()}
@@ -104,6 +100,8 @@ def test_memory_corrupt_and_mcp_disconnect_act_in_the_worker_processes(server: R
 
     assert seen["mem"] == "recovered"  # judged from the heartbeats: the workers restored every entry
     assert seen["mem_left"] == set()
+    assert seen["restored"] == {"worker-0": 40, "worker-1": 40}
+    assert seen["raw_restored"] == {"worker-0": 0, "worker-1": 0}
     # Without checksums nothing catches it: the daemon and the workers still hold the entries corrupted.
     assert len(seen["raw_left"]) == 40 and seen["raw_outcome"] in ("active", "recovering")
     assert all(entries == seen["raw_left"] for entries in seen["raw_in_workers"].values())

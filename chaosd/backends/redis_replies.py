@@ -232,34 +232,37 @@ def _breakers(text: str) -> dict[str, tuple[BreakerState, float]]:
     return out
 
 
-def _orders_seen(text: str) -> dict[str, tuple[str, object]]:
-    """A heartbeat's ``memory`` or ``mcp`` field: ``{"stage": [token of the last order seen, state], …}``. What
+def _orders_seen(text: str) -> dict[str, list[object]]:
+    """A heartbeat's ``memory`` or ``mcp`` field: ``{"stage": [token of the last order seen, state…], …}``. What
     does not parse is read as nothing reported (the daemon then waits for a heartbeat that says)."""
     try:
         doc = json.loads(text) if text else {}
     except ValueError:
         return {}
-    out: dict[str, tuple[str, object]] = {}
-    if isinstance(doc, dict):
-        for stage, value in doc.items():
-            match value:
-                case [str(token), state]:
-                    out[stage] = (token, state)
-    return out
+    if not isinstance(doc, dict):
+        return {}
+    return {stage: value for stage, value in doc.items() if isinstance(value, list) and value}
 
 
 def _memory(text: str) -> dict[str, tuple[str, frozenset[int]]]:
-    """Memory stage -> (the last corruption order seen, the entries corrupted in the process now)."""
+    """Memory stage -> (the last corruption order seen, the entries corrupted in the process now); the field also
+    has the entries the process restored in all (for people reading Redis)."""
     out: dict[str, tuple[str, frozenset[int]]] = {}
-    for stage, (token, state) in _orders_seen(text).items():
-        if isinstance(state, list) and all(type(i) is int for i in state):
-            out[stage] = (token, frozenset(state))
+    for stage, value in _orders_seen(text).items():
+        match value:
+            case [str(token), list(entries), *_] if all(type(i) is int for i in entries):
+                out[stage] = (token, frozenset(entries))
     return out
 
 
 def _mcp(text: str) -> dict[str, tuple[str, bool]]:
     """MCP stage -> (the last drop order seen, whether the process's connection is up now)."""
-    return {stage: (token, state) for stage, (token, state) in _orders_seen(text).items() if isinstance(state, bool)}
+    out: dict[str, tuple[str, bool]] = {}
+    for stage, value in _orders_seen(text).items():
+        match value:
+            case [str(token), bool(up)]:
+                out[stage] = (token, up)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

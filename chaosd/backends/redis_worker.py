@@ -400,10 +400,11 @@ class RedisWorker:
         return deltas, shots
 
     def _resources(self) -> tuple[str, str]:
-        """The heartbeat's ``memory`` and ``mcp`` fields: each store's corrupted entries and each connection's
-        state now, with the last order seen (JSON; "" when the pipeline has no such stage)."""
+        """The heartbeat's ``memory`` and ``mcp`` fields: each store's corrupted entries (and how many it has
+        restored in all) and each connection's state now, with the last order seen (JSON; "" when the pipeline
+        has no such stage)."""
         p, orders = self.pipeline, self.control.orders
-        memory = {name: [orders.get(name, ""), sorted(s.corrupted)] for name, s in p.memory.items()}
+        memory = {name: [orders.get(name, ""), sorted(s.corrupted), s.repaired] for name, s in p.memory.items()}
         mcp = {name: [orders.get(name, ""), c.connected] for name, c in p.mcp.items()}
         return (json.dumps(memory, sort_keys=True) if memory else "", json.dumps(mcp, sort_keys=True) if mcp else "")
 
