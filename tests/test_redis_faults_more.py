@@ -74,6 +74,7 @@ def test_memory_corrupt_and_mcp_disconnect_act_in_the_worker_processes(server: R
         seen["raw_left"] = set(p.corrupted("raw"))
         seen["raw_in_workers"] = {w: set(doc["raw"][1]) for w, doc in beats(client, "memory").items()}
         seen["raw_outcome"] = raw.outcome
+        seen["undetected"] = (p.memory["mem"].undetected_reads, p.memory["raw"].undetected_reads)
 
         # mcp_disconnect for 1 s: each worker's connection drops, tasks fail meanwhile, it reconnects by itself.
         failed = p.stages["ctx"].failures.get("mcp_disconnected", 0)
@@ -105,6 +106,8 @@ def test_memory_corrupt_and_mcp_disconnect_act_in_the_worker_processes(server: R
     # Without checksums nothing catches it: the daemon and the workers still hold the entries corrupted.
     assert len(seen["raw_left"]) == 40 and seen["raw_outcome"] in ("active", "recovering")
     assert all(entries == seen["raw_left"] for entries in seen["raw_in_workers"].values())
+    # The tasks read the unrepaired entries, and the workers' counts of it reach the daemon's report.
+    assert seen["undetected"][0] == 0 and seen["undetected"][1] > 0
     assert seen["mcp"] == "recovered" and seen["long"] == "recovered"
     assert seen["mcp_failed"] > 10  # at 60 tasks/s, about a second of tasks failed at the MCP stage
     assert 1.0 <= seen["down_for"] < 4.0  # the outage, then the backoff's next attempt (max 2 s) and a poll

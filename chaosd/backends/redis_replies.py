@@ -39,7 +39,8 @@ _STAGE_COUNTERS = ("degraded", "successes", "fallback_served")
 # histogram's buckets that gained samples (``STAGE:b.INDEX``, sparse) and its sum in nanoseconds (``STAGE:lat_ns``:
 # an integer, so HINCRBY adds it exactly).
 TOTAL_COUNTERS = (
-    *_STAGE_COUNTERS, "retries", "breaker_opened", "breaker_closed", "trips", "handler_timeouts"
+    *_STAGE_COUNTERS, "retries", "breaker_opened", "breaker_closed", "trips", "handler_timeouts",
+    "undetected_reads",  # a memory stage's reads of a corrupted entry that no checksum caught
 )  # fmt: skip
 FAIL_PREFIX = "fail."
 ERROR_PREFIX = "err."

@@ -380,6 +380,8 @@ class RedisWorker:
                 "trips": stage.trips,
                 "handler_timeouts": stage.handler_timeouts,
             }
+            if stage.memory is not None:
+                values["undetected_reads"] = stage.memory.undetected_reads
             for reason, n in stats.failures.items():
                 values[FAIL_PREFIX + reason] = n
             for cause, n in stage.handler_errors.items():
