@@ -275,7 +275,7 @@ class RedisWorker:
                     pending = 0.0
                 if task is None:
                     task = _task(fields)
-                begun = now()
+                begun = now() if handle is not None else 0.0
                 ran = await stage.run(slow, task)
                 if handle is not None and tracer is not None:
                     tracer.stage(handle, stage.name, stage.kind, begun, now(), ran)

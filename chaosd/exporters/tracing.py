@@ -1,7 +1,8 @@
 """OpenTelemetry traces: a span per fault (injection → recovery), sampled task spans, API request spans.
 
 Configured by the standard ``OTEL_*`` variables; with no OTLP endpoint there is no exporter and no
-cost. Sampling happens in chaosd (one task in ``every``, by id) before the tracer is touched. Span
+cost. Sampling happens in chaosd (one task in ``every``, by id) before the tracer is touched; a Redis worker
+process continues a sampled task's trace from the ``traceparent`` its stream entry carries. Span
 times come from the run's clock. Spans beyond the export queue are dropped and counted, never block.
 """
 
@@ -121,7 +122,6 @@ class Tracing:
         processor: SpanProcessor | None = None,
         stall_after: float = 300.0,
         wall: Callable[[], float] = wall_time,
-        instance: str | None = None,
     ) -> None:
         # Written by the loop thread (_Gate.on_end) and the batch processor's worker (_Counting.export).
         self._lock = threading.Lock()
@@ -153,7 +153,7 @@ class Tracing:
             {
                 "service.name": name,
                 "process.pid": os.getpid(),
-                "service.instance.id": instance or f"{socket.gethostname()}-{os.getpid()}",
+                "service.instance.id": f"{socket.gethostname()}-{os.getpid()}",
             }
         )
         self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)
