@@ -76,6 +76,21 @@ def test_memory_corrupt_and_mcp_disconnect_act_in_the_worker_processes(server: R
         seen["raw_outcome"] = raw.outcome
         seen["undetected"] = (p.memory["mem"].undetected_reads, p.memory["raw"].undetected_reads)
 
+        # A process started after the order has a fresh store: it does not carry out the order, and the daemon
+        # still holds the entries the other process has corrupted.
+        token = json.loads(client.get("chaosd:control:stages"))["stages"]["raw"]["corrupt"][0]
+        pid = client.hget("chaosd:hb:worker-0", "pid")
+        exp.injector.inject("kill_agent", "worker-0", {}, 1.0)
+
+        def restarted() -> bool:
+            beat = client.hgetall("chaosd:hb:worker-0")
+            return beat.get("pid") not in (None, pid) and json.loads(beat["memory"])["raw"][0] == token
+
+        await until(exp, restarted, 10, "a new worker-0 process that has read the stage document")
+        seen["fresh"] = {w: set(doc["raw"][1]) for w, doc in beats(client, "memory").items()}
+        await exp.pipeline.host.refresh()
+        seen["raw_after_restart"] = set(p.corrupted("raw"))
+
         # mcp_disconnect for 1 s: each worker's connection drops, tasks fail meanwhile, it reconnects by itself.
         failed = p.stages["ctx"].failures.get("mcp_disconnected", 0)
         t0 = exp.clock.now()
@@ -96,8 +111,9 @@ def test_memory_corrupt_and_mcp_disconnect_act_in_the_worker_processes(server: R
         await until(exp, lambda: p.mcp_connected("ctx"), 10, "the reconnect after the revert")
         seen["reverted_after"] = exp.clock.now() - t1
         seen["long"] = await judged(exp, long)
+        exp.stop.set()  # the plan is done: so is the run
 
-    experiment(settings, 25.0, 0.0, plan)
+    experiment(settings, 60.0, 0.0, plan)
 
     assert seen["mem"] == "recovered"  # judged from the heartbeats: the workers restored every entry
     assert seen["mem_left"] == set()
@@ -106,6 +122,8 @@ def test_memory_corrupt_and_mcp_disconnect_act_in_the_worker_processes(server: R
     # Without checksums nothing catches it: the daemon and the workers still hold the entries corrupted.
     assert len(seen["raw_left"]) == 40 and seen["raw_outcome"] in ("active", "recovering")
     assert all(entries == seen["raw_left"] for entries in seen["raw_in_workers"].values())
+    assert seen["fresh"] == {"worker-0": set(), "worker-1": seen["raw_left"]}
+    assert seen["raw_after_restart"] == seen["raw_left"]
     # The tasks read the unrepaired entries, and the workers' counts of it reach the daemon's report.
     assert seen["undetected"][0] == 0 and seen["undetected"][1] > 0
     assert seen["mcp"] == "recovered" and seen["long"] == "recovered"
