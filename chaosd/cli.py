@@ -496,6 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 serve_process,
                 spawn_from,
             )
+            from chaosd.exporters.tracing import process_tracing  # noqa: PLC0415 - before the spawner's forks
 
             settings = read_settings(args.config, args.settings_json)
             if settings.backend.kind != "redis":
@@ -507,7 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return 0  # the daemon closed our input: it is done
                 args.role, args.id = assigned
                 args.parent = os.getppid()  # the spawner: when it goes, the daemon has gone
-            return serve_process(settings, args.role, args.id or default_id(args.role), args.parent)
+            tracing = process_tracing(settings.tracing.sample_every)
+            return serve_process(settings, args.role, args.id or default_id(args.role), args.parent, tracing)
         if args.command in COMMANDS:
             return run_client_command(args, _out, lambda line: print(line, file=sys.stderr))
         from chaosd.config import load_settings  # noqa: PLC0415

@@ -22,7 +22,6 @@ from chaosd.backends.redis_process import EXIT_KILLED
 from chaosd.backends.redis_runtime import RedisRuntime
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import load_settings
-from chaosd.errors import FaultError
 from chaosd.runner import Experiment
 
 pytestmark = pytest.mark.timeout(120)
@@ -160,18 +159,28 @@ def test_control_faults_act_in_the_worker_processes(tmp_path: Path) -> None:
         client.close()
 
 
-def test_faults_on_the_daemons_own_stage_copies_are_refused() -> None:
-    """Each worker process has its own memory store and MCP connection: corrupting or dropping the daemon's
-    copies would report damage no task suffered, so the injector refuses, naming the action, and changes nothing."""
+def test_memory_and_mcp_faults_are_orders_in_the_stage_document() -> None:
+    """The daemon's memory store and MCP connection are its copies: a fault changes them and puts an order in the
+    stage document, with a token of its own, for each worker process to carry out once (test_redis_faults_more
+    runs them on real processes)."""
     settings = load_settings(None, redis_settings("redis://127.0.0.1:1/0"))  # the default DAG: memory and mcp
     loop = new_event_loop(virtual=False)
     try:
         exp = Experiment(settings, LoopClock(loop), warmup=0.0, virtual=False)  # built, never started
-        for action in ("memory_corrupt", "mcp_disconnect"):
-            with pytest.raises(FaultError, match="not available on the redis backend") as refused:
-                exp.injector.inject(action)
-            assert (refused.value.field, refused.value.status) == ("action", 409)
-        assert exp.injector.active() == [] and exp.injector.faults.total == 0
-        assert all(not store.corrupted for store in exp.pipeline.memory.values())
+        rt = exp.pipeline.host
+        assert isinstance(rt, RedisRuntime)
+        memory = next(name for name, s in exp.pipeline.stages.items() if s.kind == "memory")
+        mcp = next(name for name, s in exp.pipeline.stages.items() if s.kind == "mcp")
+        assert "corrupt" not in rt.controls.stages_doc() and "mcp_drop" not in rt.controls.stages_doc()
+        first = exp.injector.inject("memory_corrupt", memory, {"entries": 3})
+        exp.injector.inject("mcp_disconnect", mcp, {"outage": 2.0})
+        doc = json.loads(rt.controls.stages_doc())["stages"]
+        token, entries = doc[memory]["corrupt"]
+        assert entries == sorted(exp.pipeline.corrupted(memory)) and len(entries) == 3
+        assert doc[mcp]["mcp_drop"][1:] == [2.0, False] and not exp.pipeline.mcp_connected(mcp)
+        exp.injector.revert(first.id)  # corruption outlives the fault: a second one's order names all five
+        exp.injector.inject("memory_corrupt", memory, {"entries": 2})
+        again = json.loads(rt.controls.stages_doc())["stages"][memory]["corrupt"]
+        assert again[0] != token and len(again[1]) == 5
     finally:
         loop.close()

@@ -257,6 +257,7 @@ class Monitor:
                 if stage is not None:
                     self._mirror(stage, totals)
         self._heartbeats(workers, reply.beats)
+        self._controls.observe(b for b in reply.beats if b is not None)  # memory stores and MCP connections
         self._mirror_breakers()
         if reply.members is not None:
             self._join(reply.members)
@@ -269,6 +270,8 @@ class Monitor:
         stage.fallback_served = totals.counter("fallback_served")
         stage.trips = totals.counter("trips")
         stage.handler_timeouts = totals.counter("handler_timeouts")
+        if stage.memory is not None:
+            stage.memory.undetected_reads = totals.counter("undetected_reads")  # the report's diagnostic
         stats = stage.stats
         stats.retries = totals.counter("retries")
         stats.breaker_opened = totals.counter("breaker_opened")

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -16,10 +17,22 @@ from redis.asyncio import Redis
 
 from chaosd.backends.redis_leader import Replica
 from chaosd.backends.redis_worker import RedisWorker
-from chaosd.clock import LoopClock, new_event_loop
+from chaosd.clock import Clock, LoopClock, new_event_loop
 from chaosd.config import Settings, load_settings
+from chaosd.pipeline.tracing import CarriedTracer
 
-__all__ = ["EXIT_KILLED", "default_id", "die_with_parent", "read_settings", "serve_process", "spawn_from"]
+__all__ = [
+    "EXIT_KILLED",
+    "MakeTracer",
+    "default_id",
+    "die_with_parent",
+    "read_settings",
+    "serve_process",
+    "spawn_from",
+]
+
+# A worker process's tracer on its own clock, or None when it exports no traces (the caller's: the exporters).
+MakeTracer = Callable[[Clock], CarriedTracer | None]
 
 EXIT_KILLED = 137  # the status a SIGKILLed process reports: the daemon asked this worker to die (kill_agent)
 
@@ -101,9 +114,17 @@ async def _orphaned(parent: int, clock: LoopClock) -> None:
         await clock.sleep(_PARENT_CHECK)
 
 
-async def _main(settings: Settings, role: str, agent_id: str, parent: int | None, stop: asyncio.Event) -> int:
+async def _main(
+    settings: Settings,
+    role: str,
+    agent_id: str,
+    parent: int | None,
+    stop: asyncio.Event,
+    make_tracer: MakeTracer | None,
+) -> int:
     clock = LoopClock(asyncio.get_running_loop())
     data, control = _client(settings), _client(settings)
+    tracing: CarriedTracer | None = None
     try:
         killed: asyncio.Event | None = None
         if role == "orchestrator":
@@ -111,6 +132,8 @@ async def _main(settings: Settings, role: str, agent_id: str, parent: int | None
         else:
             worker = RedisWorker(settings, agent_id, data, control, clock)
             runner, killed = worker.run(), worker.killed
+            # The sampled tasks' spans, continuing the producer's trace: the worker exports its own.
+            tracing = worker.tracer = make_tracer(clock) if make_tracer is not None else None
         work = asyncio.create_task(runner, name=agent_id)
         waiters: list[asyncio.Task[object]] = [asyncio.create_task(stop.wait(), name="stop")]
         if parent is not None:
@@ -131,19 +154,24 @@ async def _main(settings: Settings, role: str, agent_id: str, parent: int | None
             raise error
         return EXIT_KILLED if killed is not None and killed.is_set() else 0
     finally:
+        if tracing is not None:
+            tracing.close(_EXIT_GRACE)  # bounded: a collector that never answers does not hold the exit
         await data.aclose()
         await control.aclose()
 
 
-def serve_process(settings: Settings, role: str, agent_id: str, parent: int | None = None) -> int:
+def serve_process(
+    settings: Settings, role: str, agent_id: str, parent: int | None = None, make_tracer: MakeTracer | None = None
+) -> int:
     """Run one worker or orchestrator replica in this process until SIGTERM, SIGINT or SIGHUP (0) or until the
-    daemon asks this worker to exit (:data:`EXIT_KILLED`); the exit code."""
+    daemon asks this worker to exit (:data:`EXIT_KILLED`); the exit code. A worker traces with what
+    ``make_tracer`` gives."""
     loop = new_event_loop(virtual=False)
     stop = asyncio.Event()
     try:
         for sig in _STOP_SIGNALS:
             loop.add_signal_handler(sig, stop.set)
-        return loop.run_until_complete(_main(settings, role, agent_id, parent, stop))
+        return loop.run_until_complete(_main(settings, role, agent_id, parent, stop, make_tracer))
     finally:
         for task in asyncio.all_tasks(loop):
             task.cancel()  # whatever outlived the grace period goes with the loop

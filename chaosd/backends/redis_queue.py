@@ -17,6 +17,7 @@ from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.producer import Producer
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.task import Task
+from chaosd.pipeline.tracing import traceparent
 
 __all__ = ["RedisProducer", "RedisQueue", "still_cancelled"]
 
@@ -115,6 +116,9 @@ class RedisQueue(IngressQueue):
         stamp = repr(now + self.offset)
         fields = ["i", str(task.id), "r", self.run_id, "o", repr(task.offered_at + self.offset), "a", stamp]
         fields += ["m", "1" if task.measured else "0", "n", "0"]
+        header = traceparent(task.trace) if task.trace is not None else None
+        if header is not None:
+            fields += ["t", header]  # a sampled task: the worker process continues its trace
         self.submitting.add(task.id)
         try:
             await self._offer(task, fields, now)
@@ -202,6 +206,9 @@ class RedisProducer(Producer):
 
     def _emit(self, t: float) -> Task | None:
         task = Task(next(self._ids), t, t >= self._measure_from)
+        tracer = self.tracer
+        if tracer is not None and task.id % tracer.every == 0:
+            task.trace = tracer.produced(task, self.agent.id, t)
         ledger = self._ledger
         if self.agent.partitioned:
             ledger.offer(task)

@@ -39,7 +39,8 @@ _STAGE_COUNTERS = ("degraded", "successes", "fallback_served")
 # histogram's buckets that gained samples (``STAGE:b.INDEX``, sparse) and its sum in nanoseconds (``STAGE:lat_ns``:
 # an integer, so HINCRBY adds it exactly).
 TOTAL_COUNTERS = (
-    *_STAGE_COUNTERS, "retries", "breaker_opened", "breaker_closed", "trips", "handler_timeouts"
+    *_STAGE_COUNTERS, "retries", "breaker_opened", "breaker_closed", "trips", "handler_timeouts",
+    "undetected_reads",  # a memory stage's reads of a corrupted entry that no checksum caught
 )  # fmt: skip
 FAIL_PREFIX = "fail."
 ERROR_PREFIX = "err."
@@ -232,6 +233,39 @@ def _breakers(text: str) -> dict[str, tuple[BreakerState, float]]:
     return out
 
 
+def _orders_seen(text: str) -> dict[str, list[object]]:
+    """A heartbeat's ``memory`` or ``mcp`` field: ``{"stage": [token of the last order seen, state…], …}``. What
+    does not parse is read as nothing reported (the daemon then waits for a heartbeat that says)."""
+    try:
+        doc = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {stage: value for stage, value in doc.items() if isinstance(value, list) and value}
+
+
+def _memory(text: str) -> dict[str, tuple[str, frozenset[int]]]:
+    """Memory stage -> (the last corruption order seen, the entries corrupted in the process now); the field also
+    has the entries the process restored in all (for people reading Redis)."""
+    out: dict[str, tuple[str, frozenset[int]]] = {}
+    for stage, value in _orders_seen(text).items():
+        match value:
+            case [str(token), list(entries), *_] if all(type(i) is int for i in entries):
+                out[stage] = (token, frozenset(entries))
+    return out
+
+
+def _mcp(text: str) -> dict[str, tuple[str, bool]]:
+    """MCP stage -> (the last drop order seen, whether the process's connection is up now)."""
+    out: dict[str, tuple[str, bool]] = {}
+    for stage, value in _orders_seen(text).items():
+        match value:
+            case [str(token), bool(up)]:
+                out[stage] = (token, up)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """A worker's heartbeat hash; ``beating`` is False when its key has expired (the process is gone)."""
@@ -240,6 +274,8 @@ class Heartbeat:
     instance: str | None  # the process behind it
     busy: str  # the task id it serves, "" when idle
     breakers: Mapping[str, tuple[BreakerState, float]] = field(default_factory=dict)  # not closed: seconds left
+    memory: Mapping[str, tuple[str, frozenset[int]]] = field(default_factory=dict)  # see _memory
+    mcp: Mapping[str, tuple[str, bool]] = field(default_factory=dict)  # see _mcp
 
     @classmethod
     def from_reply(cls, reply: object) -> Heartbeat | None:
@@ -247,7 +283,14 @@ class Heartbeat:
             return None
         if not isinstance(reply, dict) or not reply:
             return cls(False, None, "")
-        return cls(True, reply.get("instance"), reply.get("busy", ""), _breakers(reply.get("breakers", "")))
+        return cls(
+            True,
+            reply.get("instance"),
+            reply.get("busy", ""),
+            _breakers(reply.get("breakers", "")),
+            _memory(reply.get("memory", "")),
+            _mcp(reply.get("mcp", "")),
+        )
 
 
 def _entries(reply: object) -> list[Entry] | None:
@@ -358,11 +401,31 @@ class StageFlags:
     jitter: float = 0.0
     # dependency -> the faults acting on its calls (``DependencyFaults.as_json``); a dependency not named has none
     dependencies: Mapping[str, DependencyFaults] = field(default_factory=dict)
+    corrupt: tuple[str, tuple[int, ...]] | None = None  # memory: the last corruption order (token, entries)
+    mcp_drop: tuple[str, float | None, bool] | None = None  # mcp: the last drop (token, outage, server up)
 
     @classmethod
     def from_json(cls, flags: Mapping[str, object]) -> StageFlags:
         timeout = flags.get("hang_timeout")
         deps = _object(flags.get("dependencies", {}), "dependencies")
+        corrupt: tuple[str, tuple[int, ...]] | None = None
+        mcp_drop: tuple[str, float | None, bool] | None = None
+        match flags.get("corrupt"):
+            case None:
+                pass
+            case [str(token), list(entries)] if all(type(i) is int for i in entries):
+                corrupt = (token, tuple(entries))
+            case other:
+                raise TypeError(f"corrupt: not [token, [entry, ...]]: {other!r}")
+        match flags.get("mcp_drop"):
+            case None:
+                pass
+            case [str(token), None, bool(up)]:
+                mcp_drop = (token, None, up)
+            case [str(token), int(outage) | float(outage), bool(up)]:
+                mcp_drop = (token, float(outage), up)
+            case other:
+                raise TypeError(f"mcp_drop: not [token, outage, up]: {other!r}")
         return cls(
             removed=bool(flags.get("removed", False)),
             hang=bool(flags.get("hang", False)),
@@ -373,6 +436,8 @@ class StageFlags:
                 name: DependencyFaults.from_json(_object(faults, f"dependencies.{name}"))
                 for name, faults in deps.items()
             },
+            corrupt=corrupt,
+            mcp_drop=mcp_drop,
         )
 
 

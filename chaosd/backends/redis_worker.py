@@ -3,10 +3,13 @@
 The stages are the in-memory runtime's own (``Pipeline`` builds them; it is never started here). Each outcome
 goes to the idempotent sink in the same round trip as the next read. Faults reach the process as a control
 hash (slow, drop, pause, partition, exit) and a stage document (tool_timeout, llm_failure, jitter, removed
-nodes, dependency faults); a local worker's SIGKILL and SIGSTOP come from the daemon. Each heartbeat names the
-process (its ``instance``), adds the worker to the members set, so the daemon lists workers it did not start, and
-adds what each stage did since the last one to the sums the daemon mirrors. The python stages' lifespan (their
-dependencies' fault proxies, setup and teardown) wraps the whole of ``run``.
+nodes, dependency faults, memory corruption and MCP drops); a local worker's SIGKILL and SIGSTOP come from the
+daemon. Each heartbeat names the process (its ``instance``), adds the worker to the members set, so the daemon
+lists workers it did not start, adds what each stage did since the last one to the sums the daemon mirrors, says
+what its memory stores and MCP connections are now, and reads the stream's backlog (what a stage's pressure
+reads). A sampled task's stream entry carries its producer's ``traceparent``: its spans here continue that
+trace. The python stages' lifespan (their dependencies' fault proxies, setup and teardown) wraps the whole of
+``run``.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from chaosd.clock import Clock
 from chaosd.config import Settings
 from chaosd.dependencies import NO_FAULTS
 from chaosd.pipeline import Pipeline
+from chaosd.pipeline.resources import MemoryStore
 from chaosd.pipeline.stages import DEGRADED, StageRunner
 from chaosd.pipeline.task import Task
+from chaosd.pipeline.tracing import CarriedTracer
 from chaosd.views import FailReason
 
 __all__ = ["RedisWorker"]
@@ -74,8 +79,20 @@ class _Control:
     partitioned: bool = False
     exit: str = ""  # the instance the daemon asked to exit (kill_agent on a worker it did not start)
     stages: str = ""
+    # Memory and MCP stage -> the token of the last order seen. The first document read gives the orders older
+    # than this process, which it does not carry out: its store and connection are fresh.
+    orders: dict[str, str] = field(default_factory=dict)
+    baselined: bool = False
     reported: dict[str, int] = field(default_factory=dict)
     missing: dict[str, float] = field(default_factory=dict)  # document -> since when (clock time) it is missing
+
+
+@dataclass(slots=True)
+class _Backlog:
+    """The stream's backlog as the last heartbeat read it: entries not yet delivered (what admission bounds)."""
+
+    capacity: int
+    depth: int = 0
 
 
 class RedisWorker:
@@ -103,6 +120,11 @@ class RedisWorker:
         self.round_trips = 0  # pipelines sent (serving and heartbeats): the benchmark's round trips per task
         self._trips_reported = 0
         self._shots: dict[str, npt.NDArray[np.int64]] = {}  # each stage's latency buckets as last reported
+        self.backlog = _Backlog(settings.queue.capacity)
+        for stage in self.pipeline.stages.values():
+            stage.read_backlog(self.backlog)  # pressure reads the stream, not this process's unused queue
+        self.tracer: CarriedTracer | None = None  # set when this process exports traces
+        self._corrupt: list[tuple[MemoryStore, tuple[int, ...]]] = []  # orders to carry out after the next scrub
 
     def _redis_now(self) -> float:
         return self._clock.now() + self._offset
@@ -219,6 +241,14 @@ class RedisWorker:
         reason: FailReason | None = None
         degraded = False
         task: Task | None = None  # what a python stage's handler is given, made at the first stage that runs one
+        tracer, handle = self.tracer, None
+        header = fields.get("t")
+        if tracer is not None and header is not None:
+            task = _task(fields)
+            task.trace = tracer.continued(header)
+            if task.trace is not None:
+                handle = tracer.started(task, self.id, self._clock.now())
+        now = self._clock.now
         if route is None:
             reason = "no_route"
         else:
@@ -232,14 +262,23 @@ class RedisWorker:
                 if stage.simple:
                     service = stage.sample() * slow
                     stage.stats.latency.add(service)
-                    pending += service
+                    if handle is None:
+                        pending += service
+                        continue
+                    begun = now()  # a traced task: each stage its own span
+                    await sleep(service)
+                    if tracer is not None:
+                        tracer.stage(handle, stage.name, stage.kind, begun, now(), None)
                     continue
                 if pending > 0.0:
                     await sleep(pending)
                     pending = 0.0
                 if task is None:
                     task = _task(fields)
+                begun = now() if handle is not None else 0.0
                 ran = await stage.run(slow, task)
+                if handle is not None and tracer is not None:
+                    tracer.stage(handle, stage.name, stage.kind, begun, now(), ran)
                 if ran == DEGRADED:
                     degraded = True
                 elif ran is not None:
@@ -251,6 +290,8 @@ class RedisWorker:
                 degraded = True
                 for name in p.bypassed:
                     p.stages[name].degraded += 1
+        if handle is not None and tracer is not None:
+            tracer.ended(handle, now(), reason or "completed")
         self.current = None
         self.served += 1
         return _Outcome(entry, fields, reason or "", degraded, started, self._redis_now())
@@ -265,6 +306,7 @@ class RedisWorker:
         while True:
             k += 1
             pipe = self._ctl.pipeline(transaction=False)
+            memory, mcp = self._resources()
             pipe.hset(
                 beat,
                 mapping={
@@ -273,6 +315,8 @@ class RedisWorker:
                     "busy": self.current or "",
                     "served": self.served,
                     "breakers": self._breakers(),
+                    "memory": memory,
+                    "mcp": mcp,
                 },
             )
             pipe.pexpire(beat, ttl_ms)
@@ -288,19 +332,33 @@ class RedisWorker:
             pipe.hincrby(keys.stats, f"round_trips:{self.id}", trips)
             pipe.hgetall(keys.control(self.id))
             pipe.get(keys.stage_control)
+            pipe.xlen(keys.stream)
+            pipe.xpending(keys.stream, keys.group)  # an error while the group is missing: the backlog stands
             try:
-                replies = await pipe.execute()
+                replies = await pipe.execute(raise_on_error=False)
             except (RedisError, OSError):
                 still_cancelled()
                 await self._clock.sleep(_RETRY)
                 continue
+            length, pending = replies[-2:]
+            replies = replies[:-2]
+            if any(isinstance(r, RedisError) for r in replies):
+                await self._clock.sleep(_RETRY)
+                continue
+            if isinstance(length, int) and isinstance(pending, dict):
+                self.backlog.depth = max(0, length - int(pending.get("pending", 0)))
             for name, n in deltas.items():
                 self.control.reported[name] = self.control.reported.get(name, 0) + n
             self._shots.update(shots)
             self._dropped_reported += dropped
             self._trips_reported += trips
             self._apply(replies[-2] or {}, replies[-1] or "")
-            self.pipeline.heartbeat(self._clock.now())  # breakers and reroutes, as the leader's beat does
+            self.pipeline.heartbeat(self._clock.now())  # breakers, reroutes and the memory scrub, as the leader's
+            for store, entries in self._corrupt:
+                # After the scrub: the entries stay corrupted until the next one, as between two leader beats,
+                # for the reads to catch and the next heartbeat to report.
+                store.corrupt_entries(entries)
+            self._corrupt.clear()
             await self._clock.sleep(_CONTROL_EVERY)
 
     def _stage_deltas(self) -> tuple[dict[str, int], dict[str, npt.NDArray[np.int64]]]:
@@ -322,6 +380,8 @@ class RedisWorker:
                 "trips": stage.trips,
                 "handler_timeouts": stage.handler_timeouts,
             }
+            if stage.memory is not None:
+                values["undetected_reads"] = stage.memory.undetected_reads
             for reason, n in stats.failures.items():
                 values[FAIL_PREFIX + reason] = n
             for cause, n in stage.handler_errors.items():
@@ -340,6 +400,15 @@ class RedisWorker:
                 if n:
                     deltas[key] = n
         return deltas, shots
+
+    def _resources(self) -> tuple[str, str]:
+        """The heartbeat's ``memory`` and ``mcp`` fields: each store's corrupted entries (and how many it has
+        restored in all) and each connection's state now, with the last order seen (JSON; "" when the pipeline
+        has no such stage)."""
+        p, orders = self.pipeline, self.control.orders
+        memory = {name: [orders.get(name, ""), sorted(s.corrupted), s.repaired] for name, s in p.memory.items()}
+        mcp = {name: [orders.get(name, ""), c.connected] for name, c in p.mcp.items()}
+        return (json.dumps(memory, sort_keys=True) if memory else "", json.dumps(mcp, sort_keys=True) if mcp else "")
 
     def _breakers(self) -> str:
         """The stages whose breaker is not closed, with the seconds an open one has left (JSON; "" when none)."""
@@ -382,13 +451,34 @@ class RedisWorker:
 
     def _apply_stages(self, doc: StageDocument) -> None:
         p = self.pipeline
+        first, self.control.baselined = not self.control.baselined, True
         for name, stage in p.stages.items():
-            _set_flags(stage, doc.flags(name))
+            flags = doc.flags(name)
+            _set_flags(stage, flags)
+            self._carry_out(stage, flags, first=first)
         p.dag.removed_nodes.clear()
         p.dag.removed_nodes.update(n for n, f in doc.stages.items() if f.removed)
         p.dag.removed_edges.clear()
         p.dag.removed_edges.update(doc.removed_edges)
         p.mark_dag_changed()
+
+    def _carry_out(self, stage: StageRunner, flags: StageFlags, *, first: bool) -> None:
+        """A corruption or drop order not seen before, unless it is older than this process (``first``)."""
+        orders = self.control.orders
+        if flags.corrupt is not None and stage.memory is not None:
+            token, entries = flags.corrupt
+            if orders.get(stage.name) != token:
+                orders[stage.name] = token
+                if not first:
+                    self._corrupt.append((stage.memory, entries))
+        if flags.mcp_drop is not None and stage.mcp is not None:
+            token, outage, up = flags.mcp_drop
+            if orders.get(stage.name) != token:
+                orders[stage.name] = token
+                if not first:
+                    stage.mcp.drop(outage)  # the reconnect loop retries with backoff from now
+            if up:
+                stage.mcp.server_up = True  # the fault reverted: the next reconnect attempt succeeds
 
 
 def _set_flags(stage: StageRunner, flags: StageFlags) -> None:

@@ -1,7 +1,8 @@
 """OpenTelemetry traces: a span per fault (injection → recovery), sampled task spans, API request spans.
 
 Configured by the standard ``OTEL_*`` variables; with no OTLP endpoint there is no exporter and no
-cost. Sampling happens in chaosd (one task in ``every``, by id) before the tracer is touched. Span
+cost. Sampling happens in chaosd (one task in ``every``, by id) before the tracer is touched; a Redis worker
+process continues a sampled task's trace from the ``traceparent`` its stream entry carries. Span
 times come from the run's clock. Spans beyond the export queue are dropped and counted, never block.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
@@ -18,20 +20,20 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-from chaosd.clock import Clock, wall_time
+from chaosd.clock import Clock, unix_time, wall_time
 from chaosd.config import StageKind
 from chaosd.events import Event, fault_data
 from chaosd.faults import Injector
 from chaosd.pipeline.stages import Degraded
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.tracing import TaskEnd
+from chaosd.pipeline.tracing import TaskEnd, parse_traceparent
 from chaosd.runner import Experiment
 from chaosd.views import FailReason
 
-__all__ = ["Tracing", "otlp_exporter_from_env"]
+__all__ = ["Tracing", "otlp_exporter_from_env", "process_tracing"]
 
 log = logging.getLogger("chaosd.tracing")
 QUEUE = 2048
@@ -52,6 +54,17 @@ def otlp_exporter_from_env(env: Mapping[str, str] | None = None) -> SpanExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http  # noqa: PLC0415
 
     return Http()
+
+
+def process_tracing(sample_every: int) -> Callable[[Clock], Tracing | None]:
+    """A worker process's tracing on its own clock (the standard ``OTEL_*`` variables, as the daemon's, whose
+    environment it inherits), or None when no endpoint is configured."""
+
+    def make(clock: Clock) -> Tracing | None:
+        tracing = Tracing(clock, unix_time() - clock.now(), sample_every, otlp_exporter_from_env())
+        return tracing if tracing.enabled else None
+
+    return make
 
 
 class _Counting(SpanExporter):
@@ -135,7 +148,15 @@ class Tracing:
             return
         self.enabled = True
         # No exit hook: the SDK's would flush at interpreter exit with no bound; close() flushes, bounded.
-        self.provider = TracerProvider(resource=Resource.create({"service.name": name}), shutdown_on_exit=False)
+        # Which process sent a span: a task's trace on Redis has spans from the daemon and from a worker process.
+        resource = Resource.create(
+            {
+                "service.name": name,
+                "process.pid": os.getpid(),
+                "service.instance.id": f"{socket.gethostname()}-{os.getpid()}",
+            }
+        )
+        self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         if processor is not None:
             self.provider.add_span_processor(processor)  # a caller's processor (tests): no queue to guard
         else:
@@ -288,8 +309,21 @@ class Tracing:
         span.end(end_time=self.ns(at))
         return span.get_span_context()
 
+    def continued(self, header: str) -> SpanContext | None:
+        ids = parse_traceparent(header)
+        if ids is None or not ids[2] & TraceFlags.SAMPLED:
+            return None
+        return SpanContext(ids[0], ids[1], is_remote=True, trace_flags=TraceFlags(ids[2]))
+
     def started(self, task: Task, worker: str, at: float) -> Span:
-        links = [Link(task.trace)] if isinstance(task.trace, SpanContext) else []  # produced() gave it, or None
+        trace_context = task.trace if isinstance(task.trace, SpanContext) else None  # produced() gave it, or None
+        # Another process's producer (continued()): a child in its trace. This process's own: a link to it.
+        parent = None
+        links = []
+        if trace_context is not None and trace_context.is_remote:
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(trace_context))
+        elif trace_context is not None:
+            links = [Link(trace_context)]
         attributes: dict[str, AttributeValue] = {"chaosd.task.id": task.id, "chaosd.worker": worker}
         if self._injector is not None:
             active = self._injector.active()
@@ -297,7 +331,12 @@ class Tracing:
                 attributes["chaosd.fault.ids"] = [f.id for f in active]
                 attributes["chaosd.fault.actions"] = [f.action for f in active]
         return self.tracer.start_span(
-            "task process", kind=SpanKind.CONSUMER, start_time=self.ns(at), links=links, attributes=attributes
+            "task process",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            start_time=self.ns(at),
+            links=links,
+            attributes=attributes,
         )
 
     def stage(

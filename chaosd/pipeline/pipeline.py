@@ -306,24 +306,24 @@ class Pipeline:
         stage.refresh()
         self._switched("jitter")
 
-    # With remote stages the pipeline's memory stores and MCP clients serve no task: nothing of theirs breaks,
-    # and a fault that would break them is refused before anything changes.
+    # With remote stages (Redis) the pipeline's memory stores and MCP clients are the daemon's copies: a fault
+    # changes them here and the switch takes it to the worker processes, whose heartbeats bring back the state.
 
     def corrupt_memory(self, name: str, entries: int) -> list[int]:
-        if self.host.remote_stages:
-            raise _unavailable("memory_corrupt")
-        return self.memory[name].corrupt(entries)
+        picked = self.memory[name].corrupt(entries)
+        self._switched("memory_corrupt", (name,))
+        return picked
 
     def corrupted(self, name: str) -> AbstractSet[int]:
         return self.memory[name].corrupted
 
     def mcp_drop(self, name: str, outage: float) -> None:
-        if self.host.remote_stages:
-            raise _unavailable("mcp_disconnect")
         self.mcp[name].drop(outage)
+        self._switched("mcp_disconnect", (name,))
 
     def mcp_restore(self, name: str) -> None:
         self.mcp[name].server_up = True
+        self._switched("mcp_restore", (name,))
 
     def mcp_connected(self, name: str) -> bool:
         return self.mcp[name].connected
@@ -378,11 +378,3 @@ class Pipeline:
         The stages' lifespan wraps the agents: set up before the first task, torn down after the last."""
         async with self.lifespan(), self.host.running():
             yield self
-
-
-def _unavailable(action: str) -> FaultError:
-    return FaultError(
-        "action",
-        f"{action} is not available on the redis backend: each worker process keeps its own copy of that stage",
-        status=409,
-    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import zlib
+from collections.abc import Iterable
 
 from chaosd.clock import Clock
 from chaosd.config import BackoffConfig
@@ -36,10 +37,16 @@ class MemoryStore:
         """Silently change ``count`` entries (checksums untouched); returns their indexes."""
         candidates = [i for i in range(len(self.values)) if i not in self.corrupted]
         picked = sorted(self._rng.sample(candidates, min(count, len(candidates))))
-        for i in picked:
-            self.values[i] = b"\x00corrupt:" + self.values[i]
-            self.corrupted.add(i)
+        self.corrupt_entries(picked)
         return picked
+
+    def corrupt_entries(self, entries: Iterable[int]) -> None:
+        """Silently change these entries (those not corrupted already, and in range): a Redis worker's copy of
+        the store gets the entries the daemon picked."""
+        for i in entries:
+            if 0 <= i < len(self.values) and i not in self.corrupted:
+                self.values[i] = b"\x00corrupt:" + self.values[i]
+                self.corrupted.add(i)
 
     def check(self, i: int) -> str:
         """Read entry ``i``: ``ok``, ``detected`` (bad checksum: restore it) or ``undetected`` (bad, unseen)."""
@@ -79,6 +86,7 @@ class McpConnection:
         self._events = events
         self._lost = asyncio.Event()
         self._up_at: float | None = None  # when an outage ends by itself
+        self.outage: float | None = None  # the last drop's outage (a Redis daemon tells its workers)
         self._t0 = clock.now()
 
     def drop(self, outage: float | None = None) -> None:
@@ -86,6 +94,7 @@ class McpConnection:
         self.connected = False
         self.server_up = False
         self._up_at = None if outage is None else self._clock.now() + outage
+        self.outage = outage
         self.reconnected_at = None
         self._lost.set()
 

@@ -15,7 +15,7 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from chaosd.clock import Clock
 from chaosd.config import ServiceConfig, StageConfig
@@ -88,6 +88,16 @@ class StageStats:
         self.failures[reason] = self.failures.get(reason, 0) + 1
 
 
+class Backlog(Protocol):
+    """What a stage's pressure reads: the tasks waiting, and the capacity admission fills up to."""
+
+    @property
+    def depth(self) -> int: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+
 class StageRunner:
     """Runs one stage of a task on the worker that holds it; returns a failure reason or None.
 
@@ -132,7 +142,7 @@ class StageRunner:
         self.stats = StageStats()
         self.handler_errors: dict[str, int] = {}  # attempts whose handler raised, by exception type
         self.handler_timeouts = 0  # attempts whose handler was cut at the stage timeout
-        self._queue = queue
+        self._queue: Backlog = queue
         self._ledger = ledger
         self._sleep = clock.sleep
         self._now = clock.now
@@ -161,6 +171,10 @@ class StageRunner:
         self.on_trip: Callable[[], None] | None = None  # the orchestrator reroutes at once, not at its next beat
         self.simple = True
         self.refresh()
+
+    def read_backlog(self, backlog: Backlog) -> None:
+        """Pressure reads this backlog from now on (a Redis worker's: the stream's, not its own empty queue)."""
+        self._queue = backlog
 
     @property
     def failures(self) -> dict[FailReason, int]:
