@@ -159,19 +159,18 @@ class RedisWorker:
                 await self._resume.wait()
                 continue
             pipe = self._data.pipeline(transaction=False)
-            for out in done:
-                fields = out.fields
-                result = [
-                    "i", fields["i"], "w", self.id, "o", out.reason, "d", "1" if out.degraded else "0",
-                    "a", fields["a"], "s", repr(out.started), "e", repr(out.ended), "n", fields["n"],
-                    "m", fields["m"],
-                ]  # fmt: skip
-                effect = keys.effect(fields["r"], fields["i"])
-                await complete(
-                    keys=[keys.stream, keys.results, effect, keys.stats],
-                    args=[keys.group, out.entry, idempotent, ttl_ms, *result],
-                    client=pipe,
-                )
+            if done:  # the whole last read settled in one script call
+                effects: list[str] = [keys.stream, keys.results, keys.stats]
+                args: list[str] = [keys.group, idempotent, ttl_ms, self.id]
+                for out in done:
+                    fields = out.fields
+                    effects.append(keys.effect(fields["r"], fields["i"]))
+                    args.append(out.entry)
+                    args.append(
+                        f"i {fields['i']} o {out.reason or '-'} d {'1' if out.degraded else '0'} "
+                        f"a {fields['a']} s {out.started!r} e {out.ended!r} n {fields['n']} m {fields['m']}"
+                    )
+                await complete(keys=effects, args=args, client=pipe)
             pipe.xreadgroup(keys.group, self.id, {keys.stream: ">"}, count=cfg.batch, block=block_ms)
             self.round_trips += 1
             try:
