@@ -22,6 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 shared_redis, server = redis_harness.shared_redis, redis_harness.server
 
 ZERO = [{"name": "work", "service": {"distribution": "constant", "mean": 0.0}}]
+OFF = {"enabled": False}
 
 
 def _task(i: int) -> str:
@@ -144,3 +145,35 @@ def run_offline_with(settings: Settings, plan: Callable[[Experiment], Coroutine[
         return loop.run_until_complete(go())
     finally:
         loop.close()
+
+
+def test_scripts_redis_lost_are_loaded_again_and_no_task_is_refused_or_lost(server: RedisServer) -> None:
+    # Scripts are sent by their SHA1 (no SCRIPT EXISTS round trip per batch): after SCRIPT FLUSH Redis answers
+    # NOSCRIPT, and the daemon's admission and the workers' sink load them again and send the calls once more.
+    settings = load_settings(
+        None,
+        redis_settings(server.url, stages=ZERO, workers={"count": 2}, load={"rate": 400.0}, throttle=OFF),
+    )
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    seen: dict[str, int] = {}
+
+    async def plan(exp: Experiment) -> None:
+        ledger = exp.pipeline.ledger
+        end = exp.clock.now() + 10.0
+        while ledger.total.completed < 200 and exp.clock.now() < end:
+            await exp.clock.sleep(0.02)
+        client.script_flush()
+        seen["flushed_at"] = ledger.total.completed
+        seen["results_at"] = client.xlen("chaosd:results")
+        while ledger.total.completed < seen["flushed_at"] + 400 and exp.clock.now() < end:
+            await exp.clock.sleep(0.02)
+        seen["completed"] = ledger.total.completed
+        seen["rejected"] = ledger.total.rejected
+        exp.stop.set()
+
+    tasks = run_offline_with(settings, plan)["tasks"]
+    assert seen["completed"] >= seen["flushed_at"] + 400, seen  # served on after the flush
+    assert client.xlen("chaosd:results") >= seen["results_at"] + 400  # the workers' sink too
+    assert seen["rejected"] == 0, seen  # no task refused as unavailable
+    assert tasks["lost_all_cohorts"] == 0 and tasks["duplicated"] == 0
+    client.close()

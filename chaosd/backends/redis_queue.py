@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from chaosd.backends.redis_scripts import ADMIT, Keys
+from chaosd.backends.redis_scripts import ADMIT, Keys, Sha
 from chaosd.clock import Clock
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.producer import Producer
@@ -27,6 +27,7 @@ _ACCEPTED, _FULL, _UNAVAILABLE = 1, 0, -1
 # Redis slower than the arrivals costs a bounded backlog here, not memory per task.
 _WINDOW = 4096
 _CHUNK = 500  # offers per admission script call: Redis serves others between two calls
+_ADMIT = Sha(ADMIT)
 
 
 @dataclass(slots=True, eq=False)
@@ -205,28 +206,32 @@ class RedisQueue(IngressQueue):
         self._room.set()  # producers waiting for room see the queue closed
 
     async def _send(self, batch: list[_Offer]) -> list[int]:
-        """One round trip: the admission script over each chunk of the batch; each offer's status."""
+        """One round trip (two when Redis lost the script): the admission script per chunk; each offer's status."""
         client = self._client
         if client is None:
             return [_UNAVAILABLE] * len(batch)
         keys = self._keys
-        admit = client.register_script(ADMIT)
         chunks = [batch[i : i + _CHUNK] for i in range(0, len(batch), _CHUNK)]
-        pipe = client.pipeline(transaction=False)
-        replies: list[object]
-        try:
-            bound = min(self.capacity, self.limit)
-            for chunk in chunks:
-                args: list[str | int] = [keys.group, bound]
-                args += [offer.fields for offer in chunk]
-                await admit(keys=[keys.stream], args=args, client=pipe)
-            replies = await pipe.execute(raise_on_error=False)
-        except (RedisError, OSError):
-            still_cancelled()
-            replies = [None] * len(chunks)
-        finally:
-            await pipe.reset()  # type: ignore[no-untyped-call]  # a pipeline cancelled before it ran, too
-        self.round_trips += 1
+        bound = min(self.capacity, self.limit)
+        replies: list[object] = [None] * len(chunks)
+        for _ in range(2):  # once more after loading the script into a Redis that lost it
+            pipe = client.pipeline(transaction=False)
+            try:
+                for chunk in chunks:
+                    args: list[str | int] = [keys.group, bound]
+                    args += [offer.fields for offer in chunk]
+                    _ADMIT.call(pipe, [keys.stream], args)
+                replies = await pipe.execute(raise_on_error=False)
+                self.round_trips += 1
+                if not Sha.missing(replies):
+                    break
+                await _ADMIT.load(client)  # refused before it ran: nothing was written
+            except (RedisError, OSError):
+                still_cancelled()
+                replies = [None] * len(chunks)
+                break
+            finally:
+                await pipe.reset()  # type: ignore[no-untyped-call]  # a pipeline cancelled before it ran, too
         statuses: list[int] = []
         for chunk, reply in zip(chunks, replies, strict=True):
             if isinstance(reply, list) and len(reply) == len(chunk):

@@ -6,11 +6,16 @@ token, and the leader's fenced writes (reclaiming expired task leases, the check
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from chaosd.config import BackendConfig
 
-__all__ = ["ACQUIRE", "ADMIT", "CHECKPOINT", "COMPLETE", "RENEW", "SWEEP", "Keys"]
+__all__ = ["ACQUIRE", "ADMIT", "CHECKPOINT", "COMPLETE", "RENEW", "SWEEP", "Keys", "Sha"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,27 @@ class Keys:
             self.stage_control,
             self.members,
         )
+
+
+class Sha:
+    """A script sent by its SHA1 in a pipeline. redis-py's ``Script`` asks ``SCRIPT EXISTS`` before every pipeline
+    that calls one, a second round trip per batch; this one is loaded when Redis answers ``NOSCRIPT`` (it
+    restarted, or was flushed) and the call sent again."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def call(self, pipe: Any, keys: list[str], args: list[Any]) -> None:
+        """Queue the call in ``pipe`` (a pipeline: its reply comes with the others)."""
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
+    @staticmethod
+    def missing(replies: list[Any]) -> bool:
+        return any(isinstance(r, NoScriptError) for r in replies)
+
+    async def load(self, client: Redis) -> None:
+        await client.script_load(self.source)
 
 
 # KEYS: stream. ARGV: group, capacity, then one string per task: its fields and values separated by single

@@ -34,7 +34,7 @@ from chaosd.backends.redis_replies import (
     StageDocument,
     StageFlags,
 )
-from chaosd.backends.redis_scripts import COMPLETE, Keys
+from chaosd.backends.redis_scripts import COMPLETE, Keys, Sha
 from chaosd.clock import Clock
 from chaosd.config import Settings
 from chaosd.dependencies import NO_FAULTS
@@ -146,7 +146,7 @@ class RedisWorker:
     async def _serve(self) -> None:
         keys = self.keys
         cfg = self.settings.backend
-        complete = self._data.register_script(COMPLETE)
+        complete = Sha(COMPLETE)
         idempotent = "1" if self.settings.sink.idempotent else "0"
         ttl_ms = str(int(cfg.effect_ttl * 1000))
         done: list[_Outcome] = []
@@ -170,7 +170,7 @@ class RedisWorker:
                         f"i {fields['i']} o {out.reason or '-'} d {'1' if out.degraded else '0'} "
                         f"a {fields['a']} s {out.started!r} e {out.ended!r} n {fields['n']} m {fields['m']}"
                     )
-                await complete(keys=effects, args=args, client=pipe)
+                complete.call(pipe, effects, args)
             pipe.xreadgroup(keys.group, self.id, {keys.stream: ">"}, count=cfg.batch, block=block_ms)
             self.round_trips += 1
             try:
@@ -179,10 +179,14 @@ class RedisWorker:
                 still_cancelled()
                 await self._clock.sleep(_RETRY)  # the outcomes are kept: the sink is idempotent, so retry them
                 continue
-            if any(isinstance(r, RedisError) for r in replies[:-1]):
+            if Sha.missing(replies[:-1]):  # Redis lost the script before running it: settle them again
+                if not await self._load(complete):
+                    continue
+            elif any(isinstance(r, RedisError) for r in replies[:-1]):
                 await self._clock.sleep(_RETRY)
                 continue
-            done.clear()
+            else:
+                done.clear()
             read = replies[-1]
             if isinstance(read, ResponseError) and "NOGROUP" in str(read):
                 await self._create_group()  # Redis came back empty (no persistence): start the group again
@@ -198,6 +202,15 @@ class RedisWorker:
                         self.dropped += 1  # the delivery never arrives; the task lease brings it back
                         continue
                     done.append(await self._walk(entry, fields))
+
+    async def _load(self, script: Sha) -> bool:
+        try:
+            await script.load(self._data)
+        except (RedisError, OSError):
+            still_cancelled()
+            await self._clock.sleep(_RETRY)
+            return False
+        return True
 
     async def _create_group(self) -> None:
         try:
