@@ -194,7 +194,7 @@ class RedisQueue(IngressQueue):
                 now = self._clock.now()
                 for offer in self._retry:
                     offer.at = now
-                    self.blocked.remove(offer.task)
+                self.blocked.clear()  # the tasks of the offers in _retry, and only those
                 batch = [*self._retry, *batch]
                 self._retry = []
             if not batch:
