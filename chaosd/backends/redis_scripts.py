@@ -6,11 +6,16 @@ token, and the leader's fenced writes (reclaiming expired task leases, the check
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from chaosd.config import BackendConfig
 
-__all__ = ["ACQUIRE", "ADMIT", "CHECKPOINT", "COMPLETE", "RENEW", "SWEEP", "Keys"]
+__all__ = ["ACQUIRE", "ADMIT", "CHECKPOINT", "COMPLETE", "RENEW", "SWEEP", "Keys", "Sha"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +78,31 @@ class Keys:
         )
 
 
-# KEYS: stream. ARGV: group, capacity, field, value, …  → the entry id, or 0 when the queue is full.
+class Sha:
+    """A script sent by its SHA1 in a pipeline. redis-py's ``Script`` asks ``SCRIPT EXISTS`` before every pipeline
+    that calls one, a second round trip per batch; this one is loaded when Redis answers ``NOSCRIPT`` (it
+    restarted, or was flushed) and the call sent again."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def call(self, pipe: Any, keys: list[str], args: list[Any]) -> None:
+        """Queue the call in ``pipe`` (a pipeline: its reply comes with the others)."""
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
+    @staticmethod
+    def missing(replies: list[Any]) -> bool:
+        return any(isinstance(r, NoScriptError) for r in replies)
+
+    async def load(self, client: Redis) -> None:
+        await client.script_load(self.source)
+
+
+# KEYS: stream. ARGV: group, capacity, then one string per task: its fields and values separated by single
+# spaces (no value is empty or holds a space) → per task its entry id, 0 when the queue is full, or -1 when
+# Redis refused the write (out of memory, say: the tasks before it stay added, so each answer is the truth about
+# its task). One argument per task, not one per field: the client encodes each argument at a cost per argument.
 # Waiting = entries in the stream minus those delivered and not yet acknowledged (acknowledged ones are
 # deleted), the same count the in-memory queue bounds. A stream or group lost with a Redis restart is recreated.
 ADMIT = """
@@ -83,27 +112,56 @@ if type(pending) == 'table' and pending.err then
   redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
   pending = {0}
 end
-if redis.call('XLEN', stream) - pending[1] >= tonumber(ARGV[2]) then
-  return 0
+local room = tonumber(ARGV[2]) - (redis.call('XLEN', stream) - pending[1])
+local out = {}
+for i = 3, #ARGV do
+  local id = 0
+  if room > 0 then
+    local fields = {}
+    for word in string.gmatch(ARGV[i], '%S+') do fields[#fields + 1] = word end
+    id = redis.pcall('XADD', stream, '*', unpack(fields))
+    if type(id) == 'table' then
+      id = -1
+    else
+      room = room - 1
+    end
+  end
+  out[#out + 1] = id
 end
-return redis.call('XADD', stream, '*', unpack(ARGV, 3))
+return out
 """
 
-# KEYS: stream, results, effect, stats. ARGV: group, entry id, idempotent (1/0), effect ttl ms, field, value, …
-# → 1 when the effect was applied (its result is appended), 0 for a duplicate the sink suppressed.
+# KEYS: stream, results, stats, then each task's effect key. ARGV: group, idempotent (1/0), effect ttl ms, the
+# worker's id, then per task its entry id and its result's fields and values separated by single spaces (an empty
+# value is written "-"; the worker's id, which may hold anything, is its own argument) → how many effects were
+# applied (their results appended); a duplicate the sink suppressed is counted. A worker settles a whole read in
+# one call.
 COMPLETE = """
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-if ARGV[3] == '1' then
-  if not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[4]) then
-    redis.call('HINCRBY', KEYS[4], 'deduplicated', 1)
-    return 0
+local n = 0
+for k = 4, #KEYS do
+  local entry, result = ARGV[2 * k - 3], ARGV[2 * k - 2]
+  redis.call('XACK', KEYS[1], ARGV[1], entry)
+  redis.call('XDEL', KEYS[1], entry)
+  local fresh = true
+  if ARGV[2] == '1' then
+    if not redis.call('SET', KEYS[k], '1', 'NX', 'PX', ARGV[3]) then
+      redis.call('HINCRBY', KEYS[3], 'deduplicated', 1)
+      fresh = false
+    end
+  else
+    redis.call('SET', KEYS[k], '1', 'PX', ARGV[3])
   end
-else
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+  if fresh then
+    local fields = {'w', ARGV[4]}
+    for word in string.gmatch(result, '%S+') do
+      if word == '-' then word = '' end
+      fields[#fields + 1] = word
+    end
+    redis.call('XADD', KEYS[2], '*', unpack(fields))
+    n = n + 1
+  end
 end
-redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
-return 1
+return n
 """
 
 # KEYS: lease, fence. ARGV: replica identity, ttl ms → the fencing token held (a new one when elected), or 0.

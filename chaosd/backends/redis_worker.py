@@ -37,7 +37,7 @@ from chaosd.backends.redis_replies import (
     StageDocument,
     StageFlags,
 )
-from chaosd.backends.redis_scripts import COMPLETE, Keys
+from chaosd.backends.redis_scripts import COMPLETE, Keys, Sha
 from chaosd.clock import Clock
 from chaosd.config import Settings
 from chaosd.dependencies import NO_FAULTS
@@ -168,7 +168,7 @@ class RedisWorker:
     async def _serve(self) -> None:
         keys = self.keys
         cfg = self.settings.backend
-        complete = self._data.register_script(COMPLETE)
+        complete = Sha(COMPLETE)
         idempotent = "1" if self.settings.sink.idempotent else "0"
         ttl_ms = str(int(cfg.effect_ttl * 1000))
         done: list[_Outcome] = []
@@ -181,19 +181,18 @@ class RedisWorker:
                 await self._resume.wait()
                 continue
             pipe = self._data.pipeline(transaction=False)
-            for out in done:
-                fields = out.fields
-                result = [
-                    "i", fields["i"], "w", self.id, "o", out.reason, "d", "1" if out.degraded else "0",
-                    "a", fields["a"], "s", repr(out.started), "e", repr(out.ended), "n", fields["n"],
-                    "m", fields["m"],
-                ]  # fmt: skip
-                effect = keys.effect(fields["r"], fields["i"])
-                await complete(
-                    keys=[keys.stream, keys.results, effect, keys.stats],
-                    args=[keys.group, out.entry, idempotent, ttl_ms, *result],
-                    client=pipe,
-                )
+            if done:  # the whole last read settled in one script call
+                effects: list[str] = [keys.stream, keys.results, keys.stats]
+                args: list[str] = [keys.group, idempotent, ttl_ms, self.id]
+                for out in done:
+                    fields = out.fields
+                    effects.append(keys.effect(fields["r"], fields["i"]))
+                    args.append(out.entry)
+                    args.append(
+                        f"i {fields['i']} o {out.reason or '-'} d {'1' if out.degraded else '0'} "
+                        f"a {fields['a']} s {out.started!r} e {out.ended!r} n {fields['n']} m {fields['m']}"
+                    )
+                complete.call(pipe, effects, args)
             pipe.xreadgroup(keys.group, self.id, {keys.stream: ">"}, count=cfg.batch, block=block_ms)
             self.round_trips += 1
             try:
@@ -202,10 +201,14 @@ class RedisWorker:
                 still_cancelled()
                 await self._clock.sleep(_RETRY)  # the outcomes are kept: the sink is idempotent, so retry them
                 continue
-            if any(isinstance(r, RedisError) for r in replies[:-1]):
+            if Sha.missing(replies[:-1]):  # Redis lost the script before running it: settle them again
+                if not await self._load(complete):
+                    continue
+            elif any(isinstance(r, RedisError) for r in replies[:-1]):
                 await self._clock.sleep(_RETRY)
                 continue
-            done.clear()
+            else:
+                done.clear()
             read = replies[-1]
             if isinstance(read, ResponseError) and "NOGROUP" in str(read):
                 await self._create_group()  # Redis came back empty (no persistence): start the group again
@@ -221,6 +224,15 @@ class RedisWorker:
                         self.dropped += 1  # the delivery never arrives; the task lease brings it back
                         continue
                     done.append(await self._walk(entry, fields))
+
+    async def _load(self, script: Sha) -> bool:
+        try:
+            await script.load(self._data)
+        except (RedisError, OSError):
+            still_cancelled()
+            await self._clock.sleep(_RETRY)
+            return False
+        return True
 
     async def _create_group(self) -> None:
         try:
