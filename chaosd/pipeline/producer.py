@@ -110,9 +110,6 @@ class Producer:
         share = self._share
         gap = self._gap
         bursty = self._bursty
-        queue, offer, admit = self._queue, self._queue.offer, self._ledger.admit
-        ids, measure_from, admission = self._ids, self._measure_from, self._admission
-        block, refusal = self._block, self._refusal
         flat_rate, flat_until = 0.0, float("-inf")
         while True:
             if not agent.gate_open and not agent.partitioned:
@@ -153,28 +150,11 @@ class Producer:
             while True:
                 for _ in range(self._burst()) if bursty else _ONCE:
                     agent.served += 1
-                    # Offer one task.
-                    task = Task(next(ids), t, t >= measure_from)
-                    tracer = self.tracer
-                    if tracer is not None and task.id % tracer.every == 0:
-                        task.trace = tracer.produced(task, agent.id, t)
-                    factor = admission.factor
-                    if agent.partitioned:
-                        self._refused(task, "partitioned")
-                    elif factor < 1.0 and self._throttled(factor):
-                        self._refused(task, "throttled")
-                    elif offer(task, t):
-                        admit(task)
-                    elif queue.throttles():
-                        # Over admission control's limit, not a full queue: refused whatever when_full says.
-                        self._refused(task, "shed")
-                    elif block:
-                        admit(task)  # accepted: it waits for room
-                        await queue.put(task)
+                    blocked = self._emit(t)
+                    if blocked is not None:
+                        await self._queue.put(blocked)
                         t = now()
                         awaited = True
-                    else:
-                        self._refused(task, refusal)
                     streak += 1
                 next_t += 1.0 / rate if constant else gap(rate)
                 if awaited or streak >= _YIELD_EVERY:
@@ -191,7 +171,29 @@ class Producer:
         self._credit -= 1.0
         return False
 
-    def _refused(self, task: Task, reason: RefuseReason) -> None:
+    def _emit(self, t: float) -> Task | None:
+        """Offer one task; returns it when it must wait for room (``block``), else None."""
+        task = Task(next(self._ids), t, t >= self._measure_from)
+        tracer = self.tracer
+        if tracer is not None and task.id % tracer.every == 0:
+            task.trace = tracer.produced(task, self.agent.id, t)
         ledger = self._ledger
+        factor = self._admission.factor
+        reason: RefuseReason
+        if self.agent.partitioned:
+            reason = "partitioned"
+        elif factor < 1.0 and self._throttled(factor):
+            reason = "throttled"
+        elif self._queue.offer(task, t):
+            ledger.admit(task)
+            return None
+        elif self._queue.throttles():
+            reason = "shed"  # over admission control's limit, not a full queue: refused whatever when_full says
+        elif self._block:
+            ledger.admit(task)
+            return task  # accepted: it waits for room
+        else:
+            reason = self._refusal
         ledger.offer(task)
         ledger.refuse(task, reason)
+        return None
