@@ -157,11 +157,11 @@ class Producer:
                         awaited = True
                     streak += 1
                 next_t += 1.0 / rate if constant else gap(rate)
-                if awaited or streak >= _YIELD_EVERY:
+                # Due by the last reading, it is due now: read the clock for its time. Otherwise the checks above
+                # read it (one reading, as when arrivals are spaced out).
+                if awaited or streak >= _YIELD_EVERY or next_t > t or next_t - t0 >= flat_until:
                     break
                 t = now()
-                if next_t > t or next_t - t0 >= flat_until:
-                    break
 
     def _throttled(self, factor: float) -> bool:
         """Whether the throttle refuses this offer: it admits ``factor`` of them, evenly, through a running credit."""
