@@ -72,7 +72,7 @@ BENCHES = (
         "Real-time throughput",
         (),
         "Tasks/s at zero service time, 1 producer and 1 worker, against a bare asyncio producer/queue/consumer",
-        "≥ 100k tasks/s; at most about 3× bare",
+        "≥ 100k tasks/s; at most 2.5× bare",
     ),
     Bench(
         "telemetry_overhead",

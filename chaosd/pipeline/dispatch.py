@@ -86,6 +86,20 @@ class Dispatcher:
             else:
                 self._since.pop(task_id, None)
 
+    def served_at_once(self, task: Task, worker: str, now: float) -> None:
+        """``assign`` then ``ack`` with nothing run between (a task served without its worker awaiting): what the
+        two leave behind, without the entry one makes and the other undoes."""
+        state = self.state
+        if state is None:
+            self.assign(task, worker, now)  # the acknowledgement would be lost: the assignment stays logged
+            return
+        task_id = task.id
+        state.pop(task_id, None)  # a re-dispatched task's earlier entry: the assignment replaced it, the ack ended it
+        if task_id in self._checkpoint:
+            self._since[task_id] = None
+        else:
+            self._since.pop(task_id, None)
+
     def _logged_end(self, task_id: int) -> None:
         """Log that the task no longer needs dispatching; nothing remains of it if the checkpoint never had it."""
         if task_id in self._checkpoint:

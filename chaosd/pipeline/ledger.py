@@ -46,8 +46,13 @@ class Ledger:
         # Second outcomes for a task that already ended (at-least-once delivery), suppressed by the
         # idempotent sink: no effect is applied, so the audit hears nothing of them.
         self.deduplicated = 0
-        # Completions within the deadline (all of them when there is no deadline) and not degraded: goodput.
-        self.good = 0
+
+    @property
+    def good(self) -> int:
+        """Completions within the deadline (all of them when there is no deadline) and not degraded: goodput.
+        Each completion is exactly one of good, late and degraded, so the good ones need no count of their own."""
+        total = self.total
+        return total.completed - total.late - total.degraded
 
     def offer(self, task: Task) -> None:
         self.total.offered += 1
@@ -91,23 +96,16 @@ class Ledger:
             self.audit.settle(task.id)
         except KeyError:
             self.audit.duplicate(task)
-        late = self.deadline > 0 and now - task.accepted_at > self.deadline
-        bad = late or degraded
-        if not bad:
-            self.good += 1
-        total = self.total
-        total.completed += 1
-        if late:
-            total.late += 1
-        elif degraded:
-            total.degraded += 1
+        self.total.completed += 1
         if task.measured:
-            measured = self.measured
-            measured.completed += 1
-            if late:
-                measured.late += 1
-            elif degraded:
-                measured.degraded += 1
+            self.measured.completed += 1
+        deadline = self.deadline
+        if deadline > 0 and now - task.accepted_at > deadline:
+            for counts in (self.total, self.measured) if task.measured else (self.total,):
+                counts.late += 1
+        elif degraded:
+            for counts in (self.total, self.measured) if task.measured else (self.total,):
+                counts.degraded += 1
         return True
 
     def fail(self, task: Task, reason: FailReason) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import random
 from collections.abc import Callable
 from typing import Protocol
@@ -111,8 +110,6 @@ class Producer:
         share = self._share
         gap = self._gap
         bursty = self._bursty
-        poisson = not constant and not bursty
-        draw, log = self._rng.random, math.log
         flat_rate, flat_until = 0.0, float("-inf")
         while True:
             if not agent.gate_open and not agent.partitioned:
@@ -147,19 +144,24 @@ class Producer:
                 await sleep(0)
                 t = now()
                 streak = 0
-            for _ in range(self._burst()) if bursty else _ONCE:
-                agent.served += 1
-                blocked = self._emit(t)
-                if blocked is not None:
-                    await self._queue.put(blocked)
-                    t = now()
-                streak += 1
-            if constant:
-                next_t += 1.0 / rate
-            elif poisson:
-                next_t += -log(1.0 - draw()) / rate  # expovariate(rate), written out (see make_sampler)
-            else:
-                next_t += gap(rate)
+            # Every arrival already due, in one pass: what the checks above read (the gate, the surge, the agent's
+            # slowness) changes only while this producer awaits, so the rate holds for as long as the shape's does.
+            awaited = False
+            while True:
+                for _ in range(self._burst()) if bursty else _ONCE:
+                    agent.served += 1
+                    blocked = self._emit(t)
+                    if blocked is not None:
+                        await self._queue.put(blocked)
+                        t = now()
+                        awaited = True
+                    streak += 1
+                next_t += 1.0 / rate if constant else gap(rate)
+                # Due by the last reading, it is due now: read the clock for its time. Otherwise the checks above
+                # read it (one reading, as when arrivals are spaced out).
+                if awaited or streak >= _YIELD_EVERY or next_t > t or next_t - t0 >= flat_until:
+                    break
+                t = now()
 
     def _throttled(self, factor: float) -> bool:
         """Whether the throttle refuses this offer: it admits ``factor`` of them, evenly, through a running credit."""

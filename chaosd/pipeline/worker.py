@@ -154,65 +154,97 @@ class Worker:
                 await sleep(0)
                 served = 0
                 continue
-            if task.id not in in_flight and ledger.idempotent:
-                # A re-dispatched copy of a task that already ended: the sink would ignore it anyway.
-                ledger.deduplicated += 1
-                continue
-            dispatcher.assign(task, me, t)
-            if self.drop_probability and self._rng.random() < self.drop_probability:
-                self.dropped += 1  # the dispatch never arrives; the task lease will bring it back
-                continue
-            self.current = task
-            if not task.attempts:
-                wait_add(t - task.accepted_at)
-            task.attempts += 1
-            # busy.step(t, 1) and, below, busy.step(t, -1), written out: each saves a Python call per task served.
-            busy.area += busy.busy * (t - busy.since)
-            busy.since = t
-            busy.busy += 1
-            walk = self._routing.walk
-            reason: FailReason | None = None
-            degraded = False  # a stage gave up and the task went on without its result
-            if task.trace is not None and self.tracer is not None:
-                ran = await self._traced(task, None if walk is None else walk.stages, t)
-                if ran == DEGRADED:
-                    degraded = True
-                else:
-                    reason = ran
-            elif walk is None:
-                reason = "no_route"
-            else:
-                slow = agent.slow
-                for stage in walk.stages:
-                    if stage.simple:
-                        service = stage.sample() * slow
-                        stage.stats.latency.add(service)
-                        if service > 0.0:
-                            await sleep(service)
-                        continue
-                    ran = await stage.run(slow, task)
+            # A burst: while a task ends without this worker awaiting, the next one waiting is taken at once, with
+            # the clock reading that ended it. Nothing another task changes (the gate, faults, the route's flags) can
+            # change in between, so only the checks that depend on the task itself are made again. Nobody else can
+            # see what this worker does until it awaits either: the busy meter counts it busy from the first task to
+            # the last (``holding``) and is brought up to date only when that count changes, and a task's dispatch
+            # is recorded just before its first await (``unsent``), or, if it never awaits, with its acknowledgement.
+            holding = False
+            while True:
+                if task.id not in in_flight and ledger.idempotent:
+                    # A re-dispatched copy of a task that already ended: the sink would ignore it anyway.
+                    ledger.deduplicated += 1
+                    break
+                if self.drop_probability and self._rng.random() < self.drop_probability:
+                    dispatcher.assign(task, me, t)
+                    self.dropped += 1  # the dispatch never arrives; the task lease will bring it back
+                    break
+                self.current = task
+                if not task.attempts:
+                    wait_add(t - task.accepted_at)
+                task.attempts += 1
+                if not holding:
+                    # busy.step(t, 1) and, after the burst, busy.step(t, -1), written out: each saves a Python call.
+                    busy.area += busy.busy * (t - busy.since)
+                    busy.since = t
+                    busy.busy += 1
+                    holding = True
+                walk = self._routing.walk
+                reason: FailReason | None = None
+                degraded = False  # a stage gave up and the task went on without its result
+                unsent = True
+                begun = t
+                if task.trace is not None and self.tracer is not None:
+                    unsent = False
+                    dispatcher.assign(task, me, t)
+                    ran = await self._traced(task, None if walk is None else walk.stages, t)
                     if ran == DEGRADED:
                         degraded = True
-                    elif ran is not None:
+                    else:
                         reason = ran
-                        break
-            t = now()
-            busy.area += busy.busy * (t - busy.since)
-            busy.since = t
-            busy.busy -= 1
-            self.current = None
-            served += 1
-            agent.served += 1
-            if agent.partitioned:
-                continue  # the outcome cannot reach the sink; the task lease will expire
-            if reason is None:
-                if walk is not None and walk.bypassed and task.id in in_flight:
-                    # Completed without the skipped stages' results: degraded, like a tool given up on.
-                    degraded = True
-                    for skipped in walk.bypassed:
-                        skipped.degraded += 1
-                if ledger.complete(task, t, degraded):  # a first outcome: its time in the system counts
-                    sojourn_add(t - task.accepted_at)
-            else:
-                ledger.fail(task, reason)
-            dispatcher.ack(task.id, me)
+                elif walk is None:
+                    reason = "no_route"
+                else:
+                    slow = agent.slow
+                    for stage in walk.stages:
+                        if stage.simple:
+                            service = stage.sample() * slow
+                            stage.stats.latency.add(service)
+                            if service > 0.0:
+                                if unsent:
+                                    unsent = False
+                                    dispatcher.assign(task, me, t)
+                                await sleep(service)
+                            continue
+                        if unsent:
+                            unsent = False
+                            dispatcher.assign(task, me, t)
+                        ran = await stage.run(slow, task)
+                        if ran == DEGRADED:
+                            degraded = True
+                        elif ran is not None:
+                            reason = ran
+                            break
+                t = now()
+                self.current = None
+                served += 1
+                agent.served += 1
+                if agent.partitioned:
+                    if unsent:
+                        dispatcher.assign(task, me, begun)
+                    break  # the outcome cannot reach the sink; the task lease will expire
+                if reason is None:
+                    if walk is not None and walk.bypassed and task.id in in_flight:
+                        # Completed without the skipped stages' results: degraded, like a tool given up on.
+                        degraded = True
+                        for skipped in walk.bypassed:
+                            skipped.degraded += 1
+                    if ledger.complete(task, t, degraded):  # a first outcome: its time in the system counts
+                        sojourn_add(t - task.accepted_at)
+                else:
+                    ledger.fail(task, reason)
+                if unsent:
+                    dispatcher.served_at_once(task, me, begun)
+                else:
+                    dispatcher.ack(task.id, me)
+                    break  # it awaited: back to the checks above
+                if served >= _YIELD_EVERY:
+                    break
+                task = queue.get_nowait(t)
+                if task is None:
+                    break
+            if holding:
+                busy.area += busy.busy * (t - busy.since)
+                busy.since = t
+                busy.busy -= 1
