@@ -112,6 +112,10 @@ def test_producers_far_above_capacity_are_admitted_in_batches_and_block_waits_fo
         rt = exp.pipeline.host
         assert isinstance(rt, RedisRuntime)
         stream = rt.stream
+        ledger = exp.pipeline.ledger
+        up = exp.clock.now() + 20.0  # the worker processes start (seconds under the parallel suite)
+        while ledger.total.completed == 0 and exp.clock.now() < up:
+            await exp.clock.sleep(0.01)
         end = exp.clock.now() + 3.0
         while exp.clock.now() < end:
             seen["held"] = max(seen.get("held", 0), len(stream.submitting))
@@ -159,12 +163,15 @@ def test_scripts_redis_lost_are_loaded_again_and_no_task_is_refused_or_lost(serv
 
     async def plan(exp: Experiment) -> None:
         ledger = exp.pipeline.ledger
-        end = exp.clock.now() + 10.0
+        # Deadlines, not expectations: two worker processes start in well under a second on a quiet machine,
+        # but in several under the parallel suite.
+        end = exp.clock.now() + 12.0
         while ledger.total.completed < 200 and exp.clock.now() < end:
             await exp.clock.sleep(0.02)
         client.script_flush()
         seen["flushed_at"] = ledger.total.completed
         seen["results_at"] = client.xlen("chaosd:results")
+        end = exp.clock.now() + 12.0
         while ledger.total.completed < seen["flushed_at"] + 400 and exp.clock.now() < end:
             await exp.clock.sleep(0.02)
         seen["completed"] = ledger.total.completed
