@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
 __all__ = [
+    "CATCH_UP",
     "Clock",
     "LoopClock",
     "PreciseEpollSelector",
@@ -31,8 +32,20 @@ __all__ = [
 ]
 
 
+# How much lateness a real-clock worker makes up per task by timing its services from the model's schedule: more
+# than a sleep's usual lateness plus a worker's bookkeeping (bench/realtime_breakdown.py measures both) and a brief
+# wait for a CPU, far less than a stall (the process paused, a blocked loop), which shows less this much.
+CATCH_UP = 0.002
+
+
 class Clock(Protocol):
-    """Seconds on the running loop's clock (monotonic; virtual or real)."""
+    """Seconds on the running loop's clock (monotonic; virtual or real).
+
+    ``catch_up``: how much lateness a worker may make up by timing a service from its schedule (0 in virtual time,
+    whose sleeps are never late).
+    """
+
+    catch_up: float
 
     def now(self) -> float: ...
 
@@ -44,11 +57,12 @@ class Clock(Protocol):
 class LoopClock:
     """Reads the running event loop's clock, so a virtual loop makes it virtual."""
 
-    __slots__ = ("_loop", "now", "virtual")
+    __slots__ = ("_loop", "catch_up", "now", "virtual")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.virtual = isinstance(loop, VirtualEventLoop)
+        self.catch_up = 0.0 if self.virtual else CATCH_UP
         # A bound method stored once: ``now()`` is on the per-task hot path. asyncio's own loops read
         # time.monotonic(), so call it without the method in between (a task reads the clock three times).
         self.now = time.monotonic if keeps_asyncio_time(loop) else loop.time

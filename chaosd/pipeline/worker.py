@@ -140,6 +140,12 @@ class Worker:
         in_flight = ledger.in_flight
         me = agent.id
         served = 0
+        # Real time: a simple stage's service ends on the model's schedule, counted from when this worker was free
+        # (its previous service's due end) or the task arrived, whichever is later, so one late wake-up does not push
+        # back every later service. At most ``catch_up`` of lateness is made up per task: the rest of a longer delay
+        # (a stall) shows. What is measured (wait, sojourn) stays the clock's readings.
+        catch_up = self._clock.catch_up
+        due = float("-inf")
         while True:
             if not agent.gate_open:
                 await gate.wait()
@@ -183,14 +189,22 @@ class Worker:
                 reason = "no_route"
             else:
                 slow = agent.slow
+                if catch_up:
+                    due = max(due, task.accepted_at, t - catch_up)
                 for stage in walk.stages:
                     if stage.simple:
                         service = stage.sample() * slow
                         stage.stats.latency.add(service)
                         if service > 0.0:
-                            await sleep(service)
+                            if catch_up:
+                                due += service
+                                await sleep(due - now())
+                            else:
+                                await sleep(service)
                         continue
                     ran = await stage.run(slow, task)
+                    if catch_up:
+                        due = now()  # a stage that times itself: the next one starts from when it ended
                     if ran == DEGRADED:
                         degraded = True
                     elif ran is not None:
