@@ -181,6 +181,8 @@ class Worker:
             degraded = False  # a stage gave up and the task went on without its result
             if task.trace is not None and self.tracer is not None:
                 ran = await self._traced(task, None if walk is None else walk.stages, t)
+                if catch_up:
+                    due = now()  # served off the schedule: the next task's service starts from here at the earliest
                 if ran == DEGRADED:
                     degraded = True
                 else:
