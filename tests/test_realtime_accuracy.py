@@ -83,3 +83,44 @@ def test_without_catch_up_the_lateness_accumulates_into_the_wait() -> None:
     errors = _errors(settings, CONTROL_DURATION, _real(settings, CONTROL_DURATION, 0.0))
     assert errors["mean wait"] > TOLERANCE["mean wait"], errors
     assert errors["mean sojourn"] > TOLERANCE["mean sojourn"], errors
+
+
+# The stall: the loop held for 200 ms, 1.5 s into a 4 s run. The arrivals it holds back land together when it ends
+# (their accepted_at is when they landed), so what the stall costs the mean wait is that backlog's: about 30 tasks,
+# which take half a second to clear. The detector and throttle are off: their response to a stall is not at issue.
+STALL_AT, STALL, STALL_RUN = 1.5, 0.2, 4.0
+STALL_OVERLAY: dict[str, Any] = OVERLAY | {"detector": {"enabled": False}, "throttle": {"policy": "none"}}
+
+
+def _stalled(settings: Settings, catch_up: float, stall: float) -> float:
+    """Mean wait of a real-clock run whose loop a plan holds for ``stall`` seconds, with the given catch-up."""
+    loop = new_event_loop(virtual=False)
+    clock = LoopClock(loop)
+    clock.catch_up = catch_up
+
+    async def hold(exp: Experiment) -> None:
+        await clock.sleep_until(exp.pipeline.t0 + STALL_AT)
+        end = clock.now() + stall
+        while clock.now() < end:  # a callback that blocks the loop, as a blocking call would
+            pass
+
+    async def main() -> ReportView:
+        return await Experiment(settings, clock, warmup=0.0, virtual=False).run(STALL_RUN, plan=hold)
+
+    try:
+        return _measures(loop.run_until_complete(main()))["mean wait"]
+    finally:
+        loop.close()
+
+
+def test_catch_up_does_not_hide_a_stall() -> None:
+    # What the stall adds to the mean wait is the same with catch-up as without: at most 2 ms of it per worker is
+    # made up. Without the stall the same run adds next to nothing, so the figure is the stall's.
+    settings = load_settings(None, STALL_OVERLAY)
+    virtual = _measures(run_offline(settings, duration=STALL_RUN, warmup=0.0, virtual=True))["mean wait"]
+    shown = _stalled(settings, CATCH_UP, STALL) - virtual
+    unpaced = _stalled(settings, 0.0, STALL) - virtual
+    calm = _stalled(settings, CATCH_UP, 0.0) - virtual
+    assert shown > 0.005, (shown, virtual)
+    assert shown == pytest.approx(unpaced, rel=0.25), (shown, unpaced)
+    assert abs(calm) < 0.15 * shown, (calm, shown)
