@@ -153,15 +153,17 @@ class _Timeline:
 
 def _real_run(
     settings: Settings, duration: float, *, catch_up: float | None = None, record: bool = False
-) -> tuple[ReportView, _RecordingClock | None, _Timeline | None, list[float]]:
-    """A real-clock run as ``run_offline`` makes one; ``catch_up`` overrides the clock's (0: services timed from
-    each wake-up, as before the schedule), ``record`` records the timeline and a bare sleep's lateness beside it."""
+) -> tuple[ReportView, float, _RecordingClock | None, _Timeline | None, list[float]]:
+    """A real-clock run as ``run_offline`` makes one, and the seconds its loop waited for a CPU; ``catch_up``
+    overrides the clock's (0: services timed from each wake-up), ``record`` records the timeline and a bare sleep's
+    lateness beside it."""
     loop = new_event_loop(virtual=False)
     plain = LoopClock(loop)
     if catch_up is not None:
         plain.catch_up = catch_up
     clock = _RecordingClock(plain) if record else None
     bare: list[float] = []
+    cpu_wait: list[float] = []
 
     async def probe() -> None:
         rng = random.Random(7)
@@ -173,6 +175,7 @@ def _real_run(
 
     async def main() -> tuple[ReportView, _Timeline | None]:
         exp = Experiment(settings, clock or plain, warmup=WARMUP_SHARE * duration, virtual=False)
+        exp.telemetry.listen(lambda snap: cpu_wait.append(snap.cpu_wait))
         timeline = _Timeline(exp, clock) if clock is not None else None
         probing = asyncio.create_task(probe()) if record else None
         try:
@@ -186,7 +189,7 @@ def _real_run(
         report, timeline = loop.run_until_complete(main())
     finally:
         loop.close()
-    return report, clock, timeline, bare
+    return report, sum(cpu_wait), clock, timeline, bare
 
 
 def _ms(values: list[float]) -> str:
@@ -211,9 +214,10 @@ def main() -> None:
     settings = load_settings(None, OVERLAY)
     warmup = WARMUP_SHARE * duration
     virtual = _latency(run_offline(settings, duration=duration, warmup=warmup, virtual=True))
-    real = _latency(_real_run(settings, duration)[0])
-    unpaced = _latency(_real_run(settings, duration, catch_up=0.0)[0])
-    _, clock, timeline, bare = _real_run(settings, duration, record=True)
+    real_report, real_cpu, *_ = _real_run(settings, duration)
+    unpaced_report, unpaced_cpu, *_ = _real_run(settings, duration, catch_up=0.0)
+    real, unpaced = _latency(real_report), _latency(unpaced_report)
+    _, recorded_cpu, clock, timeline, bare = _real_run(settings, duration, record=True)
     assert clock is not None and timeline is not None
     print(f"M/M/2 at rho 0.7, {duration:g} s per run, seed 1; catch-up {clock.catch_up * 1e3:g} ms")
     print(f"  bare sleep lateness  {_ms(bare)}")
@@ -224,6 +228,10 @@ def main() -> None:
     print(f"  service − sampled    {_ms(timeline.inflation)}")
     print(f"  completion           {_ms(timeline.completion)}")
     print(f"  telemetry tick       {_ms(timeline.tick)}")
+    print(
+        f"the loop waited for a CPU {real_cpu:.2f} s, {unpaced_cpu:.2f} s (catch-up 0) and {recorded_cpu:.2f} s"
+        f" (recorded) of {duration:g} s"
+    )
     mean_bare = statistics.fmean(bare)
     print(f"ratio service wake-up / bare sleep lateness: {statistics.fmean(clock.late['service']) / mean_bare:.2f}×")
     print(f"ratio (service − sampled) / bare sleep lateness: {statistics.fmean(timeline.inflation) / mean_bare:.2f}×")

@@ -26,13 +26,16 @@ OVERLAY: dict[str, Any] = {
     "stages": [{"name": "work", "service": {"distribution": "exponential", "mean": 0.01}}],
 }
 WARMUP_SHARE = 0.1
-# 100 s on the real clock (about 12,000 tasks measured). With the same draws the real/virtual ratios differ from 1 by
-# the clock's lateness, about +0.8 % on mean sojourn and +1.2 % on mean wait on a quiet host (each task ends, and a
-# queued one starts, a sleep's lateness after the model's time), and vary by about ±0.5 % from run to run (the two
-# workers take tasks in a different order where their ends nearly tie): the tolerances leave room for both.
+# 100 s on the real clock (about 12,000 tasks measured). With the same draws, what remains is one wake-up's lateness
+# per task (each task ends, and a queued one starts, a sleep's lateness after the model's time): about 0.1 ms, so
+# +0.5 % on mean sojourn and +0.7 % on mean wait are expected on a quiet host. On a shared 2-core host, with the loop
+# waiting for a CPU 1-5 % of the time, 100 s runs measured +1.6 to +2.0 % (mean sojourn), +2.6 to +3.0 % (mean wait)
+# and +1.2 to +1.3 % (p95 sojourn); waits for a CPU longer than catch-up's 2 ms push them past the tolerances, which
+# is why this test runs alone. The failure message says how long the loop waited for a CPU.
 DURATION = 100.0
 TOLERANCE = {"mean sojourn": 0.02, "mean wait": 0.04, "p95 sojourn": 0.03}
-# The negative control runs shorter: services timed from each wake-up inflate the mean wait by 8–10 % on any run.
+# The negative control runs shorter: services timed from each wake-up inflated the mean wait by 7.9 % or more in every
+# run measured (8 s to 100 s), about twice the tolerance.
 CONTROL_DURATION = 10.0
 
 
@@ -69,11 +72,20 @@ def _errors(settings: Settings, duration: float, real: ReportView) -> dict[str, 
 
 def test_real_time_reports_what_virtual_time_reports_for_the_same_seed() -> None:
     settings = load_settings(None, OVERLAY)
-    errors = _errors(
-        settings, DURATION, run_offline(settings, duration=DURATION, warmup=WARMUP_SHARE * DURATION, virtual=False)
+    cpu_wait: list[float] = []
+    real = run_offline(
+        settings,
+        duration=DURATION,
+        warmup=WARMUP_SHARE * DURATION,
+        virtual=False,
+        on_tick=lambda snap: cpu_wait.append(snap.cpu_wait),
     )
+    errors = _errors(settings, DURATION, real)
     outside = {name: f"{e:+.2%}" for name, e in errors.items() if abs(e) > TOLERANCE[name]}
-    assert not outside, f"real vs virtual beyond {TOLERANCE}: {outside} (all: {errors})"
+    assert not outside, (
+        f"real vs virtual beyond {TOLERANCE}: {outside} (all: {errors});"
+        f" the loop waited {sum(cpu_wait):.2f} s of {DURATION:g} s for a CPU"
+    )
 
 
 def test_without_catch_up_the_lateness_accumulates_into_the_wait() -> None:
