@@ -34,8 +34,8 @@ WARMUP_SHARE = 0.1
 # is why this test runs alone. The failure message says how long the loop waited for a CPU.
 DURATION = 100.0
 TOLERANCE = {"mean sojourn": 0.02, "mean wait": 0.04, "p95 sojourn": 0.03}
-# The negative control runs shorter: services timed from each wake-up inflated the mean wait by 7.9 % or more in every
-# run measured (8 s to 100 s), about twice the tolerance.
+# The negative control runs shorter: services timed from each wake-up inflated the mean wait by 7 % or more in every
+# run measured (8 s to 100 s), nearly twice the tolerance.
 CONTROL_DURATION = 10.0
 
 
