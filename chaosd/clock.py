@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import select
 import selectors
+import sys
 import time
 from collections.abc import Awaitable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
 __all__ = [
+    "CATCH_UP",
     "Clock",
     "LoopClock",
     "PreciseEpollSelector",
@@ -31,8 +34,20 @@ __all__ = [
 ]
 
 
+# How much lateness a real-clock worker makes up per task by timing its services from the model's schedule: more
+# than a sleep's usual lateness plus a worker's bookkeeping (bench/realtime_breakdown.py measures both) and a brief
+# wait for a CPU, far less than a stall (the process paused, a blocked loop), which shows less this much.
+CATCH_UP = 0.002
+
+
 class Clock(Protocol):
-    """Seconds on the running loop's clock (monotonic; virtual or real)."""
+    """Seconds on the running loop's clock (monotonic; virtual or real).
+
+    ``catch_up``: how much lateness a worker may make up by timing a service from its schedule (0 in virtual time,
+    whose sleeps are never late).
+    """
+
+    catch_up: float
 
     def now(self) -> float: ...
 
@@ -44,11 +59,12 @@ class Clock(Protocol):
 class LoopClock:
     """Reads the running event loop's clock, so a virtual loop makes it virtual."""
 
-    __slots__ = ("_loop", "now", "virtual")
+    __slots__ = ("_loop", "catch_up", "now", "virtual")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.virtual = isinstance(loop, VirtualEventLoop)
+        self.catch_up = 0.0 if self.virtual else CATCH_UP
         # A bound method stored once: ``now()`` is on the per-task hot path. asyncio's own loops read
         # time.monotonic(), so call it without the method in between (a task reads the clock three times).
         self.now = time.monotonic if keeps_asyncio_time(loop) else loop.time
@@ -160,10 +176,27 @@ class VirtualEventLoop(ClockedSelectorLoop):
             self._vselector.grace = before
 
 
+_PR_SET_TIMERSLACK = 29  # linux/prctl.h
+_TIMER_SLACK_NS = 1
+
+
+def _tighten_timer_slack() -> None:
+    """Let the calling thread's timed waits end when asked: Linux may otherwise end one up to the thread's timer
+    slack (50 µs by default) late, to batch wake-ups, and that is a third of a sleep's usual lateness."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):  # no prctl: the default slack stays
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, _TIMER_SLACK_NS, 0, 0, 0)
+
+
 def new_event_loop(*, virtual: bool) -> asyncio.AbstractEventLoop:
-    """A virtual-time loop, or a real-time loop with sub-millisecond timers and no descriptor limit."""
+    """A virtual-time loop, or a real-time loop with sub-millisecond timers and no descriptor limit.
+
+    A real-time loop is run by the thread that makes it, which gets the finest timer slack.
+    """
     if virtual:
         return VirtualEventLoop()
+    _tighten_timer_slack()
     return asyncio.SelectorEventLoop(PreciseEpollSelector())
 
 

@@ -140,6 +140,12 @@ class Worker:
         in_flight = ledger.in_flight
         me = agent.id
         served = 0
+        # Real time: a simple stage's service ends on the model's schedule, counted from when this worker was free
+        # (its previous service's due end) or the task arrived, whichever is later, so one late wake-up does not push
+        # back every later service. At most ``catch_up`` of lateness is made up per task: the rest of a longer delay
+        # (a stall) shows. What is measured (wait, sojourn) stays the clock's readings.
+        catch_up = self._clock.catch_up
+        due = float("-inf")
         while True:
             if not agent.gate_open:
                 await gate.wait()
@@ -189,6 +195,8 @@ class Worker:
                     unsent = False
                     dispatcher.assign(task, me, t)
                     ran = await self._traced(task, None if walk is None else walk.stages, t)
+                    if catch_up:
+                        due = now()  # served off the schedule: the next task's service starts from here at the earliest
                     if ran == DEGRADED:
                         degraded = True
                     else:
@@ -197,6 +205,8 @@ class Worker:
                     reason = "no_route"
                 else:
                     slow = agent.slow
+                    if catch_up:
+                        due = max(due, task.accepted_at, t - catch_up)
                     for stage in walk.stages:
                         if stage.simple:
                             service = stage.sample() * slow
@@ -205,12 +215,18 @@ class Worker:
                                 if unsent:
                                     unsent = False
                                     dispatcher.assign(task, me, t)
-                                await sleep(service)
+                                if catch_up:
+                                    due += service
+                                    await sleep(due - now())
+                                else:
+                                    await sleep(service)
                             continue
                         if unsent:
                             unsent = False
                             dispatcher.assign(task, me, t)
                         ran = await stage.run(slow, task)
+                        if catch_up:
+                            due = now()  # a stage that times itself: the next one starts from when it ended
                         if ran == DEGRADED:
                             degraded = True
                         elif ran is not None:
