@@ -4,6 +4,7 @@ processes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -184,3 +185,34 @@ def test_scripts_redis_lost_are_loaded_again_and_no_task_is_refused_or_lost(serv
     assert seen["rejected"] == 0, seen  # no task refused as unavailable
     assert tasks["lost_all_cohorts"] == 0 and tasks["duplicated"] == 0
     client.close()
+
+
+def test_a_report_read_while_the_monitor_reads_the_stream_loses_no_task(server: RedisServer) -> None:
+    # The monitor's snapshot pass reads the stream while the producers go on: what was accepted before the pass is
+    # still held while its reply is out. A report asked for meanwhile (the score event, /metrics, the final one)
+    # counts none of those as lost. Each check starts a pass and reads the books at the pass's first wait.
+    settings = load_settings(None, _saturated(server.url, "reject"))
+    seen: dict[str, int] = {"checks": 0, "lost": 0, "in_flight": 0}
+
+    async def plan(exp: Experiment) -> None:
+        rt = exp.pipeline.host
+        assert isinstance(rt, RedisRuntime)
+        ledger = exp.pipeline.ledger
+        up = exp.clock.now() + 20.0
+        while ledger.total.completed == 0 and exp.clock.now() < up:
+            await exp.clock.sleep(0.01)
+        for _ in range(30):
+            refresh = asyncio.create_task(rt.refresh())
+            await asyncio.sleep(0)  # the pass has sent its commands and waits for the reply
+            lost, _, _ = exp.accounted(fresh=True)
+            seen["lost"] = max(seen["lost"], lost)
+            seen["in_flight"] = max(seen["in_flight"], len(ledger.in_flight))
+            seen["checks"] += 1
+            await refresh
+            await exp.clock.sleep(0.02)
+        exp.stop.set()
+
+    tasks = run_offline_with(settings, plan)["tasks"]
+    assert seen["checks"] == 30 and seen["in_flight"] > 0, seen  # tasks were in flight while the passes were out
+    assert seen["lost"] == 0, seen
+    assert tasks["lost_all_cohorts"] == 0, tasks

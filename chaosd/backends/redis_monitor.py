@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Set
 from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
@@ -82,6 +82,7 @@ class Monitor:
         self.pending_by: dict[str, int] = {}  # the group's pending entries per consumer, at the last poll
         self._remote = 0  # workers adopted from their heartbeats
         self._unlisted: set[str] = set()  # beyond _MAX_REMOTE
+        self._reading: Set[int] = frozenset()  # accepted before a snapshot pass that has not been read yet
         self._polling = asyncio.Lock()  # one poll at a time: the control writes stay in order
         self._stats_seen: dict[str, str] = {}  # the counters as last read, written back to a Redis that lost them
         self._stage_stats_seen: dict[str, str] = {}
@@ -94,7 +95,7 @@ class Monitor:
     def holders(self) -> Iterator[Task]:
         """Tasks the stream held at the last look (waiting or pending), and those accepted since."""
         in_flight = self._p.ledger.in_flight
-        for tid in self._held | self._stream.recent:
+        for tid in self._held | self._reading | self._stream.recent:
             task = in_flight.get(tid)
             if task is not None:
                 yield task
@@ -116,7 +117,10 @@ class Monitor:
 
     async def poll(self, *, snapshot: bool) -> None:
         async with self._polling:
-            await self._poll_once(snapshot=snapshot)
+            try:
+                await self._poll_once(snapshot=snapshot)
+            finally:
+                self._reading = frozenset()  # the pass has put them in _held or back in recent
 
     def _came_back_empty(self) -> None:
         """The results stream starts again from its beginning, and the next full read of the (new) task stream
@@ -167,6 +171,7 @@ class Monitor:
         recent = queue.recent
         if snapshot:
             queue.recent = set()
+            self._reading = recent  # held still while the pass is out: a report read meanwhile counts them
             pipe.xrange(keys.stream)
         pipe.xread({keys.results: self.books.last}, count=_RESULTS_BATCH)
         pipe.xlen(keys.stream)
@@ -196,6 +201,10 @@ class Monitor:
             still_cancelled()
             health.unreachable(exc)
             return
+        except asyncio.CancelledError:
+            if snapshot:
+                queue.recent |= recent  # a pass cut short at the run's end: what was accepted is still held
+            raise
         marker = replies[0]
         if isinstance(marker, Exception) or marker is None:
             if snapshot:
