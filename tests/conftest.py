@@ -123,6 +123,7 @@ _FILE_SECONDS = {
     "test_observers.py": 25,
     "test_scenarios.py": 28,
     "test_ares_scenarios.py": 26,
+    "test_redis_faults_more.py": 29,
     "test_redis_faults.py": 25,
     "test_long_poll.py": 25,
     "test_windows.py": 24,
