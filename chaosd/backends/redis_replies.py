@@ -216,40 +216,34 @@ class Pending:
         return cls(int(reply.get("pending", 0)), by)
 
 
-def _breakers(text: str) -> dict[str, tuple[BreakerState, float]]:
-    """A heartbeat's ``breakers`` field: ``{"stage": ["open", seconds left], …}`` for the stages not closed. What
-    does not parse is read as every breaker closed (the field is a view, never worth a crash)."""
+def _per_stage(text: str) -> dict[str, object]:
+    """A heartbeat's per-stage JSON field (``{"stage": value, …}``); what does not parse is read as nothing
+    reported (the fields are views, never worth a crash)."""
     try:
         doc = json.loads(text) if text else {}
     except ValueError:
         return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _breakers(text: str) -> dict[str, tuple[BreakerState, float]]:
+    """A heartbeat's ``breakers`` field: ``{"stage": ["open", seconds left], …}`` for the stages not closed; what
+    does not parse is read as every breaker closed."""
     out: dict[str, tuple[BreakerState, float]] = {}
-    if not isinstance(doc, dict):
-        return out
-    for stage, value in doc.items():
+    for stage, value in _per_stage(text).items():
         match value:
             case [str(state), int(left) | float(left)] if state in _BREAKER_STATES and math.isfinite(left):
                 out[stage] = (state, max(0.0, float(left)))  # type: ignore[assignment]  # checked in the guard
     return out
 
 
-def _orders_seen(text: str) -> dict[str, list[object]]:
-    """A heartbeat's ``memory`` or ``mcp`` field: ``{"stage": [token of the last order seen, state…], …}``. What
-    does not parse is read as nothing reported (the daemon then waits for a heartbeat that says)."""
-    try:
-        doc = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    if not isinstance(doc, dict):
-        return {}
-    return {stage: value for stage, value in doc.items() if isinstance(value, list) and value}
-
-
 def _memory(text: str) -> dict[str, tuple[str, frozenset[int]]]:
-    """Memory stage -> (the last corruption order seen, the entries corrupted in the process now); the field also
-    has the entries the process restored in all (for people reading Redis)."""
+    """A heartbeat's ``memory`` field, ``{"stage": [token of the last order seen, entries corrupted, restored], …}``:
+    memory stage -> (the last corruption order seen, the entries corrupted in the process now). The restored count
+    is for people reading Redis. What does not parse is nothing reported (the daemon waits for a heartbeat that
+    says)."""
     out: dict[str, tuple[str, frozenset[int]]] = {}
-    for stage, value in _orders_seen(text).items():
+    for stage, value in _per_stage(text).items():
         match value:
             case [str(token), list(entries), *_] if all(type(i) is int for i in entries):
                 out[stage] = (token, frozenset(entries))
@@ -257,9 +251,10 @@ def _memory(text: str) -> dict[str, tuple[str, frozenset[int]]]:
 
 
 def _mcp(text: str) -> dict[str, tuple[str, bool]]:
-    """MCP stage -> (the last drop order seen, whether the process's connection is up now)."""
+    """A heartbeat's ``mcp`` field: MCP stage -> (the last drop order seen, whether the process's connection is up
+    now)."""
     out: dict[str, tuple[str, bool]] = {}
-    for stage, value in _orders_seen(text).items():
+    for stage, value in _per_stage(text).items():
         match value:
             case [str(token), bool(up)]:
                 out[stage] = (token, up)

@@ -95,6 +95,7 @@ class Dispatcher:
             return
         task_id = task.id
         state.pop(task_id, None)  # a re-dispatched task's earlier entry: the assignment replaced it, the ack ended it
+        # _logged_end, written out, as in ack: this runs once per task served in a burst.
         if task_id in self._checkpoint:
             self._since[task_id] = None
         else:
