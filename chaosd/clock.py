@@ -26,7 +26,6 @@ __all__ = [
     "CATCH_UP",
     "Clock",
     "LoopClock",
-    "PreciseEpollSelector",
     "VirtualEventLoop",
     "new_event_loop",
     "realtime_selector",
@@ -130,6 +129,7 @@ class _VirtualSelector(ClockedSelector):
 _FD_SETSIZE = 1024  # select() cannot watch a descriptor at or above this
 
 if hasattr(selectors, "EpollSelector"):  # Linux; elsewhere the platform's own best selector is used instead
+    __all__ += ["PreciseEpollSelector"]  # named only where it is defined: `import *` must not fail elsewhere
 
     class PreciseEpollSelector(selectors.EpollSelector):
         """epoll for any number of descriptors, with waits timed to the microsecond.
