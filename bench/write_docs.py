@@ -85,7 +85,7 @@ BENCHES = (
         "timer_accuracy",
         "Timer accuracy",
         (),
-        "How late `asyncio.sleep` of 0.5–2.5 ms wakes on epoll, on `select()` and on chaosd's loop",
+        "How late `asyncio.sleep` of 0.5–2.5 ms wakes on epoll, `poll()`, `select()` and chaosd's loop",
         "chaosd's loop about as accurate as `select()`",
     ),
     Bench(

@@ -26,9 +26,9 @@ __all__ = [
     "CATCH_UP",
     "Clock",
     "LoopClock",
-    "PreciseEpollSelector",
     "VirtualEventLoop",
     "new_event_loop",
+    "realtime_selector",
     "unix_time",
     "wall_time",
 ]
@@ -128,31 +128,44 @@ class _VirtualSelector(ClockedSelector):
 
 _FD_SETSIZE = 1024  # select() cannot watch a descriptor at or above this
 
+if hasattr(selectors, "EpollSelector"):  # Linux; elsewhere the platform's own best selector is used instead
+    __all__ += ["PreciseEpollSelector"]  # named only where it is defined: `import *` must not fail elsewhere
 
-class PreciseEpollSelector(selectors.EpollSelector):
-    """epoll for any number of descriptors, with waits timed to the microsecond.
+    class PreciseEpollSelector(selectors.EpollSelector):
+        """epoll for any number of descriptors, with waits timed to the microsecond.
 
-    epoll_wait takes whole milliseconds and rounds every timeout up; select() takes microseconds but
-    cannot watch descriptors ≥ 1024. So a timed wait is a select() on the one epoll descriptor (readable
-    when any watched descriptor is ready), then a non-blocking epoll poll collects the events.
-    """
+        epoll_wait takes whole milliseconds and rounds every timeout up; select() takes microseconds but
+        cannot watch descriptors ≥ 1024. So a timed wait is a select() on the one epoll descriptor (readable
+        when any watched descriptor is ready), then a non-blocking epoll poll collects the events.
+        """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._precise = self.fileno() < _FD_SETSIZE
-        if not self._precise:  # only if the loop was made after ~1,000 files were opened
-            logging.getLogger("chaosd").warning("epoll descriptor %d ≥ 1024: timers round up to 1 ms", self.fileno())
+        def __init__(self) -> None:
+            super().__init__()
+            self._precise = self.fileno() < _FD_SETSIZE
+            if not self._precise:  # only if the loop was made after ~1,000 files were opened
+                logging.getLogger("chaosd").warning(
+                    "epoll descriptor %d ≥ 1024: timers round up to 1 ms", self.fileno()
+                )
 
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if self._precise and timeout is not None and timeout > 0:
-            try:
-                ready, _, _ = select.select([self.fileno()], [], [], timeout)
-            except InterruptedError:
-                return []
-            if not ready:
-                return []
-            timeout = 0
-        return super().select(timeout)
+        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+            if self._precise and timeout is not None and timeout > 0:
+                try:
+                    ready, _, _ = select.select([self.fileno()], [], [], timeout)
+                except InterruptedError:
+                    return []
+                if not ready:
+                    return []
+                timeout = 0
+            return super().select(timeout)
+
+
+def realtime_selector() -> selectors.BaseSelector:
+    """The real-time loop's selector: :class:`PreciseEpollSelector` where there is epoll, else the platform's
+    best (``selectors.DefaultSelector``: kqueue on macOS and the BSDs, select() on Windows). docs/runtime.md says
+    what timer accuracy each gives."""
+    if hasattr(selectors, "EpollSelector"):
+        return PreciseEpollSelector()
+    return selectors.DefaultSelector()
 
 
 class VirtualEventLoop(ClockedSelectorLoop):
@@ -190,14 +203,15 @@ def _tighten_timer_slack() -> None:
 
 
 def new_event_loop(*, virtual: bool) -> asyncio.AbstractEventLoop:
-    """A virtual-time loop, or a real-time loop with sub-millisecond timers and no descriptor limit.
+    """A virtual-time loop, or a real-time loop on :func:`realtime_selector` (on Linux: sub-millisecond timers
+    and no descriptor limit).
 
     A real-time loop is run by the thread that makes it, which gets the finest timer slack.
     """
     if virtual:
         return VirtualEventLoop()
     _tighten_timer_slack()
-    return asyncio.SelectorEventLoop(PreciseEpollSelector())
+    return asyncio.SelectorEventLoop(realtime_selector())
 
 
 def wall_time() -> float:

@@ -10,11 +10,18 @@ import math
 import random
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 from chaosd.confidence import mean_ci
-from chaosd.durations import parse_duration
 from chaosd.errors import FaultError, ScenarioError
+from chaosd.expectations import (
+    EXPECT_KEYS,
+    GRADES,
+    Expectation,
+    Expectations,
+    JudgedReport,
+    Measured,
+    read_expectations,
+)
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.incidents import IncidentBook
 from chaosd.history import RecentLog
@@ -30,7 +37,6 @@ from chaosd.views import (
     LiveCounts,
     LiveWindow,
     PlanLogEntry,
-    PlanReport,
     ReportView,
     TaskCounts,
     WindowMeasures,
@@ -42,7 +48,6 @@ __all__ = [
     "SURVIVAL_DEFAULT",
     "SURVIVAL_MARGIN",
     "SURVIVAL_MIN_TTL",
-    "Expectation",
     "Plan",
     "Tally",
     "check_actions",
@@ -359,167 +364,16 @@ def _survival_target(exp: Experiment, action: str, rng: random.Random) -> str | 
 
 # --- expectations ----------------------------------------------------------------------------------
 
-_GRADES = ("F", "D", "C", "B", "A", "A+")
 
-Written = str | int | float | bool  # an ``expect:`` value as written, once checked (ExpectationView.expected)
-Measured = str | int | float | bool | None  # what a check measures (None: a measurement the report has not got)
-JudgedReport = ReportView | PlanReport  # a run's report, or a scenario's window on the daemon
-T = TypeVar("T")
-
-# What one check measures on a report, whether that passes, and the incident behind the measurement.
-_Judged = tuple[Measured, bool, IncidentView | None]
-_Measure = Callable[[JudgedReport, list[IncidentView]], _Judged]  # a check, bound to the value it compares with
-
-
-@dataclass(frozen=True, slots=True)
-class _Problem:
-    """Why an ``expect:`` value cannot be compared: what :func:`check_expectations` says of it."""
-
-    message: str
-
-
-def _min_grade(wanted: str, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
-    measured = report["score"]["grade"]
-    return measured, measured in _GRADES and _GRADES.index(measured) >= _GRADES.index(wanted), None
-
-
-def _min_score(wanted: float, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
-    measured = report["score"]["total"]
-    return measured, measured is not None and measured >= wanted, None
-
-
-def _min_availability(wanted: float, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
-    measured = report["score"]["availability"]
-    return measured, measured is not None and measured >= wanted, None
-
-
-def _max_recovery_s(wanted: float, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
-    # Per incident: overlapping faults share one recovery (a lone fault is its own incident).
-    timed = [(took, i) for i in incidents if (took := i["recovery_s"]) is not None]
-    slowest = max(timed, key=lambda timed_incident: timed_incident[0], default=None)
-    measured = slowest[0] if slowest is not None else 0.0
-    # float(): a duration written as an integer is compared as the float it makes (one too large overflows here).
-    return measured, measured <= float(wanted), slowest[1] if slowest is not None else None
-
-
-def _lost_tasks(wanted: int, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
-    measured = report["tasks"]["lost"]
-    return measured, measured <= wanted, None
-
-
-def _duplicated_tasks(wanted: int, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
-    measured = report["tasks"]["duplicated"]
-    return measured, measured <= wanted, None
-
-
-def _all_recovered(wanted: bool, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
-    measured = all(f["recovered"] for f in report.get("faults", []))
-    return measured, measured == wanted, None
-
-
-def _checks_pass(wanted: bool, report: JudgedReport, incidents: list[IncidentView]) -> _Judged:
-    measured = all(a.get("ok", False) for a in report.get("actions", []) if a.get("action") != "wait")
-    return measured, measured == wanted, None
-
-
-# Readers: an ``expect:`` value as written → the value its judge compares with, or why it cannot be compared.
-
-
-def _grade(wanted: object) -> str | _Problem:
-    if not isinstance(wanted, str) or wanted not in _GRADES:
-        return _Problem(f"must be a grade ({', '.join(_GRADES)})")
-    return wanted
-
-
-def _points(wanted: object) -> float | _Problem:
-    if isinstance(wanted, bool) or not isinstance(wanted, int | float) or not 0 <= wanted <= 100:
-        return _Problem("must be a number from 0 to 100")
-    return float(wanted)
-
-
-def _most_tasks(wanted: object) -> int | _Problem:
-    if (
-        isinstance(wanted, bool)
-        or not isinstance(wanted, int | float)
-        or not (math.isfinite(wanted) and wanted == int(wanted) >= 0)
-    ):
-        return _Problem("must be a whole number ≥ 0 (the most tasks allowed)")
-    return int(wanted)
-
-
-def _flag(wanted: object) -> bool | _Problem:
-    if not isinstance(wanted, bool):
-        return _Problem("must be true or false")
-    return wanted
-
-
-def _duration(wanted: object) -> float | _Problem:
-    try:
-        seconds = parse_duration(wanted)
-    except ValueError:
-        return _Problem("not a duration (use seconds, or a number with ms, s, m or h)")
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
-        return _Problem("must be a duration ≥ 0")
-    return seconds  # an int as written stays one: its judge converts it
-
-
-def _check(
-    read: Callable[[object], T | _Problem], judge: Callable[[T, JudgedReport, list[IncidentView]], _Judged]
-) -> Callable[[object], _Measure | _Problem]:
-    """One check of :data:`_JUDGES`: its value read by ``read``, then bound to ``judge``."""
-
-    def bind(wanted: object) -> _Measure | _Problem:
-        value = read(wanted)
-        if isinstance(value, _Problem):
-            return value
-        return lambda report, incidents: judge(value, report, incidents)
-
-    return bind
-
-
-# The one list of checks: check_expectations accepts exactly these keys, evaluate_expectations judges them.
-_JUDGES: dict[str, Callable[[object], _Measure | _Problem]] = {
-    "min_grade": _check(_grade, _min_grade),
-    "min_score": _check(_points, _min_score),
-    "max_recovery_s": _check(_duration, _max_recovery_s),
-    "lost_tasks": _check(_most_tasks, _lost_tasks),
-    "duplicated_tasks": _check(_most_tasks, _duplicated_tasks),
-    "all_recovered": _check(_flag, _all_recovered),
-    "checks_pass": _check(_flag, _checks_pass),
-    "min_availability": _check(_points, _min_availability),
-}
-EXPECT_KEYS = tuple(_JUDGES)
-
-
-@dataclass(frozen=True, slots=True)
-class Expectation:
-    """One ``expect:`` key, checked: the key, its value as written, and its check bound to that value."""
-
-    check: str
-    expected: Written
-    measure: _Measure
-
-
-def parse_expectations(expect: Mapping[str, object], source: str) -> list[Expectation]:
-    """``expect:`` read once, in its order; refuses unknown keys and values that cannot be compared."""
-    problems: list[tuple[str, str, str]] = []
-    checks: list[Expectation] = []
-    for key, wanted in expect.items():
-        bind = _JUDGES.get(key)
-        measure = _Problem(f"unknown expectation (valid: {', '.join(EXPECT_KEYS)})") if bind is None else bind(wanted)
-        if isinstance(measure, _Problem):
-            problems.append((source, f"expect.{key}", measure.message))
-            continue
-        assert isinstance(wanted, str | int | float | bool)  # no reader takes anything else
-        checks.append(Expectation(key, wanted, measure))
-    if problems:
-        raise ScenarioError(problems)
-    return checks
+def parse_expectations(expect: Mapping[str, object], source: str) -> Expectations:
+    """``expect:`` read once, in its order (a loaded scenario's already is); refuses unknown keys and values that
+    cannot be compared."""
+    return read_expectations(expect, source)
 
 
 def check_expectations(expect: Mapping[str, object], source: str) -> None:
     """Refuse unknown keys and values that cannot be compared, before anything runs."""
-    parse_expectations(expect, source)
+    read_expectations(expect, source)
 
 
 def evaluate_expectations(expect: Mapping[str, object], report: JudgedReport) -> list[ExpectationView]:
@@ -530,17 +384,17 @@ def evaluate_expectations(expect: Mapping[str, object], report: JudgedReport) ->
     measurement the report does not have (no score yet: nothing was offered) is None and fails.
     Refuses what :func:`check_expectations` refuses.
     """
-    checks = parse_expectations(expect, "scenario")
+    checks = read_expectations(expect, "scenario").checks
     results: list[ExpectationView] = []
     faults = report.get("faults", [])
     ids = {f["id"] for f in faults}
     incidents = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
     for check in checks:
         key = check.check
-        measured, ok, blame = check.measure(report, incidents)
+        measured, ok, blame = check.judge(report, incidents)
         if not ok and key in ("min_grade", "min_score", "min_availability"):
             blame = _worst_incident(incidents)
-        result: ExpectationView = {"check": key, "expected": check.expected, "measured": measured, "passed": bool(ok)}
+        result: ExpectationView = {"check": key, "expected": check.written, "measured": measured, "passed": bool(ok)}
         if blame is not None:
             result["incident"] = _named(blame)
         if not ok:
@@ -560,50 +414,57 @@ def evaluate_replicated(expect: Mapping[str, object], reports: Sequence[ReportVi
 
     ``min_score`` and ``min_availability`` measure the lower bound of the runs' 95 % CI, ``max_recovery_s`` the
     upper bound (of each run's slowest incident recovery), ``min_grade`` the grade of the score's lower bound;
-    ``lost_tasks``, ``duplicated_tasks``, ``all_recovered`` and ``checks_pass`` measure the worst run. One
-    report (or a CI that cannot be had) is judged as :func:`evaluate_expectations` judges it.
+    ``lost_tasks``, ``duplicated_tasks``, ``all_recovered`` and ``checks_pass`` measure the worst run. With N ≥ 2
+    each entry's ``runs`` holds every run's own verdict (seed, measured, passed), in the order of ``reports``.
+    One report is judged as :func:`evaluate_expectations` judges it.
     """
     if not reports:
         raise ValueError("no reports to judge")
-    checks = parse_expectations(expect, "scenario")
-    per_run = [evaluate_expectations(expect, r) for r in reports]
+    expectations = read_expectations(expect, "scenario")
+    per_run = [evaluate_expectations(expectations, r) for r in reports]
+    if len(reports) == 1:
+        return per_run[0]
     results: list[ExpectationView] = []
-    for k, check in enumerate(checks):
+    for k, check in enumerate(expectations.checks):
         runs = [entries[k] for entries in per_run]
-        if len(reports) == 1:
-            results.append(runs[0])
-            continue
-        key = check.check
-        wanted = check.expected
-        if key in (*_LOWER, *_UPPER, "min_grade"):
-            values = [r["score"]["total"] for r in reports] if key == "min_grade" else [e["measured"] for e in runs]
-            numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-            ci = mean_ci(numbers)["ci95"] if len(numbers) == len(values) else None
-            bound = None if ci is None else ci[1] if key in _UPPER else ci[0]
-            measured: Measured = bound
-            if key == "min_grade":
-                measured = None if bound is None else grade(bound)
-                ok = measured is not None and _GRADES.index(measured) >= _GRADES.index(str(wanted))
-            elif bound is None:
-                ok = False
-            else:
-                ok = bound <= float(wanted) if key in _UPPER else bound >= float(wanted)
-            side = "upper" if key in _UPPER else "lower"
-            result: ExpectationView = {"check": key, "expected": wanted, "measured": measured, "passed": ok}
-            if not ok:
-                shown = "none (a run measured nothing)" if bound is None else f"{bound:g}"
-                result["because"] = f"{key}: the {side} bound of the 95 % CI over {len(reports)} runs is {shown}"
-            results.append(result)
-            continue
+        pooled = _pooled(check, reports, runs)
+        pooled["runs"] = [
+            {"seed": report["seed"], "measured": e["measured"], "passed": e["passed"]}
+            for report, e in zip(reports, runs, strict=True)
+        ]
+        results.append(pooled)
+    return results
+
+
+def _pooled(check: Expectation, reports: Sequence[ReportView], runs: Sequence[ExpectationView]) -> ExpectationView:
+    """One expectation judged over every run: on the CI of a number, else on the worst run."""
+    key, wanted = check.check, check.written
+    if key not in (*_LOWER, *_UPPER, "min_grade"):
         failing = [(report, e) for report, e in zip(reports, runs, strict=True) if not e["passed"]]
         if not failing:
-            results.append({"check": key, "expected": wanted, "measured": runs[0]["measured"], "passed": True})
-            continue
+            return {"check": key, "expected": wanted, "measured": runs[0]["measured"], "passed": True}
         report, first = failing[0]
         worst = first.copy()
         worst["because"] = f"seed {report['seed']} ({len(failing)} of {len(reports)} runs fail): {first.get('because')}"
-        results.append(worst)
-    return results
+        return worst
+    values = [r["score"]["total"] for r in reports] if key == "min_grade" else [e["measured"] for e in runs]
+    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    ci = mean_ci(numbers)["ci95"] if len(numbers) == len(values) else None
+    bound = None if ci is None else ci[1] if key in _UPPER else ci[0]
+    measured: Measured = bound
+    if key == "min_grade":
+        measured = None if bound is None else grade(bound)
+        ok = measured is not None and GRADES.index(measured) >= GRADES.index(str(check.value))
+    else:
+        limit = check.value
+        assert isinstance(limit, float)  # points and durations are read to floats (seconds) when loaded
+        ok = bound is not None and (bound <= limit if key in _UPPER else bound >= limit)
+    result: ExpectationView = {"check": key, "expected": wanted, "measured": measured, "passed": ok}
+    if not ok:
+        side = "upper" if key in _UPPER else "lower"
+        shown = "none (a run measured nothing)" if bound is None else f"{bound:g}"
+        result["because"] = f"{key}: the {side} bound of the 95 % CI over {len(reports)} runs is {shown}"
+    return result
 
 
 def _worst_incident(incidents: Sequence[IncidentView]) -> IncidentView | None:

@@ -169,7 +169,11 @@ def render_summary(r: ReportView) -> str:
             lines.append(f"             {line}")
         for x in r.get("expectations", []):
             mark = "pass" if x["passed"] else "FAIL"
-            lines.append(f"  expect     {mark}: {x['check']} {value(x['expected'])} (measured {value(x['measured'])})")
+            runs = x.get("runs")
+            each = f"; {sum(run['passed'] for run in runs)} of {len(runs)} runs pass" if runs else ""
+            lines.append(
+                f"  expect     {mark}: {x['check']} {value(x['expected'])} (measured {value(x['measured'])}{each})"
+            )
     lines.extend(_stage_lines(r.get("stages") or {}))
     lines.append(_admission(th))
     todo = fixes(r)

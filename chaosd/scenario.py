@@ -31,6 +31,7 @@ from yaml.scanner import Scanner
 from chaosd.config import Settings, deep_merge, load_settings
 from chaosd.durations import Seconds, parse_duration
 from chaosd.errors import ConfigError, FaultError, ScenarioError
+from chaosd.expectations import Expectations
 
 if TYPE_CHECKING:
     from yaml._yaml import Mark as CMark  # libyaml's
@@ -155,7 +156,8 @@ class Scenario(_Model):
     actions: tuple[ScenarioAction, ...] = ()
     # After ``actions``: its validator reads them. None → derived from the actions (``run_duration``).
     duration: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False, validate_default=True)
-    expect: dict[str, object] = Field(default_factory=dict)
+    # Read when loaded: a duration is in seconds from here on, and a value that cannot be compared is refused here.
+    expect: Expectations = Field(default_factory=Expectations)
 
     @field_validator("duration")
     @classmethod

@@ -34,6 +34,7 @@ __all__ = [
     "Duration",
     "EventKind",
     "EventView",
+    "ExpectationRunView",
     "ExpectationView",
     "ExpectedIncident",
     "FailReason",
@@ -473,6 +474,15 @@ class ExpectedIncident(TypedDict):
 
 
 @_closed
+class ExpectationRunView(TypedDict):
+    """One replication's own verdict on an ``expect:`` check."""
+
+    seed: int
+    measured: str | int | float | bool | None
+    passed: bool
+
+
+@_closed
 class ExpectationView(TypedDict):
     """One ``expect:`` check judged on a report (a run's, or a scenario's own window)."""
 
@@ -482,6 +492,14 @@ class ExpectationView(TypedDict):
     passed: bool
     incident: NotRequired[ExpectedIncident]
     because: NotRequired[Annotated[str, Field(description="why it failed: the check and the fault or incident")]]
+    runs: NotRequired[
+        Annotated[
+            list[ExpectationRunView],
+            Field(
+                description="over N ≥ 2 replications: each run's own verdict, in seed order; `passed` is the pooled one"
+            ),
+        ]
+    ]
 
 
 @_closed

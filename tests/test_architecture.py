@@ -32,6 +32,7 @@ LAYERS = [
     "config",
     "redact",
     "dependencies",
+    "expectations",
     "scenario",
     "pipeline",
     "backends",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,8 @@ from typing import Any
 import pytest
 from daemon_harness import ROOT, TOKEN, Daemon, free_port, ready_daemon
 
-from chaosd.chaostoolkit import actions, discover
+import chaosd
+from chaosd.chaostoolkit import actions, probes
 from chaosd.chaostoolkit._daemon import ActivityFailed
 from chaosd.chaostoolkit._daemon import daemon as daemon_for
 
@@ -162,13 +165,46 @@ def test_an_unreachable_daemon_fails_the_activity_naming_the_address_and_how_to_
     assert "chaosd_addr or CHAOSD_URL" in message
 
 
-def test_discovery_lists_every_action_and_probe() -> None:
-    found = discover(discover_system=False)
-    names = {(a["type"], a["name"]) for a in found["activities"]}
-    assert {("action", n) for n in ("inject_fault", "revert_faults", "pull_lever", "release_lever")} <= names
-    assert {("action", n) for n in ("run_scenario", "open_window", "close_window")} <= names
-    probes = ("leader_present", "fault_outcome", "window_score", "window_grade", "availability_over", "collapse_state")
-    assert {("probe", n) for n in probes} <= names
-    inject = next(a for a in found["activities"] if a["name"] == "inject_fault")
-    assert inject["mod"] == "chaosd.chaostoolkit.actions"
-    assert {arg["name"] for arg in inject["arguments"]} >= {"action", "target", "ttl", "labels"}
+def test_chaos_discover_lists_every_action_and_probe_with_its_arguments(tmp_path: Path) -> None:
+    """``chaos discover chaosd`` imports the package the ``chaosd`` distribution provides and calls its ``discover``."""
+    chaos = shutil.which("chaos")
+    assert chaos is not None, "chaostoolkit is a test dependency"
+    out = tmp_path / "discovery.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [
+            *(chaos, "--no-version-check", "--log-file", str(tmp_path / "chaos.log"), "discover", "--no-install"),
+            *("--no-system-info", "chaosd", "--discovery-path", str(out)),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0 and out.exists(), done.stdout[-2000:] + done.stderr[-2000:]
+    found = json.loads(out.read_text())
+    assert found["extension"] == {"name": "chaosd", "version": chaosd.__version__} and found["target"] == "chaosd"
+    listed = {(a["type"], a["mod"], a["name"]): a for a in found["activities"]}
+    expected = [("action", actions, name) for name in actions.__all__] + [("probe", probes, n) for n in probes.__all__]
+    assert set(listed) == {(kind, module.__name__, name) for kind, module, name in expected}
+    for kind, module, name in expected:
+        activity = listed[(kind, module.__name__, name)]
+        parameters = inspect.signature(getattr(module, name)).parameters.values()
+        assert [a["name"] for a in activity["arguments"]] == [p.name for p in parameters]
+        defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+        assert {a["name"]: a["default"] for a in activity["arguments"] if "default" in a} == defaults
+        assert activity["doc"]
+    inject = listed[("action", "chaosd.chaostoolkit.actions", "inject_fault")]
+    types = {a["name"]: a["type"] for a in inject["arguments"]}
+    # Resolved annotations, not their text: what ``chaos init`` converts a typed-in value with.
+    assert types["action"] == "string" and types["labels"] == "mapping" and types["configuration"] == "mapping"
+    assert listed[("probe", "chaosd.chaostoolkit.probes", "leader_present")]["return_type"] == "boolean"
+
+
+def test_import_chaosd_does_not_import_the_extension() -> None:
+    code = "import sys, chaosd; print(sorted(m for m in sys.modules if m.startswith(('chaosd.', 'chaoslib'))))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]" and callable(chaosd.discover)

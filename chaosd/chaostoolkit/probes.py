@@ -73,6 +73,7 @@ def window_score(
 def window_grade(
     window_id: int, configuration: Configuration | None = None, secrets: Secrets | None = None
 ) -> str | None:
+    """A window's grade (A+ to F), or null while nothing in it was measured."""
     grade = window_score(window_id, configuration, secrets).get("grade")
     return None if grade is None else str(grade)
 
