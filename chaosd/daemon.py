@@ -21,6 +21,7 @@ import resource
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -36,6 +37,7 @@ from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
 from chaosd.report import render_summary
 from chaosd.runner import Experiment
 from chaosd.storage import unwritable
+from chaosd.telemetry.engine import SHED
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import DetectorStateName
 from chaosd.wire import is_loopback
@@ -70,10 +72,38 @@ class _Stop:
             self._main.cancel()
 
 
-def status_line(snap: Snapshot, state: DetectorStateName, factor: float) -> str:
+@dataclass(frozen=True, slots=True)
+class StatusCounts:
+    """The ledger's running counts when a status line is printed: the next line's rates are the differences."""
+
+    t: float
+    offered: int
+    done: int
+    good: int
+    shed: int
+
+    @classmethod
+    def read(cls, exp: Experiment, t: float) -> StatusCounts:
+        ledger = exp.pipeline.ledger
+        total = ledger.total
+        shed = sum(total.rejected_by.get(reason, 0) for reason in SHED)
+        return cls(t, total.offered, total.completed + total.failed, ledger.good, shed)
+
+
+def status_line(
+    snap: Snapshot, state: DetectorStateName, factor: float, now: StatusCounts, before: StatusCounts
+) -> str:
+    """λ, done, good and shed are averages since the previous line (``before``), from the ledger's counts, so over
+    a run they add up to its totals; capacity, queue, p95 and utilisation are the telemetry window's, as of now."""
+    dt = now.t - before.t or 1e-12
+
+    def rate(count: int, previous: int) -> float:
+        return (count - previous) / dt
+
     return (
-        f"t={snap.t:8.1f}s λ={snap.arrival_rate:7.1f}/s capacity={snap.capacity_rate:7.1f}/s "
-        f"done={snap.throughput:7.1f}/s good={snap.goodput:7.1f}/s shed={snap.shed_rate:6.1f}/s "
+        f"t={snap.t:8.1f}s λ={rate(now.offered, before.offered):7.1f}/s capacity={snap.capacity_rate:7.1f}/s "
+        f"done={rate(now.done, before.done):7.1f}/s good={rate(now.good, before.good):7.1f}/s "
+        f"shed={rate(now.shed, before.shed):6.1f}/s "
         f"Q={snap.queue_depth}/{snap.capacity} p95={snap.sojourn_p95 * 1000:.1f}ms util={snap.utilisation:.2f} "
         f"state={state}" + (f" throttle={factor:.2f}" if factor < 1.0 else "")
     )
@@ -182,6 +212,7 @@ class Daemon:
         self._signals: _Stop | None = None
         self._undo: list[Callable[[], Awaitable[None]]] = []  # what started, oldest first
         self._next_status = settings.daemon.status_interval
+        self._counted = StatusCounts(0.0, 0, 0, 0, 0)  # the counts at the previous status line (none yet: the start)
         self.experiment.telemetry.listen(self._status)
 
     async def run(self) -> int:
@@ -279,7 +310,10 @@ class Daemon:
         if snap.t >= self._next_status:
             self._next_status += self.settings.daemon.status_interval
             exp = self.experiment
-            self.out(status_line(snap, exp.detector.state.value, exp.throttle.factor) + backend_note(exp))
+            now = StatusCounts.read(exp, snap.t)
+            line = status_line(snap, exp.detector.state.value, exp.throttle.factor, now, self._counted)
+            self._counted = now
+            self.out(line + backend_note(exp))
 
     def _forced(self) -> int:
         forced = self._signals.forced if self._signals is not None else None

@@ -52,7 +52,7 @@ class SweepPointView(TypedDict):
     at: dict[str, Value]
     offered_per_s: MeanCI
     goodput_per_s: MeanCI
-    goodput_share: MeanCI  # goodput / offered
+    goodput_share: MeanCI  # of the tasks offered in the window, the share that ended good
     p95_s: MeanCI  # sojourn of completed tasks
     shed_share: MeanCI  # refused / offered
     collapse_episodes: MeanCI
@@ -96,7 +96,9 @@ def _measures(r: ReportView) -> dict[str, float | None]:
     return {
         "offered_per_s": offered / window if window > 0 else None,
         "goodput_per_s": goodput,
-        "goodput_share": goodput * window / offered if offered else None,
+        # Of the tasks offered in the window, the share that ended good: the window's completions include tasks
+        # offered during the warm-up, which made the share of a fully served point read above 100 %.
+        "goodput_share": (t["completed"] - t["late"] - t["degraded"]) / offered if offered else None,
         "p95_s": sojourn["p95"] if sojourn["count"] else None,
         "shed_share": t["rejected"] / offered if offered else None,
         "collapse_episodes": float(r["collapse"]["count"]),

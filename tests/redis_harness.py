@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 from daemon_harness import wait_for
+from needs import program
 
 __all__ = ["RedisServer", "free_port", "redis_settings", "running_redis", "server", "shared_redis"]
 
@@ -40,10 +40,7 @@ class RedisServer:
     def __init__(
         self, directory: Path, *, persistent: bool = False, host: str = "127.0.0.1", also_bind: str | None = None
     ) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.skip("redis-server not found on PATH (apt-get install redis-server)")
-        self.binary = binary
+        self.binary = program("redis-server")
         self.dir = directory
         self.host = host
         self.also_bind = also_bind  # a second address (a test's own veth link) the server listens on

@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import ALERTMANAGER, PROMETHEUS, AlertStack, Daemon, shortened_rules, wait_for
+from daemon_harness import AlertStack, Daemon, shortened_rules, wait_for
+from needs import program
 
 pytestmark = pytest.mark.slow  # about two and a half minutes of real time
 
-if not (PROMETHEUS and ALERTMANAGER):
-    if os.environ.get("CI"):
-        pytest.fail("CI needs prometheus and prometheus-alertmanager (Debian packages)", pytrace=False)
-    pytest.skip("prometheus / alertmanager not installed", allow_module_level=True)
+program("prometheus")
+program("prometheus-alertmanager", "alertmanager")
 
 ALARMS = ("ChaosdPipelineOverloaded", "ChaosdPipelineCollapsed")
 OFFERED = 'chaosd_tasks_total{outcome="offered"}'

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import shutil
 import subprocess
 import threading
 import urllib.request
@@ -19,6 +18,7 @@ import pytest
 import yaml
 from conftest import settings
 from daemon_harness import ROOT, Daemon
+from needs import program
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.trace import ReadableSpan
@@ -180,9 +180,7 @@ def test_exposition_names_types_labels_and_preinitialised_values() -> None:
     )
     assert bounds[0] <= 0.001 and bounds[-1] >= 30.0
     assert max(b / a for a, b in itertools.pairwise(bounds)) <= 1.25
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed")
+    promtool = program("promtool")
     check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
 

@@ -4,19 +4,17 @@ chaosd → OTLP/HTTP sink; and every dashboard query answered by that Prometheus
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from daemon_harness import ALERTMANAGER, PROMETHEUS, ROOT, AlertStack, Daemon, Sink, shortened_rules, wait_for
+from daemon_harness import ROOT, AlertStack, Daemon, Sink, shortened_rules, wait_for
+from needs import program
 
-if not (PROMETHEUS and ALERTMANAGER):
-    if os.environ.get("CI"):
-        pytest.fail("CI needs prometheus and prometheus-alertmanager (Debian packages)", pytrace=False)
-    pytest.skip("prometheus / alertmanager not installed", allow_module_level=True)
+program("prometheus")
+program("prometheus-alertmanager", "alertmanager")
 
 
 def _query(prom: str, expr: str) -> list[dict[str, Any]]:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+from needs import program
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "config" / "prometheus" / "rules.yml"
@@ -45,13 +44,7 @@ RECORDS = {
 
 
 def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        reason = f"{name} not found on PATH (apt-get install prometheus prometheus-alertmanager docker-compose)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}; CI must provide it")
-        pytest.skip(reason)
-    return path
+    return program(name)
 
 
 def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

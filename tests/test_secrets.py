@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,9 +15,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import pytest
 import redis
 from daemon_harness import ROOT, Daemon, Sink, wait_for
+from needs import program
 from redis_harness import free_port
 
 from chaosd.redact import redact_url, redacted
@@ -169,9 +168,7 @@ class _PasswordRedis:
     """A redis-server that asks for a password (``--requirepass``) on a free loopback port; stopped by its PID."""
 
     def __init__(self, directory: Path, password: str) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.skip("redis-server not found on PATH (apt-get install redis-server)")
+        binary = program("redis-server")
         self.port = free_port()
         self.password = password
         args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]

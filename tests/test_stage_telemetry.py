@@ -4,7 +4,6 @@ distribution; the same figures in a real daemon's scrape (promtool clean), its s
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import live, run, settings
 from daemon_harness import Daemon, wait_for
+from needs import program
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,7 +24,6 @@ from chaosd.exporters.stage_series import MAX_STAGE_LABELS, OTHER_STAGES
 from chaosd.runner import Experiment
 from chaosd.views import ReportView, StageReportView
 
-PROMTOOL = shutil.which("promtool")
 MEAN = 0.004  # the clean stage's exponential mean: its p95 is MEAN · ln 20
 RATE = 100.0
 
@@ -286,10 +285,9 @@ def test_a_real_scrape_has_every_stage_series_and_promtool_accepts_it(daemon: Da
     moves = {(s.labels["stage"], s.labels["to"]) for s in families["chaosd_stage_breaker_transitions"].samples}
     assert moves == {(n, to) for n in stages for to in ("open", "closed")}
     assert families["chaosd_stage_attempt_seconds"].type == "histogram"
-    if PROMTOOL is None:
-        pytest.skip("promtool not installed")
+    promtool = program("promtool")
     check = subprocess.run(
-        [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30, check=False
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30, check=False
     )
     assert check.returncode == 0, check.stdout + check.stderr
 

@@ -15,12 +15,12 @@ from chaosd.pipeline import Pipeline
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import RefuseReason
 
-__all__ = ["Telemetry"]
+__all__ = ["SHED", "Telemetry"]
 
 _QS = (0.5, 0.95, 0.99)
 # Refusals that mean "more offered than served": over the admission limit or a full queue (not aimd's factor,
 # which refuses by choice, nor a partition).
-_SHED: tuple[RefuseReason, ...] = ("shed", "queue_full", "dropped")
+SHED: tuple[RefuseReason, ...] = ("shed", "queue_full", "dropped")
 _NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 _ZEROS = (0, 0, 0)
 
@@ -71,7 +71,7 @@ class Telemetry:
             failed=total.failed,
             good=p.ledger.good,
             retries=p.ledger.retries,
-            shed=sum(map(total.rejected_by.get, _SHED, _ZEROS)),
+            shed=sum(map(total.rejected_by.get, SHED, _ZEROS)),
             busy_area=p.busy.area_at(now),
             depth=p.queue.depth,
             head_age=p.queue.head_age(now),
