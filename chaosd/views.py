@@ -317,7 +317,7 @@ class EventView(TypedDict):
 
 # --- the report -----------------------------------------------------------------------------------------
 
-DetectorStateName = Literal["healthy", "warning", "overload", "collapsed", "stall", "recovering"]
+DetectorStateName = Literal["healthy", "warning", "overload", "collapsed", "failing", "stall", "recovering"]
 # Why a task offered was not accepted: a full queue (queue_full, or dropped under when_full = "drop"), over
 # admission control's limit (shed), by the throttle, from a partitioned producer, or the backend unreachable.
 RefuseReason = Literal["queue_full", "dropped", "shed", "throttled", "partitioned", "unavailable"]
@@ -345,14 +345,16 @@ class TimelinePoint(TypedDict):
     throttle_factor: Share
 
 
-AlarmKind = Literal["overload", "collapse"]  # collapse once an overload alarm saw goodput collapse
+# The worst an alarm got: collapse once goodput collapsed, else failing once tasks failed with a short queue.
+AlarmKind = Literal["overload", "failing", "collapse"]
 AgentKind = Literal["worker", "producer", "orchestrator"]
 AgentState = Literal["running", "slow", "paused", "partitioned", "dead"]
 
 
 @_closed
 class EpisodeView(TypedDict):
-    """An alarm (overload, or collapse once it collapsed), from detection to healthy (null while it lasts)."""
+    """An alarm (overload; failing once tasks failed with a short queue; collapse once it collapsed), from
+    detection to healthy (null while it lasts)."""
 
     detected_at: RunInstant
     cleared_at: RunInstant | None
@@ -404,13 +406,19 @@ class LatencyView(TypedDict):
 class CollapseView(TypedDict):
     detector: bool
     count: Annotated[int, Field(ge=0, description="alarms that collapsed (goodput far below what could be good)")]
-    alarms: Annotated[int, Field(ge=0, description="alarms raised: overload or collapse")]
+    alarms: Annotated[int, Field(ge=0, description="alarms raised: overload, collapse or failing")]
     stalls: Annotated[int, Field(ge=0, description="times the process was seen paused")]
     episodes: list[EpisodeView]
     time_alarmed_s: Annotated[float, Field(ge=0, description="the episodes' durations summed, seconds")]
     time_collapsed_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the collapsed state")]
     time_overloaded_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the overload state")]
     time_stalled_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the stall state")]
+    failing: NotRequired[
+        Annotated[int, Field(ge=0, description="alarms that were failing (tasks not good with a short queue)")]
+    ]
+    time_failing_s: NotRequired[
+        Annotated[float, Field(ge=0, description="a duration in seconds: in the failing state")]
+    ]
     final_state: DetectorStateName
 
 
@@ -746,7 +754,7 @@ class StatusBody(TypedDict):
     route: list[str]
     dag: DagView
     queue: QueueView
-    detector: Annotated[str, Field(description="healthy, warning, overload, collapsed, stall or recovering")]
+    detector: Annotated[str, Field(description="healthy, warning, overload, collapsed, failing, stall or recovering")]
     throttle_factor: Share
     admission: AdmissionView
     backend: Annotated[str | None, Field(description="what is wrong with the backend now (Redis unreachable); null")]
