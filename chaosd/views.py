@@ -37,6 +37,7 @@ __all__ = [
     "ExpectationView",
     "ExpectedIncident",
     "FailReason",
+    "FailedRunView",
     "FaultView",
     "IncidentCause",
     "IncidentView",
@@ -57,6 +58,7 @@ __all__ = [
     "StageReportView",
     "ThrottleMove",
     "UnixInstant",
+    "VerdictView",
 ]
 
 RunInstant = Annotated[float, Field(description="an instant on the run clock: seconds since the run started")]
@@ -493,6 +495,20 @@ class ExpectationView(TypedDict):
 
 
 @_closed
+class VerdictView(TypedDict):
+    """Whether the run held (``chaosd run`` exits 3 when it did not), and why, in words."""
+
+    passed: bool
+    reason: Annotated[
+        str,
+        Field(
+            description="the first expectation that failed; else the [slo] judged over the measured window, or with "
+            "no availability objective, the share of it the detector said failing (more than half fails)"
+        ),
+    ]
+
+
+@_closed
 class LoadView(TypedDict):
     """What was offered: the load's shape, and how it compares with what the workers can serve."""
 
@@ -640,6 +656,7 @@ class ReportView(TypedDict):
     actions: NotRequired[list[PlanLogEntry]]
     expectations: NotRequired[list[ExpectationView]]
     replications: NotRequired[ReplicationsView]
+    verdict: NotRequired[VerdictView]
     stages: NotRequired[Annotated[dict[str, StageReportView], Field(description="per stage, over the measured window")]]
 
 
@@ -659,6 +676,14 @@ class MeanCI(TypedDict):
 
 
 @_closed
+class FailedRunView(TypedDict):
+    """A replication whose service failed (its SLO, or failing for most of its window)."""
+
+    seed: int
+    reason: str
+
+
+@_closed
 class ReplicationsView(TypedDict):
     """The same run repeated on N seeds: each number's mean and 95 % CI over the runs, and how the grade fell."""
 
@@ -675,6 +700,9 @@ class ReplicationsView(TypedDict):
     wait_mean_s: Annotated[MeanCI, Field(description="mean queue wait, seconds")]
     p95_s: Annotated[MeanCI, Field(description="p95 sojourn, seconds")]
     lost: Annotated[MeanCI, Field(description="lost tasks per run")]
+    failed_runs: NotRequired[
+        Annotated[list[FailedRunView], Field(description="runs whose service failed: their SLO, or failing mostly")]
+    ]
 
 
 # --- API answers ------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ LAYERS = [
     "faults",
     "telemetry",
     "score",
+    "verdict",
     "report",
     "runner",
     "plans",
