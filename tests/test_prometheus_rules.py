@@ -24,6 +24,7 @@ METRICS_DOC = ROOT / "docs" / "metrics.md"
 ALERTS = {
     "ChaosdPipelineOverloaded",
     "ChaosdPipelineCollapsed",
+    "ChaosdPipelineFailing",
     "ChaosdQueueGrowingNearCapacity",
     "ChaosdLowResilienceScore",
     "ChaosdSlowRecovery",
