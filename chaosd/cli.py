@@ -264,6 +264,7 @@ def _run(args: argparse.Namespace) -> int:
     from chaosd.replicate import prepare  # noqa: PLC0415
     from chaosd.report import render_summary, write_report  # noqa: PLC0415
     from chaosd.runner import run_offline  # noqa: PLC0415
+    from chaosd.verdict import verdict_view  # noqa: PLC0415
 
     spec = _run_spec(args)
     if args.replications is None and (args.jobs is not None or args.cluster is not None):
@@ -307,6 +308,7 @@ def _run(args: argparse.Namespace) -> int:
     wall = wall_time() - started
     if scenario is not None and scenario.expect:
         report["expectations"] = evaluate_expectations(scenario.expect, report)
+    report["verdict"] = verdict_view(report)
     write_report(report, report_path)
     if not args.quiet:
         _out(render_summary(report))
@@ -320,7 +322,7 @@ def _run(args: argparse.Namespace) -> int:
             flush=True,
         )
         return EXIT_INTERRUPTED
-    if any(not e["passed"] for e in report.get("expectations", [])):
+    if not report["verdict"]["passed"]:  # a failed expectation, the SLO missed, or failing most of the run
         return EXIT_EXPECTATION
     return 0
 
@@ -370,7 +372,7 @@ def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
     if not args.quiet:
         _out(render_summary(report))
         _out(f"  report     {report_path} · {n} runs · {wall:.2f} s wall")
-    if any(not e["passed"] for e in report.get("expectations", [])):
+    if not report["verdict"]["passed"]:  # over every run: see replicate()
         return EXIT_EXPECTATION
     return 0
 

@@ -850,7 +850,9 @@ def _inspect_lines(report: ReportView) -> list[str]:
         lines.append(
             f"detector   {collapse['final_state']} now · {collapse.get('alarms', collapse['count'])} alarm(s), "
             f"{collapse['count']} collapsed · {seconds(collapse.get('time_overloaded_s', 0.0))} overloaded, "
-            f"{seconds(collapse['time_collapsed_s'])} collapsed · {collapse.get('stalls', 0)} stall(s)"
+            f"{seconds(collapse['time_collapsed_s'])} collapsed"
+            + (f", {seconds(failing)} failing" if (failing := collapse.get("time_failing_s", 0.0)) else "")
+            + f" · {collapse.get('stalls', 0)} stall(s)"
         )
     if admission:
         policy = admission.get("policy", "aimd" if admission["enabled"] else "none")

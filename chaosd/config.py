@@ -350,6 +350,15 @@ class DetectorConfig(_Model):
         default=0.5, gt=0, le=1, description="collapse: goodput below this share of min(offered, capacity)"
     )
     stall: Seconds = Field(default=0.05, gt=0, description="a tick this late means the process was paused")
+    failing_goodput: float = Field(
+        default=0.75,
+        gt=0,
+        le=1,
+        description="failing: the good share of tasks ending below this share of its baseline (1 until learnt)",
+    )
+    failing_min_tasks: int = Field(
+        default=2, ge=1, description="failing: at least this many tasks ending not good in a telemetry window"
+    )
 
 
 class ThrottleConfig(_Model):

@@ -178,6 +178,30 @@ def time_causes(diagnostics: Iterable[DiagnosticView]) -> list[str]:
     return lines
 
 
+def _failing_fix(r: ReportView) -> str | None:
+    """Why the detector said failing, and where to look: the stage with the most failed attempts."""
+    collapse = r.get("collapse") or {}
+    failing_s = float(collapse.get("time_failing_s") or 0.0)
+    if not failing_s:
+        return None
+    evidence = f"time_failing_s {seconds(failing_s)}, {collapse.get('failing', 0)} failing alarm(s)"
+    stages = r.get("stages") or {}
+    worst = max(stages.items(), key=lambda kv: (sum(kv[1]["failures"].values()), kv[0]), default=None)
+    if worst is not None and worst[1]["failures"]:
+        name, st = worst
+        reason, n = max(st["failures"].items(), key=lambda kv: (kv[1], kv[0]))
+        errors = max(st["handler_errors"].items(), key=lambda kv: (kv[1], kv[0]), default=None)
+        raised = f", its handler raising {errors[0]}" if errors else ""
+        where = f"stage {name}: {reason} on {n} of {st['attempts']} attempts{raised}"
+    else:
+        t = r.get("tasks") or {}
+        where = f"late {t.get('late', 0)}, degraded {t.get('degraded', 0)}: tasks ended without failing a stage"
+    return (
+        f"tasks failing while the queue was short ({evidence}; {where}): the work fails, not the load, so admission "
+        "control cannot help; fix what the stage calls, or give it retries, a fallback or an alternate path"
+    )
+
+
 def fixes(r: ReportView) -> list[str]:
     """What to fix, from the diagnostics and what the report says of the configuration; each line names its
     evidence. Empty when nothing stands out."""
@@ -240,6 +264,9 @@ def fixes(r: ReportView) -> list[str]:
     lost = causes.get("lost") or ({"count": tasks["lost"]} if tasks.get("lost") else None)
     if lost:
         out.append(f"lost tasks (lost {lost['count']}): a task nobody holds is a bug; report it with this run's seed")
+    failing = _failing_fix(r)
+    if failing:
+        out.append(failing)
     stalled = [i for i in r.get("incidents") or () if float(i.get("stalled_s") or 0.0) > 0]
     if stalled:
         worst = max(stalled, key=lambda i: float(i["stalled_s"]))

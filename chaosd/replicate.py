@@ -164,6 +164,7 @@ def run_one(spec: RunSpec) -> ReportView:
     from chaosd.plans import evaluate_expectations  # noqa: PLC0415
     from chaosd.report import rounded  # noqa: PLC0415
     from chaosd.runner import run_offline  # noqa: PLC0415
+    from chaosd.verdict import verdict_view  # noqa: PLC0415
 
     ready = prepare(spec)
     report = run_offline(
@@ -176,6 +177,7 @@ def run_one(spec: RunSpec) -> ReportView:
     )
     if ready.scenario is not None and ready.scenario.expect:
         report["expectations"] = evaluate_expectations(ready.scenario.expect, report)
+    report["verdict"] = verdict_view(report)
     return rounded(report)
 
 
@@ -278,6 +280,7 @@ def _reporter(index: int, on_done: Callable[[int, ReportView], None]) -> Callabl
 def summarise(reports: Sequence[ReportView]) -> ReplicationsView:
     """The ``replications`` block: every number's mean and 95 % CI over ``reports``, and the runs per grade."""
     from chaosd.report import rounded  # noqa: PLC0415
+    from chaosd.verdict import service_verdict  # noqa: PLC0415
 
     if not reports:
         raise ValueError("no reports to summarise")
@@ -305,6 +308,12 @@ def summarise(reports: Sequence[ReportView]) -> ReplicationsView:
         "wait_mean_s": mean_ci([r["latency"]["wait"]["mean"] for r in reports]),
         "p95_s": mean_ci([r["latency"]["sojourn"]["p95"] for r in reports]),
         "lost": mean_ci([float(r["tasks"]["lost"]) for r in reports]),
+        "failed_runs": [
+            {"seed": r["seed"], "reason": reason}
+            for r in reports
+            for passed, reason in (service_verdict(r),)
+            if not passed
+        ],
     }
     return rounded(block)
 
@@ -321,6 +330,7 @@ def replicate(
     block, its expectations judged over every run (:func:`chaosd.plans.evaluate_replicated`)."""
     from chaosd.plans import evaluate_replicated  # noqa: PLC0415
     from chaosd.report import rounded  # noqa: PLC0415
+    from chaosd.verdict import verdict_view  # noqa: PLC0415
 
     if not 1 <= n <= MAX_REPLICATIONS:
         raise _spec_error("replications", f"must be from 1 to {MAX_REPLICATIONS} (got {n})")
@@ -331,4 +341,5 @@ def replicate(
     report["replications"] = summarise(reports)
     if ready.scenario is not None and ready.scenario.expect:
         report["expectations"] = rounded(evaluate_replicated(ready.scenario.expect, reports))
+    report["verdict"] = verdict_view(report)  # over every run: theirs, and the expectations judged over them
     return report

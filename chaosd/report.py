@@ -25,7 +25,9 @@ from chaosd.humanize import (
     time_causes,
     value,
 )
+from chaosd.verdict import verdict_view
 from chaosd.views import (
+    CollapseView,
     IncidentCause,
     IncidentView,
     LatencyBlock,
@@ -127,9 +129,9 @@ def render_summary(r: ReportView) -> str:
         + (f" · up to {q['max_blocked']} producer(s) blocked" if q.get("max_blocked") else ""),
         f"  wait       {_latency(w)} · over {w['count']} started after warm-up",
         f"  sojourn    {_latency(s)} · over {s['count']} completed after warm-up",
-        f"  detector   {c['alarms']} alarm(s), {c['count']} collapsed · {seconds(c['time_overloaded_s'])} overloaded, "
-        f"{seconds(c['time_collapsed_s'])} collapsed, {c['stalls']} stall(s) ({seconds(c['time_stalled_s'])}) · "
-        f"final state {c['final_state']}",
+        f"  detector   {c['alarms']} alarm(s), {c['count']} collapsed{_failing_count(c)} · "
+        f"{seconds(c['time_overloaded_s'])} overloaded, {seconds(c['time_collapsed_s'])} collapsed, "
+        f"{_failing_time(c)}{c['stalls']} stall(s) ({seconds(c['time_stalled_s'])}) · final state {c['final_state']}",
     ]
     for e in c["episodes"]:
         cleared = "not cleared by the end" if e["cleared_at"] is None else f"cleared at {seconds(e['cleared_at'])}"
@@ -179,7 +181,20 @@ def render_summary(r: ReportView) -> str:
     todo = fixes(r)
     lines.append("  what to fix" + ("" if todo else "  nothing stands out"))
     lines.extend(f"    - {line}" for line in todo)
+    verdict = r.get("verdict") or verdict_view(r)  # a report written before verdicts: judged now
+    lines.append(f"  verdict    {'pass' if verdict['passed'] else 'FAIL'}: {verdict['reason']}")
     return "\n".join(lines)
+
+
+def _failing_count(c: CollapseView) -> str:
+    """``, 1 failing``: the alarms that were failing, told only where there were some."""
+    return f", {c['failing']} failing" if c.get("failing") else ""
+
+
+def _failing_time(c: CollapseView) -> str:
+    """``12.0 s failing, ``: the time in the failing state, told only where there was some."""
+    failing = c.get("time_failing_s", 0.0)
+    return f"{seconds(failing)} failing, " if failing else ""
 
 
 def _replications_line(rep: ReplicationsView) -> str:

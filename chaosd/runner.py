@@ -201,7 +201,8 @@ class Experiment:
         self.pipeline.queue.limit = throttle.limit
         if action is not None:
             self.events.record(snap.t, "throttle", action=action.action, factor=action.factor, limit=action.limit)
-        self.injector.on_tick(snap)
+        # Failures are not the steady state: the injector's baseline does not learn while the detector says failing.
+        self.injector.on_tick(snap, steady=self.detector.state is not DetectorState.FAILING)
         if snap.t + 1e-9 >= self._next_sample:
             self._next_sample += self.settings.run.timeline
             point: TimelinePoint = {
@@ -319,7 +320,7 @@ class Experiment:
                 "detected_at": e.detected_at,
                 "cleared_at": e.cleared_at,
                 "reason": e.reason,
-                "kind": "collapse" if e.kind == "collapse" else "overload",  # the detector's two kinds
+                "kind": e.kind,
                 "duration_s": round((e.cleared_at if e.cleared_at is not None else end.t) - e.detected_at, 6),
             }
             for e in detector.episodes
@@ -355,6 +356,8 @@ class Experiment:
             "time_collapsed_s": in_state["collapsed"],
             "time_overloaded_s": in_state["overload"],
             "time_stalled_s": in_state["stall"],
+            "failing": detector.failing_count,
+            "time_failing_s": in_state["failing"],
             "final_state": self.detector.state.value,
         }
         throttle_actions: list[ThrottleAction] = [

@@ -38,6 +38,7 @@ __all__ = [
     "ExpectationView",
     "ExpectedIncident",
     "FailReason",
+    "FailedRunView",
     "FaultView",
     "IncidentCause",
     "IncidentView",
@@ -58,6 +59,7 @@ __all__ = [
     "StageReportView",
     "ThrottleMove",
     "UnixInstant",
+    "VerdictView",
 ]
 
 RunInstant = Annotated[float, Field(description="an instant on the run clock: seconds since the run started")]
@@ -318,7 +320,7 @@ class EventView(TypedDict):
 
 # --- the report -----------------------------------------------------------------------------------------
 
-DetectorStateName = Literal["healthy", "warning", "overload", "collapsed", "stall", "recovering"]
+DetectorStateName = Literal["healthy", "warning", "overload", "collapsed", "failing", "stall", "recovering"]
 # Why a task offered was not accepted: a full queue (queue_full, or dropped under when_full = "drop"), over
 # admission control's limit (shed), by the throttle, from a partitioned producer, or the backend unreachable.
 RefuseReason = Literal["queue_full", "dropped", "shed", "throttled", "partitioned", "unavailable"]
@@ -346,14 +348,16 @@ class TimelinePoint(TypedDict):
     throttle_factor: Share
 
 
-AlarmKind = Literal["overload", "collapse"]  # collapse once an overload alarm saw goodput collapse
+# The worst an alarm got: collapse once goodput collapsed, else failing once tasks failed with a short queue.
+AlarmKind = Literal["overload", "failing", "collapse"]
 AgentKind = Literal["worker", "producer", "orchestrator"]
 AgentState = Literal["running", "slow", "paused", "partitioned", "dead"]
 
 
 @_closed
 class EpisodeView(TypedDict):
-    """An alarm (overload, or collapse once it collapsed), from detection to healthy (null while it lasts)."""
+    """An alarm (overload; failing once tasks failed with a short queue; collapse once it collapsed), from
+    detection to healthy (null while it lasts)."""
 
     detected_at: RunInstant
     cleared_at: RunInstant | None
@@ -405,13 +409,19 @@ class LatencyView(TypedDict):
 class CollapseView(TypedDict):
     detector: bool
     count: Annotated[int, Field(ge=0, description="alarms that collapsed (goodput far below what could be good)")]
-    alarms: Annotated[int, Field(ge=0, description="alarms raised: overload or collapse")]
+    alarms: Annotated[int, Field(ge=0, description="alarms raised: overload, collapse or failing")]
     stalls: Annotated[int, Field(ge=0, description="times the process was seen paused")]
     episodes: list[EpisodeView]
     time_alarmed_s: Annotated[float, Field(ge=0, description="the episodes' durations summed, seconds")]
     time_collapsed_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the collapsed state")]
     time_overloaded_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the overload state")]
     time_stalled_s: Annotated[float, Field(ge=0, description="a duration in seconds: in the stall state")]
+    failing: NotRequired[
+        Annotated[int, Field(ge=0, description="alarms that were failing (tasks not good with a short queue)")]
+    ]
+    time_failing_s: NotRequired[
+        Annotated[float, Field(ge=0, description="a duration in seconds: in the failing state")]
+    ]
     final_state: DetectorStateName
 
 
@@ -499,6 +509,20 @@ class ExpectationView(TypedDict):
                 description="over N ≥ 2 replications: each run's own verdict, in seed order; `passed` is the pooled one"
             ),
         ]
+    ]
+
+
+@_closed
+class VerdictView(TypedDict):
+    """Whether the run held (``chaosd run`` exits 3 when it did not), and why, in words."""
+
+    passed: bool
+    reason: Annotated[
+        str,
+        Field(
+            description="the first expectation that failed; else the [slo] judged over the measured window, or with "
+            "no availability objective, the share of it the detector said failing (more than half fails)"
+        ),
     ]
 
 
@@ -650,6 +674,7 @@ class ReportView(TypedDict):
     actions: NotRequired[list[PlanLogEntry]]
     expectations: NotRequired[list[ExpectationView]]
     replications: NotRequired[ReplicationsView]
+    verdict: NotRequired[VerdictView]
     stages: NotRequired[Annotated[dict[str, StageReportView], Field(description="per stage, over the measured window")]]
 
 
@@ -669,6 +694,14 @@ class MeanCI(TypedDict):
 
 
 @_closed
+class FailedRunView(TypedDict):
+    """A replication whose service failed (its SLO, or failing for most of its window)."""
+
+    seed: int
+    reason: str
+
+
+@_closed
 class ReplicationsView(TypedDict):
     """The same run repeated on N seeds: each number's mean and 95 % CI over the runs, and how the grade fell."""
 
@@ -685,6 +718,9 @@ class ReplicationsView(TypedDict):
     wait_mean_s: Annotated[MeanCI, Field(description="mean queue wait, seconds")]
     p95_s: Annotated[MeanCI, Field(description="p95 sojourn, seconds")]
     lost: Annotated[MeanCI, Field(description="lost tasks per run")]
+    failed_runs: NotRequired[
+        Annotated[list[FailedRunView], Field(description="runs whose service failed: their SLO, or failing mostly")]
+    ]
 
 
 # --- API answers ------------------------------------------------------------------------------------------
@@ -764,7 +800,7 @@ class StatusBody(TypedDict):
     route: list[str]
     dag: DagView
     queue: QueueView
-    detector: Annotated[str, Field(description="healthy, warning, overload, collapsed, stall or recovering")]
+    detector: Annotated[str, Field(description="healthy, warning, overload, collapsed, failing, stall or recovering")]
     throttle_factor: Share
     admission: AdmissionView
     backend: Annotated[str | None, Field(description="what is wrong with the backend now (Redis unreachable); null")]

@@ -39,6 +39,7 @@ LAYERS = [
     "faults",
     "telemetry",
     "score",
+    "verdict",
     "report",
     "runner",
     "plans",

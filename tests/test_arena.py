@@ -519,6 +519,17 @@ def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(arena: _Arena) 
         assert collapse["text"] == "⚠ Collapse — goodput 12/s of offered 400/s (measured capacity 300/s)"
         assert _is_red(collapse["bg"]) and "bad" in collapse["detector"].split()
 
+        # Failing: every task ending fails while the queue is short; red as a collapse is, in words of its own.
+        failing = {"goodput": 0.0, "throughput": 48.0, "arrival_rate": 50.0, "lateness": 0.0}
+        forced.update(detector="failing", telemetry=failing, admission={"capacity_per_s": 300.0})
+        shown = _wait_banner(page, "the failing banner", lambda b: b["state"] == "failing")
+        assert shown["cls"] == "banner failing" and shown["role"] == "alert" and not shown["hidden"]
+        assert shown["text"] == (
+            "✗ Failing — 100 % of the tasks ending are not good (goodput 0.0/s of 48/s ending, 50/s offered); "
+            "the queue is short: the work fails, not the load, and admission is not cut"
+        )
+        assert _is_red(shown["bg"]) and shown["bg"] != collapse["bg"] and "bad" in shown["detector"].split()
+
         forced.update(detector="stall", telemetry={**telemetry, "lateness": 0.3})
         stall = _wait_banner(page, "the stall banner", lambda b: b["state"] == "stall")
         assert stall["cls"] == "banner stall" and "collapse" not in stall["cls"]
@@ -567,11 +578,13 @@ def test_the_log_tells_each_state_change_and_a_run_of_throttle_steps_on_one_line
         ev(8, "throttle", { action: "increase", factor: 0.15, limit: 100 }),
         ev(9, "throttle", { action: "increase", factor: 0.2, limit: 100 }),
         ev(10, "throttle", { action: "standing", factor: 1, limit: 42 }),
+        ev(11, "detector", { old: "healthy", new: "failing", reason: "tasks_failing" }),
       ]);
       return [...log.list.children].map((li) => [li.dataset.id, li.className, li.textContent]);
     }"""
     )
     assert [(i, cls) for i, cls, _ in lines] == [
+        ("11", "ev bad"),
         ("10", "ev warn"),
         ("9", "ev info"),
         ("7", "ev stall"),
@@ -586,6 +599,7 @@ def test_the_log_tells_each_state_change_and_a_run_of_throttle_steps_on_one_line
     assert "stall: the daemon's process was paused (its event loop ran 312 ms late)" in text["7"]
     assert "collapse" in text["6"] and "overload: more offered than served" in text["1"]
     assert "at most 42 tasks may wait" in text["10"]
+    assert "✗ failing: tasks end failed, late or degraded while the queue is short (healthy → failing)" in text["11"]
 
 
 def test_the_post_mortem_file_opens_offline_with_its_charts(browser: Browser, tmp_path: Path) -> None:
@@ -616,10 +630,11 @@ def test_the_post_mortem_file_opens_offline_with_its_charts(browser: Browser, tm
             expect(lines.nth(i)).to_have_attribute("d", re.compile(r"^M[\d.]+ [\d.]+(L[\d.]+ [\d.]+){10,}$"))
         episodes = data["collapse"]["episodes"]
         expect(page.locator("svg.chart rect.band")).to_have_count(charts * (len(data["faults"]) + len(episodes)))
-        for kind in ("overload", "collapse"):  # each alarm in its own colour: overload amber, collapse red
+        for kind in ("overload", "collapse", "failing"):  # each alarm in its colour: overload amber, the others red
             shaded = charts * sum(1 for e in episodes if e["kind"] == kind)
             expect(page.locator(f"svg.chart rect.band.{kind}")).to_have_count(shaded)
         expect(page.locator(".pm-admission")).to_have_text(re.compile(rf"^{data['throttle']['policy']}: "))
+        expect(page.locator(".pm-verdict")).to_have_text(f"pass: {data['verdict']['reason']}")
         expect(page.locator(".pm-detector")).to_have_text(
             re.compile(r"^\d+ alarms?, \d+ collapsed, \d+ stalls?; ended ")
         )

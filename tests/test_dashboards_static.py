@@ -417,3 +417,22 @@ def test_dashboard_provider_loads_the_mounted_folder() -> None:
     assert provider["type"] == "file"
     assert provider["folder"] == "chaosd"
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+_STATE_CODE = re.compile(r'(\d+) \* chaosd_detector_state\{[^}]*state="([a-z]+)"\}')
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=_ids(DASHBOARDS))
+def test_every_detector_state_has_its_code_and_its_name(path: Path) -> None:
+    """A state the folding query leaves out sums to 0 and shows as "unknown" (the faults dashboard once showed
+    an overload so); every state the detector has is folded into a code, and the code's mapping names it."""
+    from chaosd.telemetry.detector import DetectorState  # noqa: PLC0415 - the only test here that needs chaosd
+
+    states = {s.value for s in DetectorState}
+    panels = [p for p in _query_panels(_load(path)) if any("chaosd_detector_state" in t["expr"] for t in p["targets"])]
+    for panel in panels:
+        codes = {code: state for t in panel["targets"] for code, state in _STATE_CODE.findall(t["expr"])}
+        assert set(codes.values()) == states, (panel["title"], codes)
+        options = panel["fieldConfig"]["defaults"]["mappings"][0]["options"]
+        assert {code: options[code]["text"] for code in codes} == codes, panel["title"]
+    assert panels or path.name != "chaosd-overview.json"

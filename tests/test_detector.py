@@ -1,15 +1,19 @@
-"""The collapse detector on the running pipeline (virtual time), and its state machine on synthetic input."""
+"""The collapse detector on the running pipeline (virtual time), and its state machine on synthetic input; its
+failing state (tasks failing with a short queue), named within 3 s and never on a healthy or lightly loaded run."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
-from conftest import mmc, run
+from conftest import mmc, run, settings
 
-from chaosd.config import DetectorConfig
+from chaosd.config import DetectorConfig, ThrottleConfig
+from chaosd.runner import Experiment, run_offline
 from chaosd.telemetry.detector import CollapseDetector, DetectorState
 from chaosd.telemetry.snapshot import Snapshot
+from chaosd.telemetry.throttle import Throttle
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as root (conftest.py)
 
@@ -213,3 +217,218 @@ def test_the_baseline_does_not_learn_while_anything_is_wrong() -> None:
         t += 0.1
         det.update(_snap(t, sojourn_p95=0.05))
     assert det.baseline_p95 == pytest.approx(0.05)
+
+
+# --- failing: tasks end not good while the queue stays short -----------------------------------------------------
+
+ONSET_S = 40.0  # failures that start mid-run begin here, after the 30 s the baselines take to learn
+NAMED_WITHIN_S = 3.0
+
+
+def _stage(failure_probability: float = 0.0, **keys: Any) -> list[dict[str, Any]]:
+    service = {"distribution": "exponential", "mean": 0.01}
+    return [{"name": "work", "service": service, "failure_probability": failure_probability, **keys}]
+
+
+def _admitting(policy: str = "capacity", **extra: Any) -> dict[str, Any]:
+    """ρ 0.5 on the M/M/4 pipeline, with admission control on: whether failing cuts it is part of what is judged."""
+    return mmc(0.5 * MU, 4, throttle={"enabled": True, "policy": policy}, **extra)
+
+
+def _failing_episode(report: dict[str, Any]) -> dict[str, Any]:
+    episodes = [e for e in report["collapse"]["episodes"] if e["kind"] == "failing"]
+    assert episodes, f"never named failing: {report['collapse']}"
+    episode: dict[str, Any] = episodes[0]
+    return episode
+
+
+def _named_and_not_cut(report: dict[str, Any], onset: float) -> float:
+    """The failing episode's detection delay after ``onset``; checks nothing else was raised and nothing refused."""
+    episode = _failing_episode(report)
+    assert episode["reason"] == "tasks_failing" and episode["cleared_at"] is None
+    collapse = report["collapse"]
+    assert collapse["alarms"] == 1 and collapse["failing"] == 1 and collapse["count"] == 0
+    assert collapse["time_overloaded_s"] == 0 and collapse["final_state"] == "failing"
+    assert report["tasks"]["rejected"] == 0 and report["throttle"]["final_factor"] == 1.0  # failures are no congestion
+    assert report["queue"]["max_depth"] <= 40  # the queue stayed short: not an overload
+    delay: float = episode["detected_at"] - onset
+    return delay
+
+
+@pytest.mark.parametrize("policy", ["capacity", "aimd"])
+@pytest.mark.parametrize(("share", "seed"), [(1.0, 1), (1.0, 2), (0.5, 1), (0.5, 2)])
+def test_failures_from_the_start_are_named_failing_within_3_s(share: float, seed: int, policy: str) -> None:
+    """Before any baseline: the good share of the tasks ending is judged against all of them."""
+    report = run(_admitting(policy, stages=_stage(share), seed=seed), duration=20.0)
+    delay = _named_and_not_cut(report, onset=0.0)
+    assert 1.4 <= delay <= NAMED_WITHIN_S, delay  # held on 70 % of the 2 s hold's ticks
+    assert report["collapse"]["time_failing_s"] >= 20.0 - NAMED_WITHIN_S
+    assert all(p["state"] == "failing" for p in report["timeline"] if p["t"] > NAMED_WITHIN_S)
+    failed = report["tasks"]["failed"] / (report["tasks"]["failed"] + report["tasks"]["completed"])
+    assert failed == pytest.approx(share, abs=0.05)  # what was offered really failed this often
+
+
+def _from(at: float, change: Any) -> Any:
+    async def plan(exp: Experiment) -> None:
+        await exp.clock.sleep_until(exp.pipeline.t0 + at)
+        assert exp.detector.baseline_p95 > 0 and exp.detector.state is DetectorState.HEALTHY  # a baseline, learnt
+        change(exp)
+
+    return plan
+
+
+def _fail_share(share: float) -> Any:
+    """The stage's calls start failing this often (its dependency breaks): its config, changed under it."""
+
+    def change(exp: Experiment) -> None:
+        stage = exp.pipeline.stages["work"]
+        stage.cfg = stage.cfg.model_copy(update={"failure_probability": share})
+        stage.refresh()
+
+    return change
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_failures_after_a_baseline_are_named_failing_within_3_s(share: float, seed: int) -> None:
+    s = settings(_admitting(stages=_stage(), seed=seed))
+    report = run_offline(s, duration=ONSET_S + 10.0, warmup=0.0, plan=_from(ONSET_S, _fail_share(share)))
+    delay = _named_and_not_cut(report, onset=ONSET_S)
+    assert 1.0 <= delay <= NAMED_WITHIN_S, delay
+    assert report["collapse"]["time_failing_s"] >= 10.0 - NAMED_WITHIN_S
+
+
+def test_a_model_that_errors_with_no_fallback_is_failing_and_one_with_a_fallback_is_healthy() -> None:
+    """llm_failure from the catalogue: its retries go to the fallback model, whose answers are good ones."""
+    llm = {"name": "work", "kind": "llm", "service": {"distribution": "exponential", "mean": 0.01}}
+    delays = []
+    for fallback in (None, {"distribution": "exponential", "mean": 0.012}):
+        # No fallback: one attempt, an error. A fallback: the retry is the fallback's.
+        stage = {**llm, "fallback": fallback, "retries": 1} if fallback else llm
+        s = settings(_admitting(stages=[stage]))
+        inject = _from(ONSET_S, lambda exp: exp.injector.inject("llm_failure", "work", {}, 20.0))
+        report = run_offline(s, duration=ONSET_S + 10.0, warmup=0.0, plan=inject)
+        if fallback is None:
+            delays.append(_named_and_not_cut(report, onset=ONSET_S))
+        else:
+            assert report["stages"]["work"]["failures"]["llm_error"] > 0  # the primary did fail
+            assert report["collapse"]["episodes"] == [] and report["collapse"]["time_failing_s"] == 0
+    assert delays and delays[0] <= NAMED_WITHIN_S
+
+
+def test_retried_failures_that_end_good_are_not_failing_and_degraded_completions_are() -> None:
+    # Half the attempts fail, but up to six retries serve almost every task: goodput counts only good completions,
+    # and these are good ones. At ρ 0.2, so that the retries' twice the work is no overload.
+    retries = _stage(0.5, retries=6, breaker_threshold=0, backoff={"base": 0.0})
+    retried = run(mmc(0.2 * MU, 4, throttle={"enabled": True}, stages=retries, seed=3), duration=30.0)
+    assert retried["stages"]["work"]["retries"] > 1000
+    assert retried["collapse"]["episodes"] == [] and retried["collapse"]["time_failing_s"] == 0
+    # A hanging tool with no alternate: every task completes, degraded (without the tool's answer), which is not good.
+    # At ρ 0.1, so that the calls held to the 50 ms timeout are no overload.
+    tool = {"name": "work", "kind": "tool", "service": {"distribution": "exponential", "mean": 0.01}, "timeout": 0.05}
+    s = settings(mmc(0.1 * MU, 4, throttle={"enabled": True}, stages=[tool]))
+    hang = _from(ONSET_S, lambda exp: exp.injector.inject("tool_timeout", "work", {}, 20.0))
+    degraded = run_offline(s, duration=ONSET_S + 10.0, warmup=0.0, plan=hang)
+    tasks = degraded["tasks"]
+    assert tasks["degraded"] > 300 and tasks["failed"] < 0.01 * tasks["completed"]  # slower than 50 ms: e^-5
+    assert _named_and_not_cut(degraded, onset=ONSET_S) <= NAMED_WITHIN_S
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_healthy_run_is_never_failing(seed: int) -> None:
+    """Negative control: ρ 0.8, from the first tick (warm-up noise included) to the last."""
+    report = run(mmc(0.8 * MU, 4, seed=seed, throttle={"enabled": True}), duration=120.0)
+    collapse = report["collapse"]
+    assert collapse["failing"] == 0 and collapse["time_failing_s"] == 0 and collapse["episodes"] == []
+    assert {p["state"] for p in report["timeline"]} == {"healthy"}
+
+
+@pytest.mark.parametrize(
+    ("rate", "service"),
+    [
+        (0.3, {"distribution": "exponential", "mean": 0.01}),
+        (1.0, {"distribution": "lognormal", "mean": 0.6, "sigma": 1.0}),  # most of a window in service: lag
+        (3.0, {"distribution": "constant", "mean": 0.9}),
+    ],
+)
+def test_low_load_with_no_failures_is_never_failing(rate: float, service: dict[str, Any]) -> None:
+    """Little goodput because little is offered, and tasks that take most of a window: no outcome is bad."""
+    overlay = mmc(rate, 4, stages=[{"name": "work", "service": service}], load={"deadline": 0.0})
+    report = run(overlay, duration=300.0)
+    collapse = report["collapse"]
+    assert collapse["failing"] == 0 and collapse["time_failing_s"] == 0, collapse
+    assert report["tasks"]["completed"] >= 0.9 * rate * 300 and report["tasks"]["failed"] == 0
+
+
+def test_no_baseline_learns_while_failing() -> None:
+    """The injector's steady state and the detector's: failures from the start leave both unlearnt."""
+    failing = run(_admitting(stages=_stage(1.0)), duration=45.0)
+    assert failing["faults_summary"]["baseline"] is None  # 45 s with no fault in play, every tick failing
+    healthy = run(_admitting(stages=_stage(0.0)), duration=45.0)
+    assert healthy["faults_summary"]["baseline"] is not None  # negative control
+
+
+def _failing(t: float, good: float = 0.0, ended: float = 50.0) -> Snapshot:
+    return _snap(t, throughput=ended, goodput=good)
+
+
+def test_state_machine_failing_recovering_healthy() -> None:
+    det = CollapseDetector(DetectorConfig(), tick=0.1)
+    t = 0.0
+    for _ in range(400):  # 40 s healthy, a tenth of the tasks ending late: the good share learnt is 0.9
+        t += 0.1
+        det.update(_snap(t, goodput=45.0))
+    assert det.baseline_good_share == pytest.approx(0.9)
+    for good in (35.0, 34.0):  # 70 % and 68 % good: above 0.75 × 0.9, so not failing (and learnt)
+        for _ in range(30):
+            t += 0.1
+            det.update(_failing(t, good=good))
+            assert det.state is DetectorState.HEALTHY, good
+    learnt = det.baseline_good_share
+    assert 0.85 < learnt < 0.9
+    states = []
+    for _ in range(30):  # 60 % good
+        t += 0.1
+        det.update(_failing(t, good=30.0))
+        states.append(det.state)
+    assert states[0] is DetectorState.WARNING
+    assert 13 <= states.index(DetectorState.FAILING) <= 20  # held on 70 % of the 2 s hold: its 14th tick at the soonest
+    assert det.baseline_good_share == learnt and det.baseline_p95 == pytest.approx(0.03)  # frozen while failing
+    calm = []
+    for _ in range(120):
+        t += 0.1
+        det.update(_snap(t, goodput=45.0))
+        calm.append(det.state)
+    recovering = calm.index(DetectorState.RECOVERING) / 10
+    assert 2.0 <= recovering <= 3.5
+    assert calm.index(DetectorState.HEALTHY) / 10 - recovering == pytest.approx(5.0, abs=0.15)
+    assert (det.episode_count, det.failing_count, det.collapse_count) == (1, 1, 0)
+    assert det.episodes[0].kind == "failing" and det.episodes[0].cleared_at is not None
+
+
+def test_failing_that_turns_into_an_overload_stays_one_failing_episode_and_a_lone_failure_is_nothing() -> None:
+    det = CollapseDetector(DetectorConfig(), tick=0.1)
+    t = 0.0
+    for _ in range(30):
+        t += 0.1
+        det.update(_failing(t))
+    assert det.state is DetectorState.FAILING
+    for _ in range(30):
+        t += 0.1
+        det.update(_overloaded(t))
+    assert det.state is DetectorState.OVERLOAD and det.episode_count == 1 and det.episodes[0].kind == "failing"
+    # Low load: one task in the window, and it failed. Too few to judge, however long it lasts.
+    low = CollapseDetector(DetectorConfig(), tick=0.1)
+    for k in range(1, 100):
+        low.update(_failing(k / 10, ended=1.0))
+        assert low.state is DetectorState.HEALTHY
+
+
+def test_aimd_gives_admission_back_while_failing() -> None:
+    """Failures are not congestion: a factor an overload cut is raised again while failing, never cut for it."""
+    throttle = Throttle(ThrottleConfig(policy="aimd"), tick=0.1)
+    throttle.update(DetectorState.OVERLOAD, _overloaded(1.0))
+    assert throttle.factor == 0.5
+    for k in range(2, 12):
+        throttle.update(DetectorState.FAILING, _failing(float(k)))
+    assert throttle.factor == pytest.approx(1.0) and throttle.decreases == 1

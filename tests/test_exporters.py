@@ -45,6 +45,7 @@ from chaosd.exporters.metrics import (
 from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
 from chaosd.faults import CATALOGUE
 from chaosd.runner import Experiment
+from chaosd.telemetry.detector import DetectorState
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,9 @@ def test_exposition_names_types_labels_and_preinitialised_values() -> None:
         "chaosd_task_sojourn_seconds": "histogram",
         "chaosd_collapse_state": "gauge",
         "chaosd_collapses": "counter",
+        "chaosd_failing_state": "gauge",
+        "chaosd_failing_episodes": "counter",
+        "chaosd_detector_state": "gauge",
         "chaosd_throttle_factor": "gauge",
         "chaosd_leader_present": "gauge",
         "chaosd_leader": "gauge",
@@ -164,6 +168,7 @@ def test_exposition_names_types_labels_and_preinitialised_values() -> None:
     assert labels("chaosd_tasks_rejected", "reason", "_total") >= set(REJECT_REASONS)
     assert labels("chaosd_tasks_failed", "reason", "_total") >= set(FAIL_REASONS)
     assert labels("chaosd_api_refused", "reason", "_total") == set(REFUSAL_REASONS)
+    assert labels("chaosd_detector_state", "state") == {s.value for s in DetectorState}  # failing among them
     assert {(s.labels["kind"], s.labels["state"]) for s in families["chaosd_agents"].samples} == {
         (k, st) for k in AGENT_KINDS for st in AGENT_STATES
     }

@@ -29,6 +29,7 @@ from chaosd.errors import ConfigError
 from chaosd.faults.injector import FaultRecord
 from chaosd.handlers import StageContext
 from chaosd.runner import Experiment, run_offline
+from chaosd.telemetry.detector import DetectorState
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 6.0  # real seconds a run may take before its assertions fail
@@ -125,6 +126,22 @@ def test_a_raising_handler_is_retried_then_fails_the_task_with_its_cause() -> No
     assert sum(1 for seen in attempts.values() if len(seen) == 3) >= tasks["failed"]
     assert tasks["retries"] >= 2 * tasks["failed"]
     assert exp.pipeline.stages["fetch"].handler_errors["RuntimeError"] == len(fx.CALLS)
+
+
+def test_a_handler_that_always_raises_is_named_failing_within_3_s() -> None:
+    """The detector on (the other tests here turn it off): every call raises at once, so the queue stays short and
+    nothing is congested, yet no task ends good. Real time, as users run their handlers."""
+    stage = _python_stage("handler_fixtures:boom", breaker_threshold=0)
+    s = _settings([stage, ANSWER], detector={"enabled": True}, throttle={"enabled": True})
+    report, exp = _run_until(s, lambda e: e.detector.state is DetectorState.FAILING)
+    assert exp.detector.state is DetectorState.FAILING, report["collapse"]
+    onset = fx.CALLS[0].started - exp.pipeline.t0  # the first call, which raised
+    episode = report["collapse"]["episodes"][0]
+    assert (episode["kind"], episode["reason"]) == ("failing", "tasks_failing")
+    delay = episode["detected_at"] - onset
+    assert 1.4 <= delay <= 3.0, delay
+    assert report["tasks"]["completed"] == 0 and report["tasks"]["rejected"] == 0  # admission was not cut
+    assert report["stages"]["fetch"]["handler_errors"] == {"RuntimeError": report["stages"]["fetch"]["attempts"]}
 
 
 def test_a_handler_overrunning_the_timeout_is_cancelled_and_counted() -> None:

@@ -1,5 +1,6 @@
 """End to end with the real programs on loopback: chaosd → Prometheus (shipped rules) → Alertmanager → webhook,
-chaosd → OTLP/HTTP sink; and every dashboard query answered by that Prometheus."""
+chaosd → OTLP/HTTP sink; and every dashboard query answered by that Prometheus. A second daemon, whose every task
+fails, is scraped beside the first until its alert has fired."""
 
 from __future__ import annotations
 
@@ -49,12 +50,30 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "CHAOSD_THROTTLE__POLICY": "none",
         },
     )
-    target = daemon.base.removeprefix("http://")
-    alerting = AlertStack(tmp / "alerting", [target], shortened_rules(tmp, {"ChaosdPipelineCollapsed": "2s"}))
+    # Every task fails at once (a stage whose calls all error), at a tenth of the load: the queue stays short.
+    (tmp / "failing").mkdir()
+    config = tmp / "failing" / "chaosd.toml"
+    config.write_text(
+        '[load]\nrate = 20.0\n[workers]\ncount = 2\n[[stages]]\nname = "work"\n'
+        'service = { distribution = "exponential", mean = 0.005 }\nfailure_probability = 1.0\n'
+    )
+    failing = Daemon(tmp / "failing", config=config)
+    targets = [daemon.base.removeprefix("http://"), failing.base.removeprefix("http://")]
+    shortened = shortened_rules(tmp, {"ChaosdPipelineCollapsed": "2s", "ChaosdPipelineFailing": "2s"})
+    alerting = AlertStack(tmp / "alerting", targets, shortened)
     try:
-        alerting.wait_scraped(target)
-        yield {"daemon": daemon, "prom": alerting.prom, "webhook": alerting.webhook, "otlp": otlp, "tmp": tmp}
+        alerting.wait_scraped(targets[0])
+        yield {
+            "daemon": daemon,
+            "failing": failing,
+            "alerting": alerting,
+            "prom": alerting.prom,
+            "webhook": alerting.webhook,
+            "otlp": otlp,
+            "tmp": tmp,
+        }
     finally:
+        failing.kill()
         daemon.terminate()
         daemon.kill()
         alerting.close()
@@ -71,6 +90,56 @@ def _safe_query(prom: str, expr: str) -> list[dict[str, Any]]:
         return _query(prom, expr)
     except OSError:
         return []
+
+
+def _alerts(prom: str, alertname: str) -> list[dict[str, Any]]:
+    """Prometheus's own active alerts of that name, pending or firing (GET /api/v1/alerts)."""
+    try:
+        with urllib.request.urlopen(f"{prom}/api/v1/alerts", timeout=10) as resp:
+            body = json.loads(resp.read())
+    except OSError:
+        return []
+    return [a for a in body["data"]["alerts"] if a["labels"]["alertname"] == alertname]
+
+
+def test_a_pipeline_whose_every_task_fails_fires_chaosd_pipeline_failing_and_a_healthy_one_does_not(
+    stack: dict[str, Any],
+) -> None:
+    """First in the module, while the other daemon is still healthy: it is the negative control."""
+    daemon, failing, alerting = stack["daemon"], stack["failing"], stack["alerting"]
+    healthy_target, failing_target = (d.base.removeprefix("http://") for d in (daemon, failing))
+    try:
+        alerting.wait_scraped(failing_target)
+
+        def fired() -> bool:
+            return any(
+                a["state"] == "firing" and a["labels"]["instance"] == failing_target
+                for a in _alerts(alerting.prom, "ChaosdPipelineFailing")
+            )
+
+        wait_for(
+            fired,
+            30,
+            "ChaosdPipelineFailing firing",
+            lambda: (
+                f"{_alerts(alerting.prom, 'ChaosdPipelineFailing')}; {failing.get('/api/v1/status')[1]['detector']}"
+            ),
+        )
+        alert = next(a for a in _alerts(alerting.prom, "ChaosdPipelineFailing") if a["state"] == "firing")
+        assert alert["labels"]["severity"] == "critical"
+        assert float(alert["value"]) == 0.0  # no offered task ended good
+        assert alert["annotations"]["summary"] == f"chaosd pipeline failing on {failing_target}"
+        report = failing.get("/api/v1/report")[1]
+        assert report["collapse"]["final_state"] == "failing" and report["tasks"]["completed"] == 0
+        assert report["tasks"]["rejected"] == 0  # admission was not cut for it
+        # The healthy daemon, scraped and judged by the same rules all along: never failing, never alerted.
+        assert all(a["labels"]["instance"] != healthy_target for a in _alerts(alerting.prom, "ChaosdPipelineFailing"))
+        ever = f'max_over_time(chaosd_detector_state{{state="failing", instance="{healthy_target}"}}[10m])'
+        assert [float(r["value"][1]) for r in _query(alerting.prom, ever)] == [0.0]
+        alerted = f'ALERTS{{alertname="ChaosdPipelineFailing", instance="{healthy_target}"}}'
+        assert _query(alerting.prom, f"max_over_time({alerted}[10m])") == []
+    finally:
+        failing.kill()  # its work is done: the CPU goes back to the tests that follow
 
 
 def test_overload_drives_collapse_state_to_1_and_the_alert_reaches_the_webhook(stack: dict[str, Any]) -> None:

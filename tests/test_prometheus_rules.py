@@ -23,6 +23,7 @@ METRICS_DOC = ROOT / "docs" / "metrics.md"
 ALERTS = {
     "ChaosdPipelineOverloaded",
     "ChaosdPipelineCollapsed",
+    "ChaosdPipelineFailing",
     "ChaosdQueueGrowingNearCapacity",
     "ChaosdLowResilienceScore",
     "ChaosdSlowRecovery",

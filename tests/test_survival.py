@@ -20,12 +20,12 @@ TERMINAL = ("recovered", "failed", "unmeasured")
 SKIPPED = "skipped: previous fault still recovering"
 
 
-def _survive(tmp: Path, *extra: str, config: str = "[load]\nrate = 50.0\n") -> dict[str, Any]:
-    """``chaosd run --survival`` as a user types it, in virtual time; its report."""
+def _survive(tmp: Path, *extra: str, config: str = "[load]\nrate = 50.0\n", code: int = 0) -> dict[str, Any]:
+    """``chaosd run --survival`` as a user types it, in virtual time; its report (``code``: the exit code)."""
     cfg, report = tmp / "chaosd.toml", tmp / "report.json"
     cfg.write_text(config)
     argv = ["run", "--config", str(cfg), "--survival", "--seed", "42", "--report", str(report), "--quiet"]
-    assert main([*argv, *extra]) == 0
+    assert main([*argv, *extra]) == code
     data: dict[str, Any] = json.loads(report.read_text())
     return data
 
@@ -91,7 +91,9 @@ def test_overlapping_survival_faults_are_grouped_into_incidents(stacked: dict[st
 def test_a_slot_whose_previous_fault_is_still_recovering_is_skipped_and_logged(tmp_path: Path) -> None:
     # An SLO no run can meet: every fault stays out of tolerance until recovery.limit (60 s) fails it.
     slo = "[load]\nrate = 50.0\n[slo]\np95 = 0.000001\n"
-    report = _survive(tmp_path, "--interval", "10s", "--duration", "2m", config=slo)
+    report = _survive(tmp_path, "--interval", "10s", "--duration", "2m", config=slo, code=3)  # the run misses it too
+    why = report["verdict"]["reason"]
+    assert why.startswith("p95 sojourn ") and "> the SLO's 0.0 ms" in why, why
     first, second = report["faults"][:2]
     assert first["outcome"] == "failed" and first["injected_at"] == 10.0 and first["reverted_at"] == 16.0
     skips = [a for a in report["actions"] if a["action"] == "skip"]

@@ -107,6 +107,6 @@ def availability_over(
 
 
 def collapse_state(configuration: Configuration | None = None, secrets: Secrets | None = None) -> str:
-    """The detector's state: healthy, warning, overload, collapsed, stall or recovering."""
+    """The detector's state: healthy, warning, overload, collapsed, failing, stall or recovering."""
     status = daemon(configuration, secrets).answer("GET", "/api/v1/status")
     return str(status["detector"])

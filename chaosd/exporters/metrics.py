@@ -256,10 +256,16 @@ class ExperimentCollector(Collector):
             "1 while overloaded (more offered than served)",
             value=1.0 if state is DetectorState.OVERLOAD else 0.0,
         )
+        yield GaugeMetricFamily(
+            "chaosd_failing_state",
+            "1 while failing (tasks end failed, late or degraded while the queue is short)",
+            value=1.0 if state is DetectorState.FAILING else 0.0,
+        )
         detector = exp.detector
         yield CounterMetricFamily("chaosd_collapses", "Alarms that collapsed", value=detector.collapse_count)
+        yield CounterMetricFamily("chaosd_failing_episodes", "Alarms that were failing", value=detector.failing_count)
         yield CounterMetricFamily(
-            "chaosd_overloads", "Alarms raised (overload or collapse)", value=detector.episode_count
+            "chaosd_overloads", "Alarms raised (overload, collapse or failing)", value=detector.episode_count
         )
         yield CounterMetricFamily("chaosd_stalls", "Times the process was seen paused", value=detector.stall_count)
         throttle = exp.throttle

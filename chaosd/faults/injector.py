@@ -8,7 +8,8 @@ the steady-state baseline (or within the configured SLO) for the confirmation wi
 reaches past the mechanism's recovery; its start is dated back to where the trailing window's figures came
 back (see :meth:`Injector._came_back`), and each recovery's phases and fluid-model prediction are kept in its
 :class:`~chaosd.faults.record.Trace`. The baseline is fed only while no fault is active or
-recovering, and counts only once it covers ``recovery.baseline_min``; a fault with neither a baseline
+recovering (nor while the collapse detector says failing: failures are no steady state), and counts only
+once it covers ``recovery.baseline_min``; a fault with neither a baseline
 nor an SLO to judge against is ``unmeasured``, never recovered. Two clocks: faults a mechanism heals
 are timed from injection (time to heal); faults nothing heals, from the moment they are lifted (time
 to restore), with the seconds out of tolerance while active reported beside it (``impact_s``). Not
@@ -108,6 +109,7 @@ class _Candidate:
     failures: dict[tuple[str, FailReason], int]
     errors: dict[tuple[str, str], int]
     ticks: int = 0
+    unfed: int = 0  # of those, the ticks the baseline did not take (the detector called them failing)
 
 
 class Injector:
@@ -398,7 +400,8 @@ class Injector:
             out.append("queue")
         return out
 
-    def on_tick(self, s: ServiceView) -> None:
+    def on_tick(self, s: ServiceView, steady: bool = True) -> None:
+        """One telemetry tick. ``steady`` False (the detector says failing) keeps the tick out of the baseline."""
         dt = s.t - self._now
         self._now = s.t
         # A paused process (a stalled host) delays every task in flight: for a window its figures are the
@@ -454,7 +457,10 @@ class Injector:
                 incident.stalled_s += dt
         # The baseline takes host-perturbed ticks too: on a host that stays busy, its steady state is a busy one.
         if not unsettled and not self.unplanned_open:
-            self._window.append(s)
+            if steady:
+                self._window.append(s)
+            elif self._candidate is not None and not perturbed:  # a tick it counted, which the baseline did not take
+                self._candidate.unfed += 1
         self._check_stop_conditions(s)
 
     # --- incidents nobody injected --------------------------------------------------------------
@@ -492,7 +498,7 @@ class Injector:
             candidate.signals += [signal for signal in outside if signal not in candidate.signals]
         candidate.ticks += 1
         if candidate.ticks >= self._open_after:
-            for _ in range(min(candidate.ticks - 1, len(self._window))):
+            for _ in range(min(candidate.ticks - 1 - candidate.unfed, len(self._window))):
                 self._window.pop()
             self._open_unplanned(candidate, s.t)
 

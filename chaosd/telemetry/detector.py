@@ -14,11 +14,16 @@
 - **collapse**: the workers are saturated and goodput is below ``collapse_goodput`` of what could be good
   (the smaller of the offered load and the measured capacity): work is done that nobody can use, the
   metastable signature.
+- **failing**: the queue is short (none of the above, no standing queue) yet the tasks ending are not good
+  (failed, late or degraded): the good share of them is below ``failing_goodput`` of its baseline (of all of
+  them before a baseline is learnt), with at least ``failing_min_tasks`` not good in the window. Users fail
+  while nothing is congested; admission control is not cut for it (failures are not congestion).
 
 Each is raised when its signal shows on ``hold_fraction`` of the ticks of the last ``hold`` seconds and on
 this one. While raised, the alarm holds as long as the overload persists (a standing queue, a slow p95, a
 full queue, refusals) on half of recent ticks; it clears after ``clear_hold`` calm seconds (→ recovering)
-and is healthy after ``recover_hold`` more. The p95 baseline learns only on healthy ticks with no signal.
+and is healthy after ``recover_hold`` more. A failing alarm holds while tasks keep failing (or any of the
+above shows). The baselines (p95, the good share of tasks ending) learn only on healthy ticks with no signal.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from chaosd.config import DetectorConfig
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import AlarmKind, DetectorStateName
 
-__all__ = ["ALARMS", "CollapseDetector", "DetectorState", "Episode", "Transition"]
+__all__ = ["ALARMED", "ALARMS", "CollapseDetector", "DetectorState", "Episode", "Transition"]
 
 
 class DetectorState(enum.Enum):
@@ -42,11 +47,18 @@ class DetectorState(enum.Enum):
     WARNING = "warning"
     OVERLOAD = "overload"
     COLLAPSED = "collapsed"
+    FAILING = "failing"
     STALL = "stall"
     RECOVERING = "recovering"
 
 
+# The congestion alarms: what admission control answers. Failing is an alarm too, but not congestion.
 ALARMS = frozenset({DetectorState.OVERLOAD, DetectorState.COLLAPSED})
+ALARMED = ALARMS | {DetectorState.FAILING}  # every state an episode is raised in
+# An episode's kind is the worst it got: an overload that failed is failing, one that collapsed a collapse.
+_WORSE: dict[DetectorState, AlarmKind] = {DetectorState.FAILING: "failing", DetectorState.COLLAPSED: "collapse"}
+_RANK: dict[AlarmKind, int] = {"overload": 0, "failing": 1, "collapse": 2}
+_RAISES = {"goodput_collapse": DetectorState.COLLAPSED, "tasks_failing": DetectorState.FAILING}  # else overload
 _DRAIN_WINDOWS = 5  # the longest a stall's backlog is taken for the pause's, in telemetry windows
 
 
@@ -60,7 +72,8 @@ class Transition:
 
 @dataclass(slots=True)
 class Episode:
-    """One alarm, from raised to healthy; ``kind`` is ``collapse`` once it collapsed, else ``overload``."""
+    """One alarm, from raised to healthy; ``kind`` is ``collapse`` once it collapsed, else ``failing`` once it
+    failed, else ``overload``."""
 
     detected_at: float
     reason: str
@@ -86,17 +99,25 @@ class CollapseDetector:
         self._baseline: deque[float] = deque(maxlen=max(1, round(cfg.baseline_window / tick)))
         self._min_baseline_ticks = self._baseline.maxlen or 1
         self._ordered: list[float] = []  # the same values, sorted: the median is read off, not computed per tick
+        self._failing: deque[bool] = deque(maxlen=hold_ticks)
+        # The good share of tasks ending, learnt as the p95 baseline is: (good, ended) rates per healthy tick.
+        self._shares: deque[tuple[float, float]] = deque(maxlen=self._baseline.maxlen)
+        self._good_sum = self._ended_sum = 0.0
+        self.baseline_good_share = 1.0  # of tasks ending, good; 1 until learnt (then the learnt share)
         self._persist: deque[bool] = deque(maxlen=max(1, round(cfg.clear_hold / tick)))
         self._ages: deque[float] = deque(maxlen=max(1, round(cfg.standing_window / tick)))
         self._calm_since: float | None = None
         self._stalled_until = float("-inf")
         self._resume = DetectorState.HEALTHY  # the state a stall interrupted
+        self._alarm = DetectorState.OVERLOAD  # the alarm the episode is in, or was in before recovering
+        self._episode_failed = False  # whether the newest episode was ever failing
         self._drain_until = float("-inf")  # after a stall: until when its backlog may still be draining
         self._drained_at: float | None = None
         self._last_t: float | None = None
         self.episodes: deque[Episode] = deque(maxlen=keep)  # the newest; the totals below are of all
-        self.episode_count = 0  # alarms raised (overload or collapse)
+        self.episode_count = 0  # alarms raised (overload, collapse or failing)
         self.collapse_count = 0  # alarms that collapsed
+        self.failing_count = 0  # alarms that failed (tasks failing with a short queue)
         self.stall_count = 0
         self.seconds = dict.fromkeys(DetectorState, 0.0)  # clock time spent in each state
         self.closed_s = 0.0  # time alarmed in the episodes that cleared, each rounded to 6 decimals
@@ -107,7 +128,15 @@ class CollapseDetector:
         return len(history) == size and history[-1] and sum(history) >= self.cfg.hold_fraction * size
 
     def _clear(self) -> None:
-        for history in (self._growth, self._over, self._collapse, self._latency, self._persist, self._ages):
+        for history in (
+            self._growth,
+            self._over,
+            self._collapse,
+            self._failing,
+            self._latency,
+            self._persist,
+            self._ages,
+        ):
             history.clear()
 
     def update(self, s: Snapshot) -> Transition | None:
@@ -152,12 +181,17 @@ class CollapseDetector:
             not draining and saturated and s.arrival_rate > 0 and s.goodput < cfg.collapse_goodput * could_be_good
         )
         slow = not draining and self.baseline_p95 > 0 and s.sojourn_p95 >= (1 + cfg.latency_growth) * self.baseline_p95
-        quiet = not (overloaded_now or collapsing or slow or draining)
-        if self.state is DetectorState.HEALTHY and quiet and s.sojourn_p95 > 0:
-            self._learn(s.sojourn_p95)
+        failing = self._failing_now(s, draining or standing or overloaded_now or collapsing)
+        quiet = not (overloaded_now or collapsing or slow or draining or failing)
+        if self.state is DetectorState.HEALTHY and quiet:
+            if s.sojourn_p95 > 0:
+                self._learn(s.sojourn_p95)
+            if s.throughput > 0:
+                self._learn_share(s.goodput, s.throughput)
         self._growth.append(growing and not draining)
         self._over.append(overloaded_now)
         self._collapse.append(collapsing)
+        self._failing.append(failing)
         self._latency.append(slow and standing and saturated and s.queue_slope > 0)
         if self._held(self._collapse):
             raised: str | None = "goodput_collapse"
@@ -167,9 +201,11 @@ class CollapseDetector:
             raised = "latency_growth"
         elif self._held(self._over):
             raised = "shedding" if shedding else "queue_full" if full else "queue_expired" if expired else "overload"
+        elif self._held(self._failing):
+            raised = "tasks_failing"
         else:
             raised = None
-        new = DetectorState.COLLAPSED if raised == "goodput_collapse" else DetectorState.OVERLOAD
+        new = _RAISES.get(raised or "", DetectorState.OVERLOAD)
         state = self.state
 
         if state in (DetectorState.HEALTHY, DetectorState.WARNING):
@@ -177,23 +213,31 @@ class CollapseDetector:
                 self._persist.clear()
                 self.episodes.append(Episode(detected_at=s.t, reason=raised))
                 self.episode_count += 1
+                self._episode_failed = False
                 return self._go(s.t, new, raised)
-            if overloaded_now or collapsing or slow:
-                return self._go(s.t, DetectorState.WARNING, _signal(overloaded_now, collapsing))
+            if overloaded_now or collapsing or slow or failing:
+                return self._go(s.t, DetectorState.WARNING, _signal(overloaded_now, collapsing, failing))
             return self._go(s.t, DetectorState.HEALTHY, "calm")
 
-        self._persist.append(standing or slow or full or shedding or expired or collapsing)
-        # Hysteresis: the alarm holds while the overload shows on at least half of recent ticks.
+        congested = standing or slow or full or shedding or expired or collapsing
+        was_failing = self._alarm is DetectorState.FAILING
+        self._persist.append(congested or (failing and was_failing))
+        # Hysteresis: the alarm holds while what raised it shows on at least half of recent ticks.
         if raised is not None or 2 * sum(self._persist) >= len(self._persist):
             self._calm_since = None
             if raised is None:
-                new = state if state in ALARMS else DetectorState.OVERLOAD
-            return self._go(s.t, new, raised or "overload persists")
+                if state in ALARMED:
+                    new = state
+                else:  # recovering: back to the alarm that persists
+                    new = DetectorState.FAILING if was_failing and not congested else DetectorState.OVERLOAD
+            persists = "failing persists" if new is DetectorState.FAILING else "overload persists"
+            return self._go(s.t, new, raised or persists)
         if self._calm_since is None:
             self._calm_since = s.t
         calm_for = s.t - self._calm_since
-        if state in ALARMS and calm_for >= cfg.clear_hold:
-            return self._go(s.t, DetectorState.RECOVERING, "overload cleared")
+        if state in ALARMED and calm_for >= cfg.clear_hold:
+            cleared = "failing cleared" if state is DetectorState.FAILING else "overload cleared"
+            return self._go(s.t, DetectorState.RECOVERING, cleared)
         if state is DetectorState.RECOVERING and calm_for >= cfg.clear_hold + cfg.recover_hold:
             episode = self.episodes[-1]
             episode.cleared_at = s.t
@@ -201,6 +245,20 @@ class CollapseDetector:
             self._clear()
             return self._go(s.t, DetectorState.HEALTHY, "recovered")
         return None
+
+    def _failing_now(self, s: Snapshot, congested: bool) -> bool:
+        """Tasks ending not good (failed, late, degraded) with nothing congested: their good share below
+        ``failing_goodput`` of the baseline's, and at least ``failing_min_tasks`` of them in the window."""
+        ended = s.throughput
+        if congested or ended <= 0.0:
+            return False
+        cfg = self.cfg
+        window = min(self.window, s.t)  # the telemetry window is shorter until the run has lasted one
+        not_good = (ended - s.goodput) * window
+        return (
+            not_good >= cfg.failing_min_tasks - 1e-6
+            and s.goodput < cfg.failing_goodput * self.baseline_good_share * ended
+        )
 
     def _draining(self, t: float, behind: bool) -> bool:
         """Whether the backlog a stall left is still draining (``behind``: its head older than the deadline, or
@@ -229,18 +287,41 @@ class CollapseDetector:
             mid = n // 2
             self.baseline_p95 = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
+    def _learn_share(self, good: float, ended: float) -> None:
+        shares = self._shares
+        if len(shares) == shares.maxlen:
+            old_good, old_ended = shares[0]  # the rates the append pushes out
+            self._good_sum -= old_good
+            self._ended_sum -= old_ended
+        shares.append((good, ended))
+        self._good_sum += good
+        self._ended_sum += ended
+        if len(shares) >= self._min_baseline_ticks and self._ended_sum > 0:
+            self.baseline_good_share = min(1.0, max(0.0, self._good_sum / self._ended_sum))
+
     def _go(self, t: float, new: DetectorState, reason: str) -> Transition | None:
         old = self.state
         if new is old:
             return None
         self.state = new
-        if new is DetectorState.COLLAPSED and self.episodes and self.episodes[-1].kind != "collapse":
-            self.episodes[-1].kind = "collapse"
-            self.collapse_count += 1
+        if new in ALARMED:
+            self._alarm = new
+        if new in _WORSE and self.episodes:
+            episode = self.episodes[-1]
+            if new is DetectorState.FAILING and not self._episode_failed:
+                self._episode_failed = True
+                self.failing_count += 1
+            kind = _WORSE[new]
+            if _RANK[kind] > _RANK[episode.kind]:
+                if kind == "collapse":
+                    self.collapse_count += 1
+                episode.kind = kind
         if new is not DetectorState.RECOVERING:
             self._calm_since = None
         return Transition(t=t, old=old, new=new, reason=reason)
 
 
-def _signal(overloaded: bool, collapsing: bool) -> str:
-    return "goodput_falling" if collapsing else "overload" if overloaded else "latency_growth"
+def _signal(overloaded: bool, collapsing: bool, failing: bool) -> str:
+    if collapsing:
+        return "goodput_falling"
+    return "overload" if overloaded else "tasks_failing" if failing else "latency_growth"

@@ -8,6 +8,9 @@
   was binding.
 - ``aimd``: the factor producers obey is halved on an alarm and raised by a step while healthy (kept for
   comparison: it idles workers while it refuses, and gives admission back on a ramp).
+
+Failing (tasks failing with a short queue) never cuts admission under any policy: failures are not congestion,
+and refusing work would only turn failed tasks into refused ones. aimd raises its factor then as while healthy.
 - ``none``: everything offered is submitted; only the queue's own capacity refuses.
 """
 
@@ -23,6 +26,8 @@ from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import ThrottleMove
 
 __all__ = ["Throttle", "ThrottleAction"]
+
+_GIVES_BACK = frozenset({DetectorState.HEALTHY, DetectorState.FAILING})  # aimd: states that raise its factor
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +126,7 @@ class Throttle:
         if state in ALARMS and self.factor > cfg.min_factor:
             self.factor = max(cfg.min_factor, self.factor * cfg.decrease)
             action = "decrease"
-        elif state is DetectorState.HEALTHY and self.factor < 1.0:
+        elif state in _GIVES_BACK and self.factor < 1.0:
             self.factor = min(1.0, self.factor + cfg.increase)
             action = "increase"
         else:

@@ -58,6 +58,8 @@ function narrateDetector(d) {
       return ["bad", `✗ collapse: ${reasonText(d.reason)} ${from}`];
     case "overload":
       return ["warn", `⚠ overload: more offered than served${d.reason === "overload" ? "" : `, ${reasonText(d.reason)}`} ${from}`];
+    case "failing":
+      return ["bad", `✗ failing: ${reasonText(d.reason)} ${from}`];
     case "stall": {
       const ms = stallLateMs(d.reason);
       const late = ms ? `its event loop ran ${fmtNum(ms, 0)} ms late` : "its event loop ran late";

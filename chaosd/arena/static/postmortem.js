@@ -1,5 +1,5 @@
 // The post-mortem of a finished run: its score, its timeline with the faults and the detector's alarms marked
-// (overload amber, collapse red), admission control, its verdicts.
+// (overload amber, collapse and failing red), admission control, its verdicts.
 import { CHARTS, admissionChart, chartPointsFromTimeline } from "./chartdefs.js";
 import { LineChart } from "./charts.js";
 import { el } from "./dom.js";
@@ -35,6 +35,7 @@ function pmDetector(report) {
   if (!c) return "–";
   const alarms = c.alarms ?? (c.episodes || []).length;
   const parts = [`${alarms} alarm${alarms === 1 ? "" : "s"}`, `${c.count ?? 0} collapsed`];
+  if (c.failing) parts.push(`${c.failing} failing (${fmtSeconds(c.time_failing_s)})`);
   if (c.stalls !== undefined) parts.push(`${c.stalls} stall${c.stalls === 1 ? "" : "s"}`);
   return `${parts.join(", ")}; ended ${c.final_state ?? "–"}`;
 }
@@ -85,7 +86,7 @@ function pmMarks(report) {
     marks.push({ from, to: Number(to), cls: `fault ${f.outcome || ""}`, label: `#${f.id} ${f.action} → ${f.outcome}` });
   }
   for (const e of (report.collapse && report.collapse.episodes) || []) {
-    const kind = e.kind === "overload" ? "overload" : "collapse"; // a report without kinds had collapses only
+    const kind = e.kind === "overload" || e.kind === "failing" ? e.kind : "collapse"; // a report without kinds had collapses only
     marks.push({ from: Number(e.detected_at), to: Number(e.cleared_at ?? end), cls: kind, label: `${kind}: ${e.reason}` });
   }
   return marks;
@@ -113,6 +114,8 @@ export function renderPostmortem(root, report, title) {
     el("dd", { class: "pm-detector" }, pmDetector(report)),
     el("dt", {}, "Admission"),
     el("dd", { class: "pm-admission" }, pmAdmission(report)),
+    el("dt", {}, "Verdict"),
+    el("dd", { class: "pm-verdict" }, report.verdict ? `${report.verdict.passed ? "pass" : "FAIL"}: ${report.verdict.reason}` : "–"),
   );
   head.append(facts);
   const charts = el("div", { class: "charts" });

@@ -1,8 +1,8 @@
 // The detector's states and admission control in words, so the banner, the top bar and the log agree.
 import { fmtNum, fmtSeconds } from "./format.js";
 
-// Each state's tone, which is its colour: a collapse is red, an overload amber, a stall blue-grey.
-export const TONES = { healthy: "good", warning: "warn", overload: "warn", collapsed: "bad", stall: "stall", recovering: "info" };
+// Each state's tone, which is its colour: a collapse and failing tasks are red, an overload amber, a stall blue-grey.
+export const TONES = { healthy: "good", warning: "warn", overload: "warn", collapsed: "bad", failing: "bad", stall: "stall", recovering: "info" };
 
 export function toneOf(state) {
   return TONES[state] || "info";
@@ -19,7 +19,10 @@ const REASONS = {
   "overload persists": "the overload persists",
   goodput_collapse: "the workers are saturated and goodput collapsed",
   goodput_falling: "goodput falling",
+  tasks_failing: "tasks end failed, late or degraded while the queue is short",
+  "failing persists": "tasks keep failing",
   "overload cleared": "the overload cleared",
+  "failing cleared": "tasks end good again",
   recovered: "recovered",
   calm: "calm",
   "stall over": "the stall is over",
@@ -84,6 +87,17 @@ function overloadText(s) {
   return "nothing refused and no backlog now; the alarm clears once the load stays calm";
 }
 
+// Failing: what share of the tasks ending is not good, and why admission control leaves it alone.
+function failingText(t) {
+  const ending = Number(t.throughput) || 0;
+  const good = Number(t.goodput) || 0;
+  const bad = ending > 0 ? Math.min(1, Math.max(0, 1 - good / ending)) : 1;
+  return (
+    `${fmtNum(100 * bad, 0)} % of the tasks ending are not good (goodput ${fmtRate(good)}/s of ${fmtRate(ending)}/s ending, ` +
+    `${fmtRate(t.arrival_rate)}/s offered); the queue is short: the work fails, not the load, and admission is not cut`
+  );
+}
+
 // The banner for a status, or null when there is no alarm to raise (healthy, warning, recovering).
 // stallMs: how late the event loop ran during this stall (0: not known).
 export function bannerFor(s, stallMs = 0) {
@@ -97,6 +111,8 @@ export function bannerFor(s, stallMs = 0) {
     }
     case "overload":
       return { cls: "overload", text: `⚠ Overload — ${overloadText(s)}` };
+    case "failing":
+      return { cls: "failing", text: `✗ Failing — ${failingText(t)}` };
     case "stall": {
       const late = stallMs > 0 ? `event loop late by ${fmtNum(stallMs, 0)} ms` : "its event loop ran late";
       return { cls: "stall", text: `‖ Stall — the daemon's process was paused (${late}); nothing is cut` };

@@ -1,5 +1,6 @@
 // The top bar: score ring, fault counters, the detector, admission control, the lever, the connection; and the
-// banner under it while the detector raises an alarm (collapse: red, overload: amber) or the daemon stalled.
+// banner under it while the detector raises an alarm (collapse and failing: red, overload: amber) or the daemon
+// stalled.
 import { el, setAttr, setText, toggle } from "./dom.js";
 import { fmtSeconds } from "./format.js";
 import { ScoreRing } from "./ring.js";
