@@ -267,7 +267,8 @@ def test_validation_errors_name_the_field_and_never_the_value(text: str) -> None
 
 def test_validation_messages_still_say_what_is_expected() -> None:
     assert _problem(VALID.replace("10s", "soon")) == (
-        "upload: duration: not a duration (use seconds, or a number with ms, s, m or h)"
+        "upload: duration: not a duration (not a number with a unit; use seconds (90, 0.5) or numbers with units"
+        " h, m, s, ms, largest first: 250ms, 1.5m, 1m30s, 2h15m)"
     )
     assert _problem(VALID.replace("10s", "0")) == "upload: duration: Input should be greater than 0"
     assert _problem(VALID + "seed: -1\n") == "upload: seed: Input should be greater than or equal to 0"
