@@ -401,6 +401,7 @@ def _sweep_command(args: argparse.Namespace) -> str:
 
 def _sweep(args: argparse.Namespace) -> int:
     """``chaosd sweep``: every point's runs, then the JSON to --out and its chart page next to it."""
+    from chaosd.replicate import prepare  # noqa: PLC0415
     from chaosd.sweep import run_sweep  # noqa: PLC0415 - the engine, only for the commands that run it
     from chaosd.sweep_chart import write_html  # noqa: PLC0415
     from chaosd.sweep_params import parse_params  # noqa: PLC0415
@@ -411,8 +412,9 @@ def _sweep(args: argparse.Namespace) -> int:
         return _fail([f"--out: {out} is where the JSON goes; its chart is written next to it as .html"])
     if (refused := _cluster_refused(args, "the points")) is not None:
         return refused
-    params = parse_params(args.param)  # every param, then every point's settings, before any run starts
     spec = _run_spec(args)
+    prepare(spec)  # the scenario, config and timing as given: their errors are theirs, not a --param's
+    params = parse_params(args.param)  # every param, then every point's settings, before any run starts
     shown = -1
 
     def done(finished: int, total: int) -> None:

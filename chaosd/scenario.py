@@ -8,6 +8,7 @@ A scenario without ``duration`` runs until its last fault ends, plus :data:`SETT
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import math
 import re
@@ -199,9 +200,10 @@ def find_scenario(name_or_path: str) -> Path:
     """A path as given if it exists or has a slash; else a scenario in ``./scenarios``, then the shipped ones.
 
     ``baseline`` → ``scenarios/baseline.yaml`` (or ``.yml``, ``.json``); ``cascading_storm.yaml`` with no
-    such file in the working directory → ``scenarios/cascading_storm.yaml``. Nothing found: the path as
-    given, for the loader to report. For the command line only: a local user may name any file they can
-    read. Names from the network go through :func:`resolve_scenario_name`.
+    such file in the working directory → ``scenarios/cascading_storm.yaml``. A path with a slash that does not
+    exist is returned as given, for the loader to report. A name found nowhere raises :class:`ScenarioError`
+    with the closest scenario name and the list of them. For the command line only: a local user may name any
+    file they can read. Names from the network go through :func:`resolve_scenario_name`.
     """
     path = Path(name_or_path)
     if path.exists() or "/" in name_or_path:
@@ -212,7 +214,17 @@ def find_scenario(name_or_path: str) -> Path:
             candidate = folder / name
             if candidate.is_file():
                 return candidate
-    return path
+    known = scenario_names()
+    what = "file not found, nor a scenario of that name" if path.suffix else "no such scenario file or name"
+    hint = _did_you_mean(path.stem if path.suffix in _SUFFIXES else name_or_path, known) or "."
+    listed = ", ".join(known) or "none"
+    raise ScenarioError([(name_or_path, "", f"{what} (in ./scenarios or the shipped ones){hint} Scenarios: {listed}")])
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'baseline'?`` for the closest of ``known`` (difflib's ratio of at least 0.6), else ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def scenario_names(limit: int = 200) -> list[str]:
@@ -260,7 +272,8 @@ def resolve_scenario_name(name: str) -> Path:
             if resolved is None or not resolved.is_relative_to(root) or not resolved.is_file():
                 raise FaultError("name", f"scenario {stem!r} does not resolve to a file in {folder.name}/", status=404)
             return resolved
-    raise FaultError("name", f"no scenario named {stem!r} in the scenario directories", status=404)
+    hint = _did_you_mean(stem, scenario_names())  # the names GET /api/v1/scenarios lists anyway
+    raise FaultError("name", f"no scenario named {stem!r} in the scenario directories{hint}", status=404)
 
 
 def load_scenario(path: Path, *, max_bytes: int | None = None) -> Scenario:

@@ -292,3 +292,42 @@ def test_report_help_says_it_prints_the_summary_and_writes_html_with_out(capsys:
         main(["report", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "Print the text summary" in text and "-o OUT, --out OUT" in text and "--html" in text
+
+
+# --- a CLI that helps: names the option or key, and the fix ------------------------------------------------------
+
+SHIPPED_NAMES = "baseline, cascading_storm, leader_assassination, overload, retry_storm, saturation"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "baselin", "--report", "r.json"],
+        ["sweep", "baselin", "--param", "load.rate=100:200:100", "-o", "s.json"],
+        ["run", "baselin.yaml", "--report", "r.json"],
+    ],
+)
+def test_an_unknown_scenario_name_suggests_the_closest_and_lists_them(
+    command: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(command, capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"chaosd: error: {command[1]}: "), err
+    assert "did you mean 'baseline'?" in err and f"Scenarios: {SHIPPED_NAMES}" in err, err
+    assert list(tmp_path.iterdir()) == []  # no report, no sweep file, no chart
+
+
+def test_a_name_close_to_none_lists_the_scenarios(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run(["run", "zzz"], capsys)
+    assert code == 2
+    assert err == (
+        "chaosd: error: zzz: no such scenario file or name (in ./scenarios or the shipped ones). "
+        f"Scenarios: {SHIPPED_NAMES}\n"
+    )

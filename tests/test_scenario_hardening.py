@@ -338,3 +338,13 @@ def test_json_is_held_to_the_yaml_limits_and_quotes_nothing(text: str, problem: 
     said = _problem_from(text, "s.json")
     assert said.startswith(f"s.json: {problem}"), said
     assert MARKER not in said
+
+
+def test_an_unknown_name_close_to_a_scenario_is_404_with_the_closest_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FaultError) as caught:
+        resolve_scenario_name("overlaod")
+    assert caught.value.status == 404
+    assert caught.value.message == "no scenario named 'overlaod' in the scenario directories; did you mean 'overload'?"
