@@ -47,6 +47,8 @@ __all__ = [
     "load_scenario",
     "parse_scenario",
     "resolve_scenario_name",
+    "scenario_names",
+    "scenario_summaries",
     "seconds_of",
     "settings_for",
     "split_metadata",
@@ -236,6 +238,19 @@ def scenario_names(limit: int = 200) -> list[str]:
                 if path.suffix in _SUFFIXES and _NAME.fullmatch(path.stem) and path.is_file():
                     names.add(path.stem)
     return sorted(names)[:limit]
+
+
+def scenario_summaries(limit: int = 200) -> list[tuple[str, str]]:
+    """(name, the first phrase of its description) for each of :func:`scenario_names`; ``""`` for one unreadable."""
+    summaries = []
+    for name in scenario_names(limit):
+        try:
+            description = load_scenario(find_scenario(name), max_bytes=MAX_SCENARIO_BYTES).description
+        except ConfigError:
+            description = ""
+        phrase = re.split(r"[:;.]\s", description.strip() + " ", maxsplit=1)[0].strip()
+        summaries.append((name, phrase if len(phrase) <= 72 else phrase[:71] + "…"))
+    return summaries
 
 
 def resolve_scenario_name(name: str) -> Path:

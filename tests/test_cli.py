@@ -331,3 +331,54 @@ def test_a_name_close_to_none_lists_the_scenarios(
         "chaosd: error: zzz: no such scenario file or name (in ./scenarios or the shipped ones). "
         f"Scenarios: {SHIPPED_NAMES}\n"
     )
+
+
+def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_the_top_level_help_says_how_to_start_the_daemon_and_lists_commands_scenarios_and_examples(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = _help(["--help"], capsys)
+    assert text.startswith("usage: chaosd [--config FILE] [--host HOST] [--port PORT]")
+    assert "--config FILE  TOML config file" in text and "--host HOST" in text and "--port PORT" in text
+    assert "`chaosd --config FILE` (or `chaosd serve --config FILE`) starts the daemon" in text
+    for command in ("serve", "run", "report", "sweep", "worker", "inject", "faults", "scenario"):
+        assert f"\n    {command} " in text, command
+    assert "  baseline              Healthy steady state\n" in text
+    assert "  overload              Ramps past capacity\n" in text
+    assert "examples:\n  chaosd --config config/chaosd.toml" in text
+
+
+def test_run_help_lists_every_option_the_scenarios_the_order_of_settings_and_examples(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = _help(["run", "--help"], capsys)
+    assert text.startswith("usage: chaosd run [-h] [--config FILE]")
+    for option in (
+        "--config FILE",
+        "--seed SEED",
+        "--duration TIME",
+        "--warmup TIME",
+        "--report PATH",
+        "--realtime",
+        "--quiet",
+        "--survival",
+        "--interval TIME",
+        "--actions ACTIONS",
+        "--overlap",
+        "--replications N",
+        "--jobs J",
+        "--cluster ADDRESS",
+    ):
+        assert f"\n  {option} " in text, option
+    for name in SHIPPED_NAMES.split(", "):
+        assert f"\n  {name} " in text, name
+    assert "built-in defaults, --config FILE, the scenario's config: and load:" in text
+    assert "durations: 90 (seconds), 250ms, 1.5m, 1m30s, 2h15m" in text
+    assert "examples:\n  chaosd run baseline --duration 1m --warmup 10s" in text
+    assert "  retry_storm           Metastable failure\n" in _help(["sweep", "--help"], capsys)
