@@ -26,7 +26,7 @@ from chaosd.errors import ConfigError, FaultError
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-    from chaosd.replicate import RunSpec
+    from chaosd.replicate import Prepared, RunSpec
     from chaosd.runner import Experiment
     from chaosd.telemetry.snapshot import Snapshot
     from chaosd.views import ReportView
@@ -378,6 +378,12 @@ def _run_spec(args: argparse.Namespace) -> RunSpec:
     )
 
 
+def _layers_line(args: argparse.Namespace, ready: Prepared) -> str:
+    """Where the run's settings came from, strongest first: ``--seed over baseline.yaml (shipped) over my.toml``."""
+    flags = [f"--{name}" for name in ("seed", "duration", "warmup") if getattr(args, name) is not None]
+    return "  config     " + " over ".join([*([", ".join(flags)] if flags else []), *ready.layers])
+
+
 def _run(args: argparse.Namespace) -> int:
     from chaosd.plans import evaluate_expectations  # noqa: PLC0415 - the engine, only for the commands that run it
     from chaosd.replicate import prepare  # noqa: PLC0415
@@ -429,6 +435,7 @@ def _run(args: argparse.Namespace) -> int:
     write_report(report, report_path)
     if not args.quiet:
         _out(render_summary(report))
+        _out(_layers_line(args, ready))
         speed = f" ({report['duration_s'] / wall:.0f}× real time)" if not args.realtime and wall > 0 else ""
         _out(f"  report     {report_path} · {wall:.2f} s wall{speed}")
     if report["interrupted"]:
@@ -488,6 +495,7 @@ def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
     write_report(report, report_path)
     if not args.quiet:
         _out(render_summary(report))
+        _out(_layers_line(args, ready))
         _out(f"  report     {report_path} · {n} runs · {wall:.2f} s wall")
     if any(not e["passed"] for e in report.get("expectations", [])):
         return EXIT_EXPECTATION

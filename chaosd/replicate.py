@@ -65,7 +65,8 @@ class RunSpec:
 
     scenario: str | None = None  # a scenario file path or shipped name, as the command line got it
     config: str | None = None  # a TOML config path
-    overlay: Mapping[str, object] = field(default_factory=dict)  # nested like the TOML: {"seed": 7}
+    # The command line's settings, nested like the TOML ({"seed": 7}): over the scenario and the environment.
+    overlay: Mapping[str, object] = field(default_factory=dict)
     duration: float | None = None  # None: the scenario's, else the config's
     warmup: float | None = None  # None: the scenario's, else the config's, else a tenth of the duration
     survival: SurvivalSpec | None = None
@@ -84,6 +85,9 @@ class Prepared:
     warmup: float
     plan: Plan | None
     source: str  # what names the run's configuration in an error: the config file, the scenario, or neither
+    # Where the settings came from below the command line, strongest first: CHAOSD_… variables, the scenario,
+    # the config file, "the defaults".
+    layers: tuple[str, ...] = ()
 
 
 def _spec_error(option: str, message: str) -> ConfigError:
@@ -97,7 +101,7 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
     :class:`~chaosd.errors.FaultError` for a survival interval too short. ``progress`` sees survival's rounds.
     """
     # The engine, imported by whoever prepares a run: importing this module stays cheap.
-    from chaosd.config import load_settings  # noqa: PLC0415
+    from chaosd.config import environment_settings, load_settings  # noqa: PLC0415
     from chaosd.handlers import refuse_virtual_time  # noqa: PLC0415
     from chaosd.plans import (  # noqa: PLC0415
         SURVIVAL_DEFAULT,
@@ -107,7 +111,7 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
         survival_plan,
         survival_timing,
     )
-    from chaosd.scenario import find_scenario, load_scenario, settings_for  # noqa: PLC0415
+    from chaosd.scenario import find_scenario, load_scenario, settings_for, shown_path  # noqa: PLC0415
 
     config = Path(spec.config) if spec.config is not None else None
     scenario: Scenario | None = None
@@ -120,8 +124,14 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
         check_expectations(scenario.expect, str(path))  # values too, before anything runs
         source = str(config or path)
     else:
-        settings = load_settings(config, spec.overlay, "command line")
+        settings = load_settings(config, overrides=spec.overlay)
         source = str(config or "configuration")
+    layers = (
+        *environment_settings(),
+        *([shown_path(path)] if scenario is not None else []),
+        *([str(config)] if config is not None else []),
+        "the defaults",
+    )
     duration = spec.duration or (scenario.duration if scenario else None) or settings.run.duration
     warmup = spec.warmup
     if warmup is None and scenario is not None:
@@ -156,7 +166,7 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
             raise ConfigError(
                 [(source, "backend.kind", "'redis' runs real processes in real time: use `chaosd run --realtime`")]
             )
-    return Prepared(settings, scenario, duration, warmup, plan, source)
+    return Prepared(settings, scenario, duration, warmup, plan, source, layers)
 
 
 def run_one(spec: RunSpec) -> ReportView:

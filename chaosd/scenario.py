@@ -51,6 +51,7 @@ __all__ = [
     "scenario_summaries",
     "seconds_of",
     "settings_for",
+    "shown_path",
     "split_metadata",
 ]
 
@@ -223,6 +224,11 @@ def find_scenario(name_or_path: str) -> Path:
     raise ScenarioError([(name_or_path, "", f"{what} (in ./scenarios or the shipped ones){hint} Scenarios: {listed}")])
 
 
+def shown_path(path: Path) -> str:
+    """A scenario's path as a summary shows it: a shipped one by its file name, ``baseline.yaml (shipped)``."""
+    return f"{path.name} (shipped)" if path.parent.resolve() == SHIPPED else str(path)
+
+
 def _did_you_mean(name: str, known: Iterable[str]) -> str:
     """``; did you mean 'baseline'?`` for the closest of ``known`` (difflib's ratio of at least 0.6), else ``""``."""
     close = difflib.get_close_matches(name, list(known), n=1)
@@ -357,21 +363,27 @@ def parse_scenario(text: str | bytes, source: str, *, max_bytes: int | None = No
 def settings_for(
     scenario: Scenario, path: Path, config_path: Path | None, overrides: Mapping[str, object] | None = None
 ) -> Settings:
-    """The config file overlaid with the scenario, then ``overrides`` (the command line's, e.g. ``seed``).
+    """The config file overlaid with the scenario, the environment, then ``overrides`` (the command line's).
 
-    ``run.duration`` is the scenario's duration: as written, or derived from its actions and the
-    configured ``faults.default_ttl`` when it gives none. Errors in the overlay name the scenario file.
+    The file must be valid by itself as well. ``run.duration`` is the scenario's duration: as written, or
+    derived from its actions and the configured ``faults.default_ttl`` when it gives none. Errors in the
+    overlay name the scenario file and the key as the scenario spells it (``config.queue.capacity``).
     """
-    overlay = deep_merge(scenario.overlay(), dict(overrides or {}))
     try:
-        settings = load_settings(config_path, overlay, overlay_source=str(path))
+        settings = load_settings(config_path, scenario.overlay(), overlay_source=str(path), overrides=overrides)
     except ConfigError as exc:
         problems = [
-            (src, _scenario_field(field) if src == str(path) else field, msg) for src, field, msg in exc.problems
+            (src, _scenario_field(field), _HINT.sub(lambda m: f"did you mean {_scenario_field(m[1])}?", msg))
+            if src == str(path)
+            else (src, field, msg)
+            for src, field, msg in exc.problems
         ]
         raise ScenarioError(problems) from None
     duration = scenario.run_duration(settings.faults.default_ttl)
     return settings.model_copy(update={"run": settings.run.model_copy(update={"duration": duration})})
+
+
+_HINT = re.compile(r"did you mean ([\w.-]+)\?")
 
 
 def _scenario_field(field: str) -> str:

@@ -75,7 +75,7 @@ BAD_CONFIGS = [
     ("[load]\nratee = 5.0\n", "load.ratee", "unknown key"),
     ("[queue]\nwhen_full = 'explode'\n", "queue.when_full", "'block', 'drop' or 'reject'"),
     ("[workers]\ncount = 0\n", "workers.count", "greater than or equal to 1"),
-    ("[[stages]]\nname = 'a'\nservice = { distribution = 'uniform' }\n", "stages.0.service", "low and high"),
+    ("[[stages]]\nname = 'a'\nservice = { distribution = 'uniform' }\n", "stages.a.service", "low and high"),
     ("[[stages]]\nname = 'a'\n[[stages]]\nname = 'a'\n", "stages", "unique"),
     ("[load]\nphases = [{ type = 'ramp', at = 5, rate = 10 }]\n", "load.phases.0", "needs a duration"),
     ("[detector]\nhold = '2 weeks'\n", "detector.hold", "not a duration"),
@@ -382,3 +382,72 @@ def test_run_help_lists_every_option_the_scenarios_the_order_of_settings_and_exa
     assert "durations: 90 (seconds), 250ms, 1.5m, 1m30s, 2h15m" in text
     assert "examples:\n  chaosd run baseline --duration 1m --warmup 10s" in text
     assert "  retry_storm           Metastable failure\n" in _help(["sweep", "--help"], capsys)
+
+
+@pytest.fixture
+def no_chaosd_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CHAOSD_… variable from the shell that runs the tests: the config line lists those that are set."""
+    for name in [n for n in os.environ if n.startswith("CHAOSD_")]:
+        monkeypatch.delenv(name)
+
+
+def test_a_bad_config_file_beside_a_scenario_is_refused_though_the_scenario_sets_the_same_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[load]\nrate = "fast"\n')  # baseline sets load.rate itself: the file was never checked
+    report = tmp_path / "r.json"
+    code, out, err = _run(["run", "baseline", "--config", str(config), "--report", str(report)], capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"chaosd: error: {config}: load.rate: Input should be a valid number, unable to parse string as a number"
+        " (got 'fast')\n"
+    )
+    assert not report.exists()
+
+
+@pytest.mark.usefixtures("no_chaosd_env")
+def test_a_config_file_beside_a_scenario_applies_under_the_scenario_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "mine.toml"
+    config.write_text("[load]\nrate = 50.0\n[queue]\ncapacity = 123\n")  # baseline sets load.rate = 200, no queue
+    report = tmp_path / "r.json"
+    args = ["run", "baseline", "--config", str(config), "--duration", "5s", "--warmup", "1s", "--report", str(report)]
+    code, out, _ = _run(args, capsys)
+    assert code == 0
+    data = json.loads(report.read_text())
+    assert data["queue"]["capacity"] == 123  # the file's key, which the scenario leaves alone
+    assert data["load"]["base_rate"] == 200  # the scenario's own key wins over the file's
+    assert f"\n  config     --duration, --warmup over baseline.yaml (shipped) over {config} over the defaults\n" in out
+
+
+@pytest.mark.usefixtures("no_chaosd_env")
+def test_the_command_line_beats_the_environment_which_beats_the_scenario(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHAOSD_SEED", "5")
+    monkeypatch.setenv("CHAOSD_LOAD__RATE", "50")
+    report = tmp_path / "r.json"
+    args = ["run", "baseline", "--seed", "7", "--duration", "5s", "--warmup", "1s", "--report", str(report)]
+    code, out, _ = _run(args, capsys)
+    assert code == 0
+    data = json.loads(report.read_text())
+    assert data["seed"] == 7 and data["load"]["base_rate"] == 50
+    assert (
+        "\n  config     --seed, --duration, --warmup over CHAOSD_LOAD__RATE over CHAOSD_SEED over baseline.yaml" in out
+    )
+
+
+@pytest.mark.usefixtures("no_chaosd_env")
+def test_replications_run_on_their_own_seeds_when_the_environment_sets_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHAOSD_SEED", "5")  # it once beat every replication's seed: N copies of one run
+    report = tmp_path / "r.json"
+    args = ["run", "baseline", "--duration", "5s", "--warmup", "1s", "--replications", "2", "--jobs", "1"]
+    assert _run([*args, "--report", str(report), "--quiet"], capsys)[0] == 0
+    block = json.loads(report.read_text())["replications"]
+    assert block["seeds"][0] == 5
+    low, high = block["completed"]["ci95"]
+    assert low < high  # two runs that differ
