@@ -378,6 +378,11 @@ def _run_spec(args: argparse.Namespace) -> RunSpec:
     )
 
 
+def _warn(ready: Prepared) -> None:
+    for warning in ready.warnings:
+        print(f"chaosd: warning: {warning}", file=sys.stderr, flush=True)
+
+
 def _layers_line(args: argparse.Namespace, ready: Prepared) -> str:
     """Where the run's settings came from, strongest first: ``--seed over baseline.yaml (shipped) over my.toml``."""
     flags = [f"--{name}" for name in ("seed", "duration", "warmup") if getattr(args, name) is not None]
@@ -408,6 +413,7 @@ def _run(args: argparse.Namespace) -> int:
         )
 
     ready = prepare(spec, realtime=args.realtime, progress=progress)
+    _warn(ready)
     scenario = ready.scenario
     report_path = args.report or Path(ready.settings.run.report)
     bar = None if args.quiet or not sys.stdout.isatty() else _ProgressBar(ready.duration, virtual=not args.realtime)
@@ -476,6 +482,7 @@ def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
     if (refused := _cluster_refused(args, "the replications")) is not None:
         return refused
     ready = prepare(spec)  # every error a replication could meet, before any process starts
+    _warn(ready)
     report_path = args.report or Path(ready.settings.run.report)
     n = args.replications
 
@@ -540,7 +547,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if (refused := _cluster_refused(args, "the points")) is not None:
         return refused
     spec = _run_spec(args)
-    prepare(spec)  # the scenario, config and timing as given: their errors are theirs, not a --param's
+    _warn(prepare(spec))  # the scenario, config and timing as given: their errors are theirs, not a --param's
     params = parse_params(args.param)  # every param, then every point's settings, before any run starts
     shown = -1
 

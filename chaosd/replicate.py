@@ -88,6 +88,7 @@ class Prepared:
     # Where the settings came from below the command line, strongest first: CHAOSD_… variables, the scenario,
     # the config file, "the defaults".
     layers: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # what the user may not mean (a measured window of 1 s), printed before it runs
 
 
 def _spec_error(option: str, message: str) -> ConfigError:
@@ -111,10 +112,12 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
         survival_plan,
         survival_timing,
     )
+    from chaosd.run_timing import run_timing  # noqa: PLC0415
     from chaosd.scenario import find_scenario, load_scenario, settings_for, shown_path  # noqa: PLC0415
 
     config = Path(spec.config) if spec.config is not None else None
     scenario: Scenario | None = None
+    path: Path | None = None
     if spec.scenario is not None:
         path = find_scenario(spec.scenario)
         scenario = load_scenario(path)
@@ -128,20 +131,12 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
         source = str(config or "configuration")
     layers = (
         *environment_settings(),
-        *([shown_path(path)] if scenario is not None else []),
+        *([shown_path(path)] if path is not None else []),
         *([str(config)] if config is not None else []),
         "the defaults",
     )
-    duration = spec.duration or (scenario.duration if scenario else None) or settings.run.duration
-    warmup = spec.warmup
-    if warmup is None and scenario is not None:
-        warmup = scenario.warmup
-    if warmup is None:
-        warmup = settings.run.warmup
-    if warmup is None:
-        warmup = duration / 10
-    if warmup >= duration:
-        raise _spec_error("warmup", f"{warmup:g} s must be shorter than the duration ({duration:g} s)")
+    timing = run_timing(spec.duration, spec.warmup, scenario, path, settings, config)
+    duration, warmup = timing.duration, timing.warmup
     plan: Plan | None = None
     if spec.survival is not None:
         survival = spec.survival
@@ -166,7 +161,7 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
             raise ConfigError(
                 [(source, "backend.kind", "'redis' runs real processes in real time: use `chaosd run --realtime`")]
             )
-    return Prepared(settings, scenario, duration, warmup, plan, source, layers)
+    return Prepared(settings, scenario, duration, warmup, plan, source, layers, timing.warnings)
 
 
 def run_one(spec: RunSpec) -> ReportView:

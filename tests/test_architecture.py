@@ -34,6 +34,7 @@ LAYERS = [
     "redact",
     "dependencies",
     "scenario",
+    "run_timing",
     "pipeline",
     "backends",
     "faults",

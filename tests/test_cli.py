@@ -451,3 +451,66 @@ def test_replications_run_on_their_own_seeds_when_the_environment_sets_one(
     assert block["seeds"][0] == 5
     low, high = block["completed"]["ci95"]
     assert low < high  # two runs that differ
+
+
+TIMING_ERRORS = [
+    (
+        ["baseline", "--duration", "30s"],
+        "--duration: 30 s leaves nothing to measure after the 30 s warmup (from scenario baseline); give more than 30s"
+        " or a shorter --warmup",
+    ),
+    (
+        ["baseline", "--warmup", "6m"],
+        "--warmup: 360 s leaves nothing to measure of the 300 s duration (from scenario baseline); give less than 300s"
+        " or a longer --duration",
+    ),
+    (
+        ["--warmup", "70", "--duration", "1m"],
+        "--warmup: 70 s leaves nothing to measure of the 60 s duration (from --duration); give less than 60s or a"
+        " longer --duration",
+    ),
+    (["baseline", "--duration", "0"], "--duration: must be more than 0 (got 0)"),
+]
+
+
+@pytest.mark.usefixtures("no_chaosd_env")
+@pytest.mark.parametrize(("args", "message"), TIMING_ERRORS)
+def test_nothing_left_to_measure_blames_the_option_the_user_set(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "r.json"
+    code, out, err = _run(["run", *args, "--report", str(report)], capsys)
+    assert (code, out, err) == (2, "", f"chaosd: error: {message}\n")
+    assert not report.exists()
+
+
+@pytest.mark.usefixtures("no_chaosd_env")
+def test_a_warmup_too_long_in_the_scenario_file_names_the_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: x\nduration: 20s\nwarmup: 30s\n")
+    report = tmp_path / "r.json"
+    code, _, err = _run(["run", str(scenario), "--report", str(report)], capsys)
+    assert code == 2 and not report.exists()
+    assert err == (
+        f"chaosd: error: {scenario}: warmup: 30 s leaves nothing to measure of the 20 s duration (from scenario x);"
+        " give less than 20s here or with --warmup, or a longer --duration\n"
+    )
+
+
+@pytest.mark.usefixtures("no_chaosd_env")
+def test_a_measured_window_of_one_second_runs_with_a_warning_naming_both_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "r.json"
+    code, out, err = _run(["run", "baseline", "--duration", "31s", "--quiet", "--report", str(report)], capsys)
+    assert (code, out) == (0, "")
+    assert err == (
+        "chaosd: warning: --duration 31 s and the 30 s warmup (from scenario baseline) leave only 1 s to measure"
+        " (3 % of the run); give a longer --duration or a shorter --warmup\n"
+    )
+    data = json.loads(report.read_text())
+    assert (data["duration_s"], data["warmup_s"]) == (31, 30)
+    # A window of a tenth of the run or more is what the user meant: no warning.
+    assert _run(["run", "baseline", "--duration", "40s", "--quiet", "--report", str(report)], capsys)[2] == ""
