@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from chaosd.config_problems import Layer, closest, problems_of
+from chaosd.config_problems import Layer, closest, problems_of, stray_variables
 from chaosd.durations import Seconds
 from chaosd.errors import ConfigError
 from chaosd.handlers import handler_problems
@@ -654,6 +654,9 @@ def load_settings(
     A file given with an overlay must be valid by itself too, as the daemon would read it: a bad value the
     overlay replaces is still reported, naming the file, rather than silently dropped.
     """
+    stray = stray_variables(ENV_PREFIX, Settings.model_fields)
+    if stray:
+        raise ConfigError(stray)
     file_data = read_toml(config_path) if config_path is not None else {}
     layers: list[Layer] = [(str(config_path) if config_path is not None else "configuration", file_data)]
     if config_path is not None and overlay:

@@ -13,7 +13,7 @@ from typing import Annotated, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-__all__ = ["Layer", "closest", "field_name", "has_path", "known_keys", "problems_of"]
+__all__ = ["Layer", "closest", "field_name", "has_path", "known_keys", "problems_of", "stray_variables"]
 
 Layer = tuple[str, Mapping[str, object]]  # a source's name and the tables it gave, weakest first in a list
 _Loc = tuple[int | str, ...]
@@ -48,6 +48,28 @@ def problems_of(
             source = next((name for name, given in reversed(layers) if has_path(given, loc)), layers[0][0])
         field = field_name(loc, data)
         problems.append((source, field, _describe(error, model, data, env, env_prefix)))
+    return problems
+
+
+def stray_variables(prefix: str, sections: Iterable[str]) -> list[tuple[str, str, str]]:
+    """Variables shaped like a setting (``CHAOSD_LAOD__RATE``) whose section is none: the settings would ignore them.
+
+    Only names with ``__`` count: the client's own variables (``CHAOSD_ADDR``, ``CHAOSD_TOKEN``) have none.
+    """
+    known = sorted(sections)
+    problems = []
+    for name in sorted(os.environ):
+        if not name.upper().startswith(prefix) or "__" not in name:
+            continue
+        section, _, rest = name[len(prefix) :].partition("__")
+        if section.lower() in known:
+            continue
+        near = closest(section.lower(), known)
+        if near is not None:
+            hint = f"; did you mean {prefix}{near.upper()}__{rest}?"
+        else:
+            hint = f" (sections: {', '.join(known)})"
+        problems.append((f"environment {name}", section.lower(), f"unknown key{hint}"))
     return problems
 
 
@@ -141,7 +163,7 @@ def _describe(
     secret = any(str(part) in _SECRETS for part in loc)
     if error["type"] != "missing" and "input" in error and not secret:
         shown = repr(error["input"])
-        if len(shown) <= 60 and not isinstance(error["input"], Mapping):
+        if len(shown) <= 60 and not isinstance(error["input"], Mapping | list | tuple):  # a table or list: its key says
             msg = f"{msg} (got {shown})"
     return msg
 

@@ -103,6 +103,7 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
     """
     # The engine, imported by whoever prepares a run: importing this module stays cheap.
     from chaosd.config import environment_settings, load_settings  # noqa: PLC0415
+    from chaosd.faults.catalogue import target_problem  # noqa: PLC0415
     from chaosd.handlers import refuse_virtual_time  # noqa: PLC0415
     from chaosd.plans import (  # noqa: PLC0415
         SURVIVAL_DEFAULT,
@@ -124,6 +125,14 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
         # The command line's overrides (the seed) go on top, keeping the scenario's (derived) duration.
         settings = settings_for(scenario, path, config, spec.overlay)
         check_actions(scenario.actions, str(path), settings.faults.max_ttl)
+        kinds = {stage.name: stage.kind for stage in settings.stages}
+        misaimed = [
+            (str(path), f"actions.{i}.action.target_id", problem)
+            for i, item in enumerate(scenario.actions)
+            if (problem := target_problem(item.action.type, item.action.target_id, kinds)) is not None
+        ]
+        if misaimed:  # else the fault fails at its time and the run ends as if it had none
+            raise ConfigError(misaimed)
         check_expectations(scenario.expect, str(path))  # values too, before anything runs
         source = str(config or path)
     else:

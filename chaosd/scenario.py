@@ -30,6 +30,7 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from chaosd.config import Settings, deep_merge, load_settings
+from chaosd.config_problems import closest, known_keys
 from chaosd.durations import Seconds, parse_duration
 from chaosd.errors import ConfigError, FaultError, ScenarioError
 
@@ -355,9 +356,18 @@ def parse_scenario(text: str | bytes, source: str, *, max_bytes: int | None = No
         problems = []
         for error in exc.errors():
             field = ".".join(_loc_part(p) for p in error["loc"]) or "(top level)"
-            msg = "unknown key" if error["type"] == "extra_forbidden" else str(error["msg"])
+            msg = _unknown_key(tuple(error["loc"])) if error["type"] == "extra_forbidden" else str(error["msg"])
             problems.append((source, field, _without_input(msg.removeprefix("Value error, "), error.get("input"))))
         raise ScenarioError(problems) from None
+
+
+def _unknown_key(loc: tuple[int | str, ...]) -> str:
+    """``unknown key; did you mean duration?`` for a misspelt key of the scenario's own (not its config's)."""
+    known = known_keys(Scenario, loc[:-1])
+    near = closest(str(loc[-1]), known) if known else None
+    if near is None:
+        return "unknown key"
+    return f"unknown key; did you mean {'.'.join(str(p) for p in (*loc[:-1], near))}?"
 
 
 def settings_for(

@@ -11,6 +11,7 @@ import pytest
 
 from chaosd.cli import main
 from chaosd.config import Settings, StageConfig, load_settings
+from chaosd.replicate import RunSpec, prepare, seeds_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,8 +190,10 @@ def test_failed_expectation_exits_3_with_the_report_written(tmp_path: Path, caps
     "args",
     [["run", "--seed", "-1"], ["run", "--duration", "x"], ["run", "--warmup", "70", "--duration", "60"]],
 )
-def test_bad_flags_exit_2(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    os.chdir(tmp_path)
+def test_bad_flags_exit_2(
+    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # not os.chdir: later tests' child processes import chaosd from the checkout
     with pytest.raises(SystemExit) as exc:
         code = main(args)
         raise SystemExit(code)
@@ -440,17 +443,13 @@ def test_the_command_line_beats_the_environment_which_beats_the_scenario(
 
 
 @pytest.mark.usefixtures("no_chaosd_env")
-def test_replications_run_on_their_own_seeds_when_the_environment_sets_one(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_every_replication_keeps_its_own_seed_when_the_environment_sets_one(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("CHAOSD_SEED", "5")  # it once beat every replication's seed: N copies of one run
-    report = tmp_path / "r.json"
-    args = ["run", "baseline", "--duration", "5s", "--warmup", "1s", "--replications", "2", "--jobs", "1"]
-    assert _run([*args, "--report", str(report), "--quiet"], capsys)[0] == 0
-    block = json.loads(report.read_text())["replications"]
-    assert block["seeds"][0] == 5
-    low, high = block["completed"]["ci95"]
-    assert low < high  # two runs that differ
+    spec = RunSpec("baseline", duration=5.0, warmup=1.0)
+    assert prepare(spec).settings.seed == 5
+    assert [prepare(spec.with_seed(seed)).settings.seed for seed in seeds_for(5, 3)] == seeds_for(5, 3)
 
 
 TIMING_ERRORS = [
@@ -514,3 +513,95 @@ def test_a_measured_window_of_one_second_runs_with_a_warning_naming_both_values(
     assert (data["duration_s"], data["warmup_s"]) == (31, 30)
     # A window of a tenth of the run or more is what the user meant: no warning.
     assert _run(["run", "baseline", "--duration", "40s", "--quiet", "--report", str(report)], capsys)[2] == ""
+
+
+CONFIG_HINTS = [
+    ("[laod]\nrate = 5\n", "laod: unknown key; did you mean load?"),
+    ("[load]\nrat = 5\n", "load.rat: unknown key; did you mean load.rate?"),
+    (
+        "[[stages]]\nname = 'search'\n[stages.service]\nmaen = 0.01\n",
+        "stages.search.service.maen: unknown key; did you mean stages.search.service.mean?",
+    ),
+    (
+        "[[stages]]\nname = 'search'\n[stages.service]\nmean = -1\n",
+        "stages.search.service.mean: Input should be greater than or equal to 0 (got -1)",
+    ),
+    (
+        "[[stages]]\nname = 'plan'\nnext = ['serch']\n[[stages]]\nname = 'search'\n",
+        "stages: stage 'plan': next names unknown stage 'serch'; did you mean 'search'?",
+    ),
+    (
+        "[[faults.stop_conditions]]\nmetric = 'availability'\nbelow = 0.5\nfro = 10\n",
+        "faults.stop_conditions.0.fro: unknown key; did you mean faults.stop_conditions.0.for?",
+    ),
+]
+
+
+@pytest.mark.usefixtures("no_chaosd_env")
+@pytest.mark.parametrize(("text", "line"), CONFIG_HINTS)
+def test_config_errors_name_stages_by_name_and_suggest_the_key_meant(
+    text: str, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(text)
+    report = tmp_path / "r.json"
+    code, out, err = _run(["run", "--config", str(config), "--report", str(report)], capsys)
+    assert (code, out, err) == (2, "", f"chaosd: error: {config}: {line}\n")
+    assert not report.exists()
+
+
+@pytest.mark.usefixtures("no_chaosd_env")
+@pytest.mark.parametrize(
+    ("variable", "value", "line"),
+    [
+        ("CHAOSD_LOAD__RAT", "5", "load.rat: unknown key; did you mean CHAOSD_LOAD__RATE?"),
+        ("CHAOSD_LAOD__RATE", "5", "laod: unknown key; did you mean CHAOSD_LOAD__RATE?"),
+        (
+            "CHAOSD_LOAD__RATE",
+            "fast",
+            "load.rate: Input should be a valid number, unable to parse string as a number (got 'fast')",
+        ),
+    ],
+)
+def test_an_environment_override_is_named_by_its_variable(
+    variable: str,
+    value: str,
+    line: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    report = tmp_path / "r.json"
+    code, out, err = _run(["run", "baseline", "--report", str(report)], capsys)
+    assert (code, out, err) == (2, "", f"chaosd: error: environment {variable}: {line}\n")
+    assert not report.exists()
+
+
+SCENARIO_HINTS = [
+    ("durtion: 10s\n", "durtion: unknown key; did you mean duration?"),
+    (
+        "duration: 10s\nconfig:\n  queue: {when_ful: drop}\n",
+        "config.queue.when_ful: unknown key; did you mean config.queue.when_full?",
+    ),
+    (
+        "duration: 10s\nconfig:\n  stages:\n    - {name: search, kind: tool}\n    - {name: answer}\n"
+        "actions:\n  - delay: 1s\n    action: {type: tool_timeout, target_id: serch}\n",
+        "actions.0.action.target_id: unknown stage 'serch'; did you mean 'search'? (stages: answer, search; or a kind;"
+        " or random)",
+    ),
+]
+
+
+@pytest.mark.usefixtures("no_chaosd_env")
+@pytest.mark.parametrize(("text", "line"), SCENARIO_HINTS)
+def test_scenario_errors_suggest_the_key_or_stage_meant(
+    text: str, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"name: x\n{text}")
+    report = tmp_path / "r.json"
+    code, out, err = _run(["run", str(scenario), "--report", str(report)], capsys)
+    assert (code, out) == (2, "")
+    assert f"chaosd: error: {scenario}: {line}\n" in err, err  # among others (duration is missing as well)
+    assert not report.exists()
