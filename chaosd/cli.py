@@ -7,13 +7,15 @@ The only module that exits the process: bad input → a message naming the field
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from chaosd import __version__
 from chaosd.client import COMMANDS, add_client_commands, run_client_command
@@ -107,6 +109,29 @@ class _Parser(argparse.ArgumentParser):
         if self._epilog_of is not None:
             self.epilog = self._epilog_of()
         return super().format_help()
+
+    def error(self, message: str) -> NoReturn:
+        """``chaosd: error: --duration: …`` like every other bad input, with the option or command meant."""
+        message = message.removeprefix("argument ")
+        hint = ""
+        if (unknown := re.match(r"unrecognized arguments: (--?[\w-]+)", message)) is not None:
+            near = difflib.get_close_matches(unknown[1], _option_strings(self), n=1)
+            hint = f"; did you mean {near[0]}?" if near else f" ({self.prog} COMMAND --help lists the options)"
+        elif (choice := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)) is not None:
+            near = difflib.get_close_matches(choice[1], re.findall(r"'([^']*)'", choice[2]), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+        self.exit(EXIT_USAGE, f"chaosd: error: {message}{hint}\n")
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option of ``parser`` and of its commands: an unknown option is reported by the top-level parser."""
+    found = []
+    for action in parser._actions:  # argparse has no public walk of its actions
+        found += [s for s in action.option_strings if s.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                found += _option_strings(command)
+    return sorted(set(found))
 
 
 def _scenario_list(heading: str) -> str:

@@ -219,14 +219,14 @@ def test_a_bad_daemon_port_exits_2_naming_the_option(argv: list[str], capsys: py
         main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "argument --port: not a port number" in err and "0 to 65535" in err, err
+    assert err.startswith("chaosd: error: --port: not a port number") and "0 to 65535" in err, err
 
 
 def test_a_bad_daemon_host_exits_2_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--host", "http://127.0.0.1", "--port", "0"])
     assert exc.value.code == 2
-    assert "argument --host: not a host name or address" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("chaosd: error: --host: not a host name or address")
 
 
 def test_a_bad_client_port_exits_2_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
@@ -605,3 +605,28 @@ def test_scenario_errors_suggest_the_key_or_stage_meant(
     assert (code, out) == (2, "")
     assert f"chaosd: error: {scenario}: {line}\n" in err, err  # among others (duration is missing as well)
     assert not report.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "baseline", "--duraton", "5s"], "unrecognized arguments: --duraton 5s; did you mean --duration?"),
+        (["--confg", "x.toml"], "unrecognized arguments: --confg x.toml; did you mean --config?"),
+        (["rnu", "baseline"], "did you mean 'run'?"),
+        (
+            ["run", "--duration", "30s1m"],
+            "--duration: not a duration: '30s1m' ('m' after 's': units go largest first; use seconds (90, 0.5) or"
+            " numbers with units h, m, s, ms, largest first: 250ms, 1.5m, 1m30s, 2h15m)",
+        ),
+    ],
+)
+def test_a_misspelt_option_or_command_or_a_bad_duration_exits_2_with_the_one_meant(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("chaosd: error: ") and err.endswith(f"{message}\n"), err
+    assert list(tmp_path.iterdir()) == []
