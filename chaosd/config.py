@@ -23,9 +23,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from chaosd.config_problems import Layer, closest, problems_of, stray_variables
 from chaosd.durations import Seconds
 from chaosd.errors import ConfigError
 from chaosd.handlers import handler_problems
@@ -61,6 +61,7 @@ __all__ = [
     "TracingConfig",
     "WorkersConfig",
     "deep_merge",
+    "environment_settings",
     "load_settings",
     "read_toml",
 ]
@@ -592,7 +593,9 @@ class Settings(BaseSettings):
         for stage in stages:
             for successor in stage.next or ():
                 if successor not in known:
-                    raise ValueError(f"stage {stage.name!r}: next names unknown stage {successor!r}")
+                    near = closest(successor, known)
+                    hint = f"; did you mean {near!r}?" if near else f" (the stages: {', '.join(names)})"
+                    raise ValueError(f"stage {stage.name!r}: next names unknown stage {successor!r}{hint}")
         edges = {s.name: s.next or () for s in stages}
         state: dict[str, int] = {}
 
@@ -647,75 +650,91 @@ def read_toml(path: Path) -> dict[str, object]:
         raise ConfigError([(str(path), "", f"not valid TOML: {exc}")]) from None
 
 
-def _has_path(data: object, loc: tuple[int | str, ...]) -> bool:
-    for part in loc:
-        if isinstance(data, Mapping):
-            if part not in data:
-                return False
-            data = data[part]
-        elif isinstance(data, list | tuple) and isinstance(part, int) and part < len(data):
-            data = data[part]
-        else:
-            return False
-    return True
-
-
-def _env_name(loc: tuple[int | str, ...]) -> str | None:
-    for n in range(len(loc), 0, -1):
-        name = ENV_PREFIX + "__".join(str(p) for p in loc[:n]).upper()
-        if name in os.environ:
-            return name
-    return None
-
-
-def _describe(error: ErrorDetails) -> str:
-    msg = str(error["msg"])
-    if error["type"] == "extra_forbidden":  # pydantic's type for a key no model declares (file, overlay or env)
-        return "unknown key"
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
-    # A rejected secret is never echoed (a dependency's upstream URL may hold a password).
-    secret = any(str(part) in ("token", "upstream") for part in error["loc"])
-    if error["type"] != "missing" and "input" in error and not secret:
-        shown = repr(error["input"])
-        if len(shown) <= 60 and not isinstance(error["input"], Mapping):
-            msg = f"{msg} (got {shown})"
-    return msg
-
-
 def load_settings(
     config_path: Path | None = None,
     overlay: Mapping[str, object] | None = None,
     overlay_source: str = "scenario",
+    *,
+    overrides: Mapping[str, object] | None = None,
+    overrides_source: str = "command line",
 ) -> Settings:
-    """Defaults < TOML file < overlay (a scenario's) < ``CHAOSD_…`` environment."""
+    """Defaults < TOML file < overlay (a scenario's) < ``CHAOSD_…`` environment < overrides (the command line's).
+
+    A file given with an overlay must be valid by itself too, as the daemon would read it: a bad value the
+    overlay replaces is still reported, naming the file, rather than silently dropped.
+    """
+    stray = stray_variables(ENV_PREFIX, Settings.model_fields)
+    if stray:
+        raise ConfigError(stray)
     file_data = read_toml(config_path) if config_path is not None else {}
-    # TOML in: unchecked tables, passed as keywords (BaseSettings's own are typed) for the model to check.
-    data: dict[str, Any] = deep_merge(file_data, overlay or {})
-    try:
-        settings = Settings(**data)
-    except ValidationError as exc:
-        problems: list[tuple[str, str, str]] = []
-        for error in exc.errors():
-            loc = tuple(error["loc"])
-            field = ".".join(str(p) for p in loc) or "(top level)"
-            env = _env_name(loc)
-            if env is not None:
-                source = f"environment {env}"
-            elif overlay and _has_path(overlay, loc):
-                source = overlay_source
-            elif config_path is not None:
-                source = str(config_path)
-            else:
-                source = "configuration"
-            problems.append((source, field, _describe(error)))
-        raise ConfigError(problems) from None
+    layers: list[Layer] = [(str(config_path) if config_path is not None else "configuration", file_data)]
+    if config_path is not None and overlay:
+        _validated(Settings, file_data, layers)
+    if overlay:
+        layers.append((overlay_source, overlay))
+    settings = _validated(Settings, deep_merge(file_data, overlay or {}), layers)
+    if overrides:
+        settings = _overridden(settings, overrides, [*layers, (overrides_source, overrides)])
     # Handlers are imported here, once the stages are valid, so a bad one stops chaosd before anything runs.
     handlers = handler_problems(settings.stages, settings.dependencies)
     if handlers:
-        source = _stages_source(config_path, overlay, overlay_source)
+        if overrides and "stages" in overrides:
+            source = overrides_source
+        else:
+            source = _stages_source(config_path, overlay, overlay_source)
         raise ConfigError([(source, field, problem) for field, problem in handlers])
     return settings
+
+
+def _validated(model: type[Settings], data: Mapping[str, object], layers: list[Layer]) -> Settings:
+    # TOML in: unchecked tables, passed as keywords (BaseSettings's own are typed) for the model to check.
+    tables: dict[str, Any] = dict(data)
+    try:
+        return model(**tables)
+    except ValidationError as exc:
+        env = ENV_PREFIX if model is Settings else None  # _AboveEnvironment reads no variables
+        raise ConfigError(problems_of(exc, Settings, data, layers, env)) from None
+
+
+class _AboveEnvironment(Settings):
+    """Settings built from tables alone: the environment has been read into them already."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def _overridden(settings: Settings, overrides: Mapping[str, object], layers: list[Layer]) -> Settings:
+    """``settings`` (environment included) with ``overrides`` on top, every section they touch validated again."""
+    data: dict[str, object] = {name: getattr(settings, name) for name in Settings.model_fields}
+    for name, value in overrides.items():
+        current = data.get(name)
+        if isinstance(current, BaseModel) and isinstance(value, Mapping):
+            # The token read from api.token_file is kept as the token: both at once are refused.
+            dumped = current.model_dump(by_alias=True, exclude={"token_file"} if name == "api" else None)
+            data[name] = deep_merge(dumped, value)
+        else:
+            data[name] = value
+    checked = _validated(_AboveEnvironment, data, layers)
+    fields = {name: getattr(checked, name) for name in Settings.model_fields}
+    return Settings.model_construct(settings.model_fields_set | set(overrides), **fields)
+
+
+def environment_settings() -> list[str]:
+    """The ``CHAOSD_…`` variables set now that name a setting (``CHAOSD_LOAD__RATE``), sorted."""
+    sections = {name.upper() for name in Settings.model_fields}
+    return sorted(
+        name
+        for name in os.environ
+        if name.startswith(ENV_PREFIX) and name.removeprefix(ENV_PREFIX).split("__")[0] in sections
+    )
 
 
 def _stages_source(config_path: Path | None, overlay: Mapping[str, object] | None, overlay_source: str) -> str:

@@ -7,6 +7,7 @@ the real clock only: a virtual-time run refuses them.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import os
@@ -172,7 +173,9 @@ def handler_problems(stages: Sequence[_Stage], dependencies: Collection[str] = (
         for name in stage.dependencies:
             if name not in dependencies:
                 known = ", ".join(sorted(dependencies)) or "none declared"
-                problems.append((f"{where}.dependencies", f"{name!r} is not in [dependencies] ({known})"))
+                near = difflib.get_close_matches(name, list(dependencies), n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                problems.append((f"{where}.dependencies", f"{name!r} is not in [dependencies]{hint} ({known})"))
     return problems
 
 

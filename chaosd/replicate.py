@@ -65,7 +65,8 @@ class RunSpec:
 
     scenario: str | None = None  # a scenario file path or shipped name, as the command line got it
     config: str | None = None  # a TOML config path
-    overlay: Mapping[str, object] = field(default_factory=dict)  # nested like the TOML: {"seed": 7}
+    # The command line's settings, nested like the TOML ({"seed": 7}): over the scenario and the environment.
+    overlay: Mapping[str, object] = field(default_factory=dict)
     duration: float | None = None  # None: the scenario's, else the config's
     warmup: float | None = None  # None: the scenario's, else the config's, else a tenth of the duration
     survival: SurvivalSpec | None = None
@@ -84,6 +85,10 @@ class Prepared:
     warmup: float
     plan: Plan | None
     source: str  # what names the run's configuration in an error: the config file, the scenario, or neither
+    # Where the settings came from below the command line, strongest first: CHAOSD_… variables, the scenario,
+    # the config file, "the defaults".
+    layers: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # what the user may not mean (a measured window of 1 s), printed before it runs
 
 
 def _spec_error(option: str, message: str) -> ConfigError:
@@ -97,7 +102,8 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
     :class:`~chaosd.errors.FaultError` for a survival interval too short. ``progress`` sees survival's rounds.
     """
     # The engine, imported by whoever prepares a run: importing this module stays cheap.
-    from chaosd.config import load_settings  # noqa: PLC0415
+    from chaosd.config import environment_settings, load_settings  # noqa: PLC0415
+    from chaosd.faults.catalogue import target_problem  # noqa: PLC0415
     from chaosd.handlers import refuse_virtual_time  # noqa: PLC0415
     from chaosd.plans import (  # noqa: PLC0415
         SURVIVAL_DEFAULT,
@@ -107,31 +113,39 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
         survival_plan,
         survival_timing,
     )
-    from chaosd.scenario import find_scenario, load_scenario, settings_for  # noqa: PLC0415
+    from chaosd.run_timing import run_timing  # noqa: PLC0415
+    from chaosd.scenario import find_scenario, load_scenario, settings_for, shown_path  # noqa: PLC0415
 
     config = Path(spec.config) if spec.config is not None else None
     scenario: Scenario | None = None
+    path: Path | None = None
     if spec.scenario is not None:
         path = find_scenario(spec.scenario)
         scenario = load_scenario(path)
         # The command line's overrides (the seed) go on top, keeping the scenario's (derived) duration.
         settings = settings_for(scenario, path, config, spec.overlay)
         check_actions(scenario.actions, str(path), settings.faults.max_ttl)
+        kinds = {stage.name: stage.kind for stage in settings.stages}
+        misaimed = [
+            (str(path), f"actions.{i}.action.target_id", problem)
+            for i, item in enumerate(scenario.actions)
+            if (problem := target_problem(item.action.type, item.action.target_id, kinds)) is not None
+        ]
+        if misaimed:  # else the fault fails at its time and the run ends as if it had none
+            raise ConfigError(misaimed)
         check_expectations(scenario.expect, str(path))  # values too, before anything runs
         source = str(config or path)
     else:
-        settings = load_settings(config, spec.overlay, "command line")
+        settings = load_settings(config, overrides=spec.overlay)
         source = str(config or "configuration")
-    duration = spec.duration or (scenario.duration if scenario else None) or settings.run.duration
-    warmup = spec.warmup
-    if warmup is None and scenario is not None:
-        warmup = scenario.warmup
-    if warmup is None:
-        warmup = settings.run.warmup
-    if warmup is None:
-        warmup = duration / 10
-    if warmup >= duration:
-        raise _spec_error("warmup", f"{warmup:g} s must be shorter than the duration ({duration:g} s)")
+    layers = (
+        *environment_settings(),
+        *([shown_path(path)] if path is not None else []),
+        *([str(config)] if config is not None else []),
+        "the defaults",
+    )
+    timing = run_timing(spec.duration, spec.warmup, scenario, path, settings, config)
+    duration, warmup = timing.duration, timing.warmup
     plan: Plan | None = None
     if spec.survival is not None:
         survival = spec.survival
@@ -156,7 +170,7 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
             raise ConfigError(
                 [(source, "backend.kind", "'redis' runs real processes in real time: use `chaosd run --realtime`")]
             )
-    return Prepared(settings, scenario, duration, warmup, plan, source)
+    return Prepared(settings, scenario, duration, warmup, plan, source, layers, timing.warnings)
 
 
 def run_one(spec: RunSpec) -> ReportView:

@@ -8,6 +8,7 @@ A scenario without ``duration`` runs until its last fault ends, plus :data:`SETT
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import math
 import re
@@ -29,6 +30,7 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from chaosd.config import Settings, deep_merge, load_settings
+from chaosd.config_problems import closest, known_keys
 from chaosd.durations import Seconds, parse_duration
 from chaosd.errors import ConfigError, FaultError, ScenarioError
 from chaosd.expectations import Expectations
@@ -47,8 +49,11 @@ __all__ = [
     "load_scenario",
     "parse_scenario",
     "resolve_scenario_name",
+    "scenario_names",
+    "scenario_summaries",
     "seconds_of",
     "settings_for",
+    "shown_path",
     "split_metadata",
 ]
 
@@ -201,9 +206,10 @@ def find_scenario(name_or_path: str) -> Path:
     """A path as given if it exists or has a slash; else a scenario in ``./scenarios``, then the shipped ones.
 
     ``baseline`` → ``scenarios/baseline.yaml`` (or ``.yml``, ``.json``); ``cascading_storm.yaml`` with no
-    such file in the working directory → ``scenarios/cascading_storm.yaml``. Nothing found: the path as
-    given, for the loader to report. For the command line only: a local user may name any file they can
-    read. Names from the network go through :func:`resolve_scenario_name`.
+    such file in the working directory → ``scenarios/cascading_storm.yaml``. A path with a slash that does not
+    exist is returned as given, for the loader to report. A name found nowhere raises :class:`ScenarioError`
+    with the closest scenario name and the list of them. For the command line only: a local user may name any
+    file they can read. Names from the network go through :func:`resolve_scenario_name`.
     """
     path = Path(name_or_path)
     if path.exists() or "/" in name_or_path:
@@ -214,7 +220,22 @@ def find_scenario(name_or_path: str) -> Path:
             candidate = folder / name
             if candidate.is_file():
                 return candidate
-    return path
+    known = scenario_names()
+    what = "file not found, nor a scenario of that name" if path.suffix else "no such scenario file or name"
+    hint = _did_you_mean(path.stem if path.suffix in _SUFFIXES else name_or_path, known) or "."
+    listed = ", ".join(known) or "none"
+    raise ScenarioError([(name_or_path, "", f"{what} (in ./scenarios or the shipped ones){hint} Scenarios: {listed}")])
+
+
+def shown_path(path: Path) -> str:
+    """A scenario's path as a summary shows it: a shipped one by its file name, ``baseline.yaml (shipped)``."""
+    return f"{path.name} (shipped)" if path.parent.resolve() == SHIPPED else str(path)
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'baseline'?`` for the closest of ``known`` (difflib's ratio of at least 0.6), else ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def scenario_names(limit: int = 200) -> list[str]:
@@ -226,6 +247,19 @@ def scenario_names(limit: int = 200) -> list[str]:
                 if path.suffix in _SUFFIXES and _NAME.fullmatch(path.stem) and path.is_file():
                     names.add(path.stem)
     return sorted(names)[:limit]
+
+
+def scenario_summaries(limit: int = 200) -> list[tuple[str, str]]:
+    """(name, the first phrase of its description) for each of :func:`scenario_names`; ``""`` for one unreadable."""
+    summaries = []
+    for name in scenario_names(limit):
+        try:
+            description = load_scenario(find_scenario(name), max_bytes=MAX_SCENARIO_BYTES).description
+        except ConfigError:
+            description = ""
+        phrase = re.split(r"[:;.]\s", description.strip() + " ", maxsplit=1)[0].strip()
+        summaries.append((name, phrase if len(phrase) <= 72 else phrase[:71] + "…"))
+    return summaries
 
 
 def resolve_scenario_name(name: str) -> Path:
@@ -262,7 +296,8 @@ def resolve_scenario_name(name: str) -> Path:
             if resolved is None or not resolved.is_relative_to(root) or not resolved.is_file():
                 raise FaultError("name", f"scenario {stem!r} does not resolve to a file in {folder.name}/", status=404)
             return resolved
-    raise FaultError("name", f"no scenario named {stem!r} in the scenario directories", status=404)
+    hint = _did_you_mean(stem, scenario_names())  # the names GET /api/v1/scenarios lists anyway
+    raise FaultError("name", f"no scenario named {stem!r} in the scenario directories{hint}", status=404)
 
 
 def load_scenario(path: Path, *, max_bytes: int | None = None) -> Scenario:
@@ -323,29 +358,44 @@ def parse_scenario(text: str | bytes, source: str, *, max_bytes: int | None = No
         problems = []
         for error in exc.errors():
             field = ".".join(_loc_part(p) for p in error["loc"]) or "(top level)"
-            msg = "unknown key" if error["type"] == "extra_forbidden" else str(error["msg"])
+            msg = _unknown_key(tuple(error["loc"])) if error["type"] == "extra_forbidden" else str(error["msg"])
             problems.append((source, field, _without_input(msg.removeprefix("Value error, "), error.get("input"))))
         raise ScenarioError(problems) from None
+
+
+def _unknown_key(loc: tuple[int | str, ...]) -> str:
+    """``unknown key; did you mean duration?`` for a misspelt key of the scenario's own (not its config's)."""
+    known = known_keys(Scenario, loc[:-1])
+    near = closest(str(loc[-1]), known) if known else None
+    if near is None:
+        return "unknown key"
+    return f"unknown key; did you mean {'.'.join(str(p) for p in (*loc[:-1], near))}?"
 
 
 def settings_for(
     scenario: Scenario, path: Path, config_path: Path | None, overrides: Mapping[str, object] | None = None
 ) -> Settings:
-    """The config file overlaid with the scenario, then ``overrides`` (the command line's, e.g. ``seed``).
+    """The config file overlaid with the scenario, the environment, then ``overrides`` (the command line's).
 
-    ``run.duration`` is the scenario's duration: as written, or derived from its actions and the
-    configured ``faults.default_ttl`` when it gives none. Errors in the overlay name the scenario file.
+    The file must be valid by itself as well. ``run.duration`` is the scenario's duration: as written, or
+    derived from its actions and the configured ``faults.default_ttl`` when it gives none. Errors in the
+    overlay name the scenario file and the key as the scenario spells it (``config.queue.capacity``).
     """
-    overlay = deep_merge(scenario.overlay(), dict(overrides or {}))
     try:
-        settings = load_settings(config_path, overlay, overlay_source=str(path))
+        settings = load_settings(config_path, scenario.overlay(), overlay_source=str(path), overrides=overrides)
     except ConfigError as exc:
         problems = [
-            (src, _scenario_field(field) if src == str(path) else field, msg) for src, field, msg in exc.problems
+            (src, _scenario_field(field), _HINT.sub(lambda m: f"did you mean {_scenario_field(m[1])}?", msg))
+            if src == str(path)
+            else (src, field, msg)
+            for src, field, msg in exc.problems
         ]
         raise ScenarioError(problems) from None
     duration = scenario.run_duration(settings.faults.default_ttl)
     return settings.model_copy(update={"run": settings.run.model_copy(update={"duration": duration})})
+
+
+_HINT = re.compile(r"did you mean ([\w.-]+)\?")
 
 
 def _scenario_field(field: str) -> str:

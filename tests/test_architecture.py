@@ -15,6 +15,7 @@ BANNED = {("time", "time"), ("time", "monotonic"), ("time", "perf_counter"), ("a
 # Layers in data-flow order; a module may import only from its own layer or earlier ones.
 LAYERS = [
     "errors",
+    "config_problems",
     "wire",
     "durations",
     "urls",
@@ -34,6 +35,7 @@ LAYERS = [
     "dependencies",
     "expectations",
     "scenario",
+    "run_timing",
     "pipeline",
     "backends",
     "faults",

@@ -267,7 +267,8 @@ def test_validation_errors_name_the_field_and_never_the_value(text: str) -> None
 
 def test_validation_messages_still_say_what_is_expected() -> None:
     assert _problem(VALID.replace("10s", "soon")) == (
-        "upload: duration: not a duration (use seconds, or a number with ms, s, m or h)"
+        "upload: duration: not a duration (not a number with a unit; use seconds (90, 0.5) or numbers with units"
+        " h, m, s, ms, largest first: 250ms, 1.5m, 1m30s, 2h15m)"
     )
     assert _problem(VALID.replace("10s", "0")) == "upload: duration: Input should be greater than 0"
     assert _problem(VALID + "seed: -1\n") == "upload: seed: Input should be greater than or equal to 0"
@@ -337,3 +338,13 @@ def test_json_is_held_to_the_yaml_limits_and_quotes_nothing(text: str, problem: 
     said = _problem_from(text, "s.json")
     assert said.startswith(f"s.json: {problem}"), said
     assert MARKER not in said
+
+
+def test_an_unknown_name_close_to_a_scenario_is_404_with_the_closest_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FaultError) as caught:
+        resolve_scenario_name("overlaod")
+    assert caught.value.status == 404
+    assert caught.value.message == "no scenario named 'overlaod' in the scenario directories; did you mean 'overload'?"

@@ -24,6 +24,7 @@ from chaosd.api.bodies import (
     WindowRequest,
 )
 from chaosd.api.errors import HttpError
+from chaosd.durations import PATTERN as DURATION_PATTERN
 from chaosd.faults import CATALOGUE
 from chaosd.wire import STATES
 
@@ -236,7 +237,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             _ID,
             Param(
                 "wait",
-                {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?(ms|s|m)?$"},
+                {"type": "string", "pattern": DURATION_PATTERN},  # the one the route's parser accepts
                 "long poll: seconds (or '30s'), at most 120",
             ),
         ),

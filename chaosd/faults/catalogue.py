@@ -12,16 +12,17 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from chaosd.config_problems import closest
 from chaosd.durations import parse_duration
 from chaosd.errors import FaultError
 from chaosd.faults.record import Memo, MemoValue
 from chaosd.faults.runtime import AgentState, Runtime
 from chaosd.views import ActionView
 
-__all__ = ["CATALOGUE", "Action", "Param"]
+__all__ = ["CATALOGUE", "Action", "Param", "target_problem"]
 
 
 # What an action noted when applied, read back in its recovery checks: each reads what its own apply wrote.
@@ -104,7 +105,9 @@ class Action:
         unknown = sorted(set(given) - set(self.params))
         if unknown:
             valid = ", ".join(sorted(self.params)) or "none"
-            raise FaultError(f"params.{unknown[0]}", f"unknown parameter for {self.name} (valid: {valid})")
+            near = closest(unknown[0], self.params)
+            hint = f"; did you mean {near!r}?" if near is not None else ""
+            raise FaultError(f"params.{unknown[0]}", f"unknown parameter for {self.name}{hint} (valid: {valid})")
         return {name: p.check(name, given.get(name, p.default)) for name, p in self.params.items()}
 
     def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
@@ -403,9 +406,22 @@ class StageAction(Action):
             if not picked:
                 raise FaultError("target", f"no {target} stage in the DAG", status=409)
             return picked
-        raise FaultError(
-            "target", f"unknown stage {target!r} (stages: {', '.join(sorted(stages))}; or a kind; or random)"
-        )
+        raise FaultError("target", self._unknown(target, stages))
+
+    def target_problem(self, target: str, stages: Mapping[str, str]) -> str | None:
+        """Why ``target`` can name no stage of ``stages`` (name → kind), before anything runs; None if it can."""
+        if target in stages:
+            kind = stages[target]
+            return None if kind in self.kinds else f"{target} is a {kind} stage; needs {'/'.join(self.kinds)}"
+        if target in ("random", "all") or target in self.kinds:
+            return None
+        return self._unknown(target, stages)
+
+    @staticmethod
+    def _unknown(target: str, stages: Collection[str]) -> str:
+        near = closest(target, stages)
+        hint = f"; did you mean {near!r}?" if near is not None else ""
+        return f"unknown stage {target!r}{hint} (stages: {', '.join(sorted(stages))}; or a kind; or random)"
 
 
 class RemoveNode(StageAction):
@@ -758,3 +774,12 @@ CATALOGUE: dict[str, Action] = {
         DependencySlice(),
     )
 }
+
+
+def target_problem(action: str, target: str | None, stages: Mapping[str, str]) -> str | None:
+    """Why a stage action's target names no stage of this configuration (``stages``: name → kind), checked
+    before a scenario runs; None when it does, or when the action's targets exist only at run time (agents)."""
+    spec = CATALOGUE.get(action)
+    if not isinstance(spec, StageAction) or target is None:
+        return None
+    return spec.target_problem(target, stages)
