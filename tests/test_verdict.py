@@ -40,10 +40,11 @@ def _run(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def _last_summary_line(out: str) -> str:
-    """The summary's last line (the CLI prints where the report went after it)."""
+    """The last line printed: the verdict, after where the report went and where the settings came from."""
     lines = out.rstrip("\n").split("\n")
-    assert lines[-1].startswith("  report     "), lines[-1]
-    return lines[-2]
+    assert lines[-2].startswith("  report     "), lines[-2]
+    assert lines[-3].startswith("  config     "), lines[-3]
+    return lines[-1]
 
 
 def test_every_task_failing_exits_3_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
