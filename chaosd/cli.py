@@ -467,10 +467,9 @@ def _run(args: argparse.Namespace) -> int:
     report["verdict"] = verdict_view(report)
     write_report(report, report_path)
     if not args.quiet:
-        _out(render_summary(report))
-        _out(_layers_line(args, ready))
         speed = f" ({report['duration_s'] / wall:.0f}× real time)" if not args.realtime and wall > 0 else ""
-        _out(f"  report     {report_path} · {wall:.2f} s wall{speed}")
+        where = f"  report     {report_path} · {wall:.2f} s wall{speed}"
+        _out(render_summary(report, [_layers_line(args, ready), where]))
     if report["interrupted"]:
         clock = "real clock" if args.realtime else "simulated"
         print(
@@ -528,9 +527,8 @@ def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
     wall = wall_time() - started
     write_report(report, report_path)
     if not args.quiet:
-        _out(render_summary(report))
-        _out(_layers_line(args, ready))
-        _out(f"  report     {report_path} · {n} runs · {wall:.2f} s wall")
+        where = f"  report     {report_path} · {n} runs · {wall:.2f} s wall"
+        _out(render_summary(report, [_layers_line(args, ready), where]))
     if not report["verdict"]["passed"]:  # over every run: see replicate()
         return EXIT_EXPECTATION
     return 0

@@ -358,7 +358,9 @@ class DetectorConfig(_Model):
         description="failing: the good share of tasks ending below this share of its baseline (1 until learnt)",
     )
     failing_min_tasks: int = Field(
-        default=2, ge=1, description="failing: at least this many tasks ending not good in a telemetry window"
+        default=2,
+        ge=1,
+        description="failing: at least this many tasks not good in the evidence (up to ten windows back at low load)",
     )
 
 

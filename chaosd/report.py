@@ -100,9 +100,11 @@ def _latency(block: LatencyBlock) -> str:
     )
 
 
-def render_summary(r: ReportView) -> str:
+def render_summary(r: ReportView, before_verdict: Sequence[str] = ()) -> str:
     """The run's text summary: what was offered and done, did it heal (faults, per action), why (causes, time
-    causes apart), what to fix. Every number goes through :mod:`chaosd.humanize`'s rounding."""
+    causes apart), what to fix, and last the verdict (``before_verdict``: lines the caller adds ahead of it, so
+    the verdict stays the last line a script reads). Every number goes through :mod:`chaosd.humanize`'s
+    rounding."""
     t = r["tasks"]
     q = r["queue"]
     w = r["latency"]["wait"]
@@ -181,6 +183,7 @@ def render_summary(r: ReportView) -> str:
     todo = fixes(r)
     lines.append("  what to fix" + ("" if todo else "  nothing stands out"))
     lines.extend(f"    - {line}" for line in todo)
+    lines.extend(before_verdict)
     verdict = r.get("verdict") or verdict_view(r)  # a report written before verdicts: judged now
     lines.append(f"  verdict    {'pass' if verdict['passed'] else 'FAIL'}: {verdict['reason']}")
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""A run's verdict: did it hold its SLO (or, with no availability objective, were users failing for most of it),
+"""A run's verdict: did it hold its SLO (or, with no availability objective, were users failing for most of it:
+the detector named it failing or collapsed),
 and did its scenario's expectations hold? One function judges a report, so the exit code, the report's
 ``verdict`` and the summary's last line cannot disagree.
 """
@@ -10,7 +11,9 @@ from chaosd.views import FailedRunView, ReportView, VerdictView
 
 __all__ = ["FAILING_MOST", "run_verdict", "service_verdict", "verdict_view"]
 
-FAILING_MOST = 0.5  # with no availability objective: failing for more than this share of the measured window fails
+# With no availability objective: failing or collapsed (users failing with a short queue, or behind a saturated one)
+# for more than this share of the measured window fails.
+FAILING_MOST = 0.5
 
 
 def verdict_view(report: ReportView) -> VerdictView:
@@ -24,7 +27,8 @@ def run_verdict(report: ReportView) -> tuple[bool, str]:
 
     The service is judged over the measured window: against ``[slo]`` where it sets an objective (availability
     = good tasks / offered tasks with an outcome, p95 sojourn of completed tasks), and where it sets no
-    availability, on whether the collapse detector said ``failing`` for more than half of the window. A report
+    availability, on whether the collapse detector said ``failing`` or ``collapsed`` for more than half of the
+    window: either way most users were failing. A report
     of replications fails when any run's service did (its ``replications.failed_runs``).
     """
     missed = [x for x in report.get("expectations", []) if not x["passed"]]
@@ -66,13 +70,19 @@ def service_verdict(report: ReportView) -> tuple[bool, str]:
             return False, f"{words} over the measured {seconds(window)}"
         held.append(f"p95 sojourn {millis(measured_p95)} ≤ {millis(p95)}")
     if objective is None:
-        failing = float(report["collapse"].get("time_failing_s", 0.0))
-        share = failing / window if window > 0 else 0.0
-        words = f"failing {seconds(failing)} of the measured {seconds(window)} ({percent(share)})"
+        collapse = report["collapse"]
+        failing = float(collapse.get("time_failing_s", 0.0))
+        collapsed = float(collapse.get("time_collapsed_s", 0.0))
+        share = (failing + collapsed) / window if window > 0 else 0.0
+        words = (
+            f"failing or collapsed {seconds(failing + collapsed)} of the measured {seconds(window)} ({percent(share)})"
+        )
         if share > FAILING_MOST:
-            return False, (
-                f"no availability objective in [slo], and the pipeline was {words}: most tasks ended failed, "
-                "late or degraded while the queue was short"
+            why = (
+                "most tasks ended failed, late or degraded while the queue was short"
+                if failing >= collapsed
+                else "goodput fell far below what the workers could serve while the load held"
             )
+            return False, f"no availability objective in [slo], and the pipeline was {words}: {why}"
         held.append(f"{words}, at most half allowed with no availability objective")
     return True, "; ".join(held)

@@ -260,6 +260,9 @@ class SnapshotView(TypedDict):
         float, Field(ge=0, description="tasks per second the workers able to work can serve (measured)")
     ]
     shed_rate: Annotated[float, Field(ge=0, description="tasks per second refused by admission or a full queue")]
+    unserved_rate: Annotated[
+        float, Field(ge=0, description="tasks per second refused for a partition or an unavailable backend")
+    ]
     lateness: Annotated[float, Field(ge=0, description="how late this tick ran, seconds: a paused process")]
     cpu_wait: Annotated[
         float, Field(ge=0, description="seconds since the previous tick the daemon waited for a CPU: a busy host")

@@ -14,6 +14,7 @@ from chaosd.runner import Experiment, run_offline
 from chaosd.telemetry.detector import CollapseDetector, DetectorState
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.telemetry.throttle import Throttle
+from chaosd.verdict import run_verdict
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as root (conftest.py)
 
@@ -360,6 +361,36 @@ def test_low_load_with_no_failures_is_never_failing(rate: float, service: dict[s
     assert report["tasks"]["completed"] >= 0.9 * rate * 300 and report["tasks"]["failed"] == 0
 
 
+@pytest.mark.parametrize("rate", [1.0, 0.5])
+def test_low_load_where_every_task_fails_is_failing_and_fails_the_verdict(rate: float) -> None:
+    """A task a second, or one every two, and every one fails: too few in one window, enough over a few."""
+    report = run(mmc(rate, 4, stages=_stage(1.0), seed=1), duration=60.0)
+    collapse = report["collapse"]
+    assert collapse["failing"] == 1 and collapse["time_failing_s"] >= 0.7 * 60.0, collapse  # one episode, held
+    passed, reason = run_verdict(report)
+    assert not passed and "failing" in reason, reason
+    healthy = run(mmc(rate, 4, stages=_stage(0.0), seed=1), duration=60.0)  # negative control: nothing fails
+    assert healthy["collapse"]["time_failing_s"] == 0 and run_verdict(healthy)[0]
+
+
+def test_offers_that_cannot_reach_the_queue_are_failing() -> None:
+    """Every producer cut off from the queue: each offer is refused (partitioned) while the queue is empty. Users
+    fail; nothing is congested. Named within 3 s, and healthy again once the partition is lifted."""
+    s = settings(_admitting(stages=_stage()))
+
+    def cut(exp: Experiment) -> None:
+        for producer in exp.pipeline.producers:
+            exp.injector.inject("network_partition", producer.agent.id, {}, 10.0)
+
+    report = run_offline(s, duration=ONSET_S + 30.0, warmup=0.0, plan=_from(ONSET_S, cut))
+    episode = _failing_episode(report)
+    assert episode["reason"] == "tasks_failing"
+    assert 1.0 <= episode["detected_at"] - ONSET_S <= NAMED_WITHIN_S, episode
+    assert episode["cleared_at"] is not None and episode["cleared_at"] <= ONSET_S + 10.0 + 10.0  # lifted at +10 s
+    assert report["tasks"]["rejected_by"].get("partitioned", 0) > 1500  # 10 s of 200/s refused
+    assert report["collapse"]["final_state"] == "healthy"
+
+
 def test_no_baseline_learns_while_failing() -> None:
     """The injector's steady state and the detector's: failures from the start leave both unlearnt."""
     failing = run(_admitting(stages=_stage(1.0)), duration=45.0)
@@ -417,11 +448,18 @@ def test_failing_that_turns_into_an_overload_stays_one_failing_episode_and_a_lon
         t += 0.1
         det.update(_overloaded(t))
     assert det.state is DetectorState.OVERLOAD and det.episode_count == 1 and det.episodes[0].kind == "failing"
-    # Low load: one task in the window, and it failed. Too few to judge, however long it lasts.
+    # Low load: one task a second. A lone failure among good tasks is nothing, however often it recurs apart …
+    lone = CollapseDetector(DetectorConfig(), tick=0.1)
+    for k in range(1, 600):
+        window_failed = k % 50 < 10  # one task in each window, and every fifth second's failed
+        lone.update(_failing(k / 10, ended=1.0, good=0.0 if window_failed else 1.0))
+        assert lone.state is DetectorState.HEALTHY, k
+    # … but every task failing is failing: the evidence reaches back over earlier windows for two outcomes.
     low = CollapseDetector(DetectorConfig(), tick=0.1)
     for k in range(1, 100):
         low.update(_failing(k / 10, ended=1.0))
-        assert low.state is DetectorState.HEALTHY
+    assert low.state is DetectorState.FAILING
+    assert low.episodes[0].detected_at <= 4.0  # two windows of evidence, then the 2 s hold
 
 
 def test_aimd_gives_admission_back_while_failing() -> None:

@@ -40,10 +40,11 @@ def _run(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def _last_summary_line(out: str) -> str:
-    """The summary's last line (the CLI prints where the report went after it)."""
+    """The last line printed: the verdict, after where the report went and where the settings came from."""
     lines = out.rstrip("\n").split("\n")
-    assert lines[-1].startswith("  report     "), lines[-1]
-    return lines[-2]
+    assert lines[-2].startswith("  report     "), lines[-2]
+    assert lines[-3].startswith("  config     "), lines[-3]
+    return lines[-1]
 
 
 def test_every_task_failing_exits_3_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,7 +52,9 @@ def test_every_task_failing_exits_3_and_says_why(tmp_path: Path, capsys: pytest.
     assert code == EXIT_EXPECTATION == 3
     verdict = report["verdict"]
     assert verdict["passed"] is False
-    assert verdict["reason"].startswith("no availability objective in [slo], and the pipeline was failing 27.0 s of ")
+    assert verdict["reason"].startswith(
+        "no availability objective in [slo], and the pipeline was failing or collapsed 27.0 s of "
+    )
     assert "(100.0%)" in verdict["reason"]
     assert _last_summary_line(out) == f"  verdict    FAIL: {verdict['reason']}"
     assert report["collapse"]["time_failing_s"] == 27.0 and report["tasks"]["completed"] == 0
@@ -65,7 +68,8 @@ def test_a_healthy_run_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert code == 0
     assert report["verdict"] == {
         "passed": True,
-        "reason": "failing 0 s of the measured 27.0 s (0.0%), at most half allowed with no availability objective",
+        "reason": "failing or collapsed 0 s of the measured 27.0 s (0.0%), at most half allowed with no availability"
+        " objective",
     }
     assert _last_summary_line(out) == f"  verdict    pass: {report['verdict']['reason']}"
 
@@ -124,7 +128,7 @@ def test_failing_for_most_of_the_window_is_what_fails_a_run_with_no_objective(
     window = report["duration_s"] - report["warmup_s"]
     assert (failing > window / 2) is (code == 3), (failing, window)
     assert got == code and report["verdict"]["passed"] is (code == 0)
-    assert f"failing {failing:.1f} s of the measured 55.0 s" in report["verdict"]["reason"]
+    assert f"failing or collapsed {failing:.1f} s of the measured 55.0 s" in report["verdict"]["reason"]
 
 
 def test_replications_fail_when_any_run_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -138,3 +142,21 @@ def test_replications_fail_when_any_run_does(tmp_path: Path, capsys: pytest.Capt
     healthy = _config(tmp_path)
     code, report, _ = _run(["--config", str(healthy), "--replications", "2", "--jobs", "1"], tmp_path, capsys)
     assert code == 0 and report["replications"]["failed_runs"] == [] and report["verdict"]["passed"]
+
+
+def test_a_run_collapsed_for_most_of_its_window_fails_and_the_throttled_one_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """retry_storm without admission control stays collapsed after its spike: goodput far below what the workers
+    could serve. Users failed behind a saturated queue, so the run fails as a failing one does; with admission
+    control on (the negative control) it drains and passes."""
+    shortened = ["retry_storm", "--duration", "120s", "--warmup", "10s", "--quiet"]
+    code, report, _ = _run(shortened, tmp_path, capsys)
+    collapsed = report["collapse"]["time_collapsed_s"]
+    assert collapsed > 0.5 * 110.0 and report["collapse"]["time_failing_s"] < collapsed
+    assert code == 3 and report["verdict"]["passed"] is False
+    assert f"failing or collapsed {collapsed:.1f} s of the measured 110.0 s" in report["verdict"]["reason"]
+    assert "goodput fell far below what the workers could serve" in report["verdict"]["reason"]
+    monkeypatch.setenv("CHAOSD_THROTTLE__ENABLED", "true")  # as the scenario's description says to
+    code, report, _ = _run(shortened, tmp_path, capsys)
+    assert code == 0 and report["verdict"]["passed"], report["verdict"]

@@ -165,7 +165,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             " `detector` (healthy, warning, overload, collapsed, failing, stall or recovering),"
             " `throttle_factor` (aimd's),"
             " `admission` {policy, limit, standing, capacity_per_s, shed_per_s}, `telemetry` {... `capacity_rate`,"
-            " `shed_rate`, `lateness`, `cpu_wait`, `queue_fill` (depth / capacity) and `saturation`, the detector's:"
+            " `shed_rate`, `unserved_rate` (refused for a partition or an unavailable backend), `lateness`,"
+            " `cpu_wait`, `queue_fill` (depth / capacity) and `saturation`, the detector's:"
             " the largest of `queue_fill`, `utilisation` and `busy_share`}, `score` {...}, `faults_active`, `lever`,"
             " `survival`, `scenario`"
         ),

@@ -14,10 +14,13 @@
 - **collapse**: the workers are saturated and goodput is below ``collapse_goodput`` of what could be good
   (the smaller of the offered load and the measured capacity): work is done that nobody can use, the
   metastable signature.
-- **failing**: the queue is short (none of the above, no standing queue) yet the tasks ending are not good
-  (failed, late or degraded): the good share of them is below ``failing_goodput`` of its baseline (of all of
-  them before a baseline is learnt), with at least ``failing_min_tasks`` not good in the window. Users fail
-  while nothing is congested; admission control is not cut for it (failures are not congestion).
+- **failing**: the queue is short (none of the above, no standing queue) yet the tasks with an outcome are not
+  good (failed, late or degraded, or refused because the queue could not be reached: a partition, a backend
+  down): the good share of them is below ``failing_goodput`` of its baseline (of all of them before a baseline
+  is learnt), with at least ``failing_min_tasks`` not good. At low load the evidence reaches back over earlier
+  windows, up to ``_EVIDENCE_WINDOWS``, until that many outcomes are in it: a task a second that always fails is
+  failing too. Users fail while nothing is congested; admission control is not cut for it (failures are not
+  congestion).
 
 Each is raised when its signal shows on ``hold_fraction`` of the ticks of the last ``hold`` seconds and on
 this one. While raised, the alarm holds as long as the overload persists (a standing queue, a slow p95, a
@@ -60,6 +63,7 @@ _WORSE: dict[DetectorState, AlarmKind] = {DetectorState.FAILING: "failing", Dete
 _RANK: dict[AlarmKind, int] = {"overload": 0, "failing": 1, "collapse": 2}
 _RAISES = {"goodput_collapse": DetectorState.COLLAPSED, "tasks_failing": DetectorState.FAILING}  # else overload
 _DRAIN_WINDOWS = 5  # the longest a stall's backlog is taken for the pause's, in telemetry windows
+_EVIDENCE_WINDOWS = 10  # failing: how many telemetry windows back the outcomes are gathered from at low load
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,10 @@ class CollapseDetector:
         self._min_baseline_ticks = self._baseline.maxlen or 1
         self._ordered: list[float] = []  # the same values, sorted: the median is read off, not computed per tick
         self._failing: deque[bool] = deque(maxlen=hold_ticks)
+        # Each tick's window counts (outcomes, good, refused unserved): the evidence for failing, non-overlapping
+        # windows apart, as far back as low load needs.
+        self._window_ticks = max(1, round(window / tick))
+        self._outcomes: deque[tuple[float, float, float]] = deque(maxlen=_EVIDENCE_WINDOWS * self._window_ticks)
         # The good share of tasks ending, learnt as the p95 baseline is: (good, ended) rates per healthy tick.
         self._shares: deque[tuple[float, float]] = deque(maxlen=self._baseline.maxlen)
         self._good_sum = self._ended_sum = 0.0
@@ -133,6 +141,7 @@ class CollapseDetector:
             self._over,
             self._collapse,
             self._failing,
+            self._outcomes,
             self._latency,
             self._persist,
             self._ages,
@@ -186,8 +195,8 @@ class CollapseDetector:
         if self.state is DetectorState.HEALTHY and quiet:
             if s.sojourn_p95 > 0:
                 self._learn(s.sojourn_p95)
-            if s.throughput > 0:
-                self._learn_share(s.goodput, s.throughput)
+            if s.throughput + s.unserved_rate > 0:
+                self._learn_share(s.goodput, s.throughput + s.unserved_rate)
         self._growth.append(growing and not draining)
         self._over.append(overloaded_now)
         self._collapse.append(collapsing)
@@ -247,17 +256,29 @@ class CollapseDetector:
         return None
 
     def _failing_now(self, s: Snapshot, congested: bool) -> bool:
-        """Tasks ending not good (failed, late, degraded) with nothing congested: their good share below
-        ``failing_goodput`` of the baseline's, and at least ``failing_min_tasks`` of them in the window."""
-        ended = s.throughput
-        if congested or ended <= 0.0:
+        """Tasks with an outcome not good (failed, late, degraded, refused unserved) with nothing congested: their
+        good share below ``failing_goodput`` of the baseline's, with at least ``failing_min_tasks`` not good in the
+        evidence: this window, and earlier ones (a window apart) while it holds fewer outcomes than that."""
+        window = min(self.window, s.t)  # the telemetry window is shorter until the run has lasted one
+        outcomes = self._outcomes
+        outcomes.append((s.throughput * window, s.goodput * window, s.unserved_rate * window))
+        if congested:
             return False
         cfg = self.cfg
-        window = min(self.window, s.t)  # the telemetry window is shorter until the run has lasted one
-        not_good = (ended - s.goodput) * window
+        ended = good = unserved = 0.0
+        for back in range(len(outcomes) - 1, -1, -self._window_ticks):
+            e, g, u = outcomes[back]
+            ended += e
+            good += g
+            unserved += u
+            if ended + unserved >= cfg.failing_min_tasks - 1e-6:
+                break
+        judged = ended + unserved
+        not_good = judged - good
         return (
-            not_good >= cfg.failing_min_tasks - 1e-6
-            and s.goodput < cfg.failing_goodput * self.baseline_good_share * ended
+            judged > 0.0
+            and not_good >= cfg.failing_min_tasks - 1e-6
+            and good < cfg.failing_goodput * self.baseline_good_share * judged
         )
 
     def _draining(self, t: float, behind: bool) -> bool:

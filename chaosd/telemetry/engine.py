@@ -21,6 +21,9 @@ _QS = (0.5, 0.95, 0.99)
 # Refusals that mean "more offered than served": over the admission limit or a full queue (not aimd's factor,
 # which refuses by choice, nor a partition).
 SHED: tuple[RefuseReason, ...] = ("shed", "queue_full", "dropped")
+# Refusals that are no choice and no congestion: the offer could not reach the queue. Users failed.
+_UNSERVED: tuple[RefuseReason, ...] = ("partitioned", "unavailable")
+_TWO_ZEROS = (0, 0)
 _NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 _ZEROS = (0, 0, 0)
 
@@ -35,6 +38,7 @@ class _Reading:
     good: int
     retries: int
     shed: int
+    unserved: int
     busy_area: float
     depth: int
     head_age: float
@@ -72,6 +76,7 @@ class Telemetry:
             good=p.ledger.good,
             retries=p.ledger.retries,
             shed=sum(map(total.rejected_by.get, SHED, _ZEROS)),
+            unserved=sum(map(total.rejected_by.get, _UNSERVED, _TWO_ZEROS)),
             busy_area=p.busy.area_at(now),
             depth=p.queue.depth,
             head_age=p.queue.head_age(now),
@@ -128,6 +133,7 @@ class Telemetry:
             mean_service=mean_service,
             capacity_rate=able / mean_service if mean_service > 0 else 0.0,  # 0: nothing to measure it by
             shed_rate=(new.shed - old.shed) / dt,
+            unserved_rate=(new.unserved - old.unserved) / dt,
             lateness=lateness,
             cpu_wait=cpu_wait,
         )

@@ -36,6 +36,7 @@ class Snapshot:
     mean_service: float  # busy seconds per task ending, over the window
     capacity_rate: float = 0.0  # tasks/s the workers able to work can serve: able / mean_service (0: no service time)
     shed_rate: float = 0.0  # refused by admission or a full queue (not partitions), tasks/s over the window
+    unserved_rate: float = 0.0  # refused for a partition or an unavailable backend: users failed, tasks/s
     lateness: float = 0.0  # how late this tick ran: the loop's own lateness (a paused process shows here)
     cpu_wait: float = 0.0  # seconds since the previous tick the loop waited for a CPU (a busy host shows here)
 
