@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from needs import in_ci
 
 from chaosd.clock import LoopClock, new_event_loop
 from chaosd.config import Settings, load_settings
@@ -16,6 +15,7 @@ from chaosd.control import Controller
 from chaosd.runner import Experiment, run_offline
 
 ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["ci_gate"]  # a missing dependency fails where CI is set
 
 
 @pytest.fixture
@@ -139,26 +139,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
     # stable: the usual order otherwise
     items.sort(key=lambda item: (-_FILE_SECONDS.get(item.path.name, 0), item.path not in slow))
-
-
-# ``pytest.importorskip`` skips with this message when the module is missing: where CI is set that is a failure, as
-# for every other missing dependency (tests/needs.py), so a fresh machine's missing install step cannot pass.
-_IMPORT_SKIP = "could not import "
-
-
-def _fail_missing_import(report: pytest.CollectReport | pytest.TestReport) -> None:
-    if report.skipped and in_ci() and isinstance(report.longrepr, tuple) and _IMPORT_SKIP in report.longrepr[2]:
-        report.outcome = "failed"
-        report.longrepr = f"{report.longrepr[2]}; CI is set, so the install step (the test extra) must provide it"
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    outcome = yield
-    _fail_missing_import(outcome.get_result())
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Any:
-    outcome = yield
-    _fail_missing_import(outcome.get_result())

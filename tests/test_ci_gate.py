@@ -38,7 +38,7 @@ def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
         env["CI"] = ci
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "conftest", "-p", "no:cacheprovider", "test_probe.py"],
+        [sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "ci_gate", "-p", "no:cacheprovider", "test_probe.py"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
