@@ -160,7 +160,7 @@ async def _healthz_during(tmp: Path, breaks: str) -> tuple[dict[str, Any], dict[
                 before = await resp.json()
             if breaks == "pipeline":
 
-                def boom(snap: Snapshot) -> None:
+                def boom(snap: Snapshot, **_: object) -> None:
                     raise RuntimeError("a bug in the tick")
 
                 # The tick's own work, not an observer's: a raising listener is logged and counted, never fatal.
