@@ -200,14 +200,14 @@ def _stalled_run(
         pending = sorted(stalls)
         until = [float("-inf")]
 
-        def stalled_tick(s: Any) -> None:
+        def stalled_tick(s: Any, steady: bool = True) -> None:
             if pending and s.t >= pending[0]:
                 pending.pop(0)
                 until[0] = s.t + window
                 s = replace(s, cpu_wait=0.3) if busy else replace(s, lateness=0.2)
             if s.t < until[0]:
                 s = replace(s, sojourn_p95=10 * s.sojourn_p95 + 0.2, queue_depth=s.queue_depth + 40)
-            judge(s)
+            judge(s, steady)
 
         exp.injector.on_tick = stalled_tick  # type: ignore[method-assign]
         await _at(exp, 15.05)
