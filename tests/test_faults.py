@@ -25,9 +25,14 @@ Obs = dict[str, Any]
 FAULT_AT = 15.05
 DEFAULT_ROUTE = ("plan", "search", "recall", "context", "answer")
 BACKUP_ROUTE = ("plan", "search_backup", "recall", "context", "answer")
+# How long a fault test runs: 25 s past FAULT_AT. The latest verdict here comes 12.2 s after its injection
+# (latency_jitter), the latest sample at +12 s and the latest TTL (the pause resume_agent cuts short) ends at
+# +20 s. A verdict that came after the end would leave its fault "recovering", which _recovered refuses: a short
+# run can fail these tests, never pass them.
+RUN = FAULT_AT + 25.0
 
 
-def _run(plan: Plan, *, duration: float = 60.0, overlay: dict[str, Any] | None = None) -> tuple[Experiment, dict]:
+def _run(plan: Plan, *, duration: float = RUN, overlay: dict[str, Any] | None = None) -> tuple[Experiment, dict]:
     """Run the default pipeline (plus ``overlay``) for ``duration`` clock seconds beside ``plan``."""
     loop = new_event_loop(virtual=True)
     try:
@@ -898,7 +903,7 @@ def test_removing_a_stage_with_no_alternate_path_recovers_once_the_ttl_restores_
         await _at(exp, FAULT_AT + 6.0)
         obs["route_after"] = p.route_names
 
-    _, report = _run(plan, duration=90.0, overlay=CHAIN)
+    _, report = _run(plan, overlay=CHAIN)
     assert obs["route_during"] is None and obs["no_route"] > 200  # no path: tasks fail, with the reason
     assert obs["route_after"] == ("a", "b", "c")
     fault = _recovered(report)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as r
 MU = 100.0  # per worker: mean service 10 ms
 SEED = 1
 TOLERANCE = 0.05
-WARMUP_SHARE = 0.10
+WARMUP_SHARE = 0.10  # of a run's duration, up to SHORT; longer runs warm up for LONG_WARMUP
 
 
 # --- Reference formulas -------------------------------------------------------------------------
@@ -194,6 +194,7 @@ THEORY_TICK = 1.0
 
 
 def _run(c: int, rho: float, distribution: str, duration: float, tick: float | None = THEORY_TICK) -> dict[str, Any]:
+    warmup = WARMUP_SHARE * duration if duration <= SHORT else LONG_WARMUP
     overlay: dict[str, Any] = {
         "seed": SEED,
         "load": {"arrival": "poisson", "rate": rho * c * MU, "producers": 4},
@@ -206,7 +207,7 @@ def _run(c: int, rho: float, distribution: str, duration: float, tick: float | N
     }
     if tick is not None:
         overlay["telemetry"] = {"tick": tick}
-    return run_offline(load_settings(None, overlay), duration=duration, warmup=WARMUP_SHARE * duration)
+    return run_offline(load_settings(None, overlay), duration=duration, warmup=warmup)
 
 
 def test_the_tick_does_not_change_what_the_theory_tests_measure() -> None:
@@ -223,15 +224,19 @@ def test_the_tick_does_not_change_what_the_theory_tests_measure() -> None:
     assert measures(_run(2, 0.8, "exponential", 200.0)) == measures(default)
 
 
-# Run lengths (warm-up included) such that the measured 90 % estimates the M/M/1 queue within ±5 % at 95 %
+# Run lengths such that what is measured after the warm-up estimates the M/M/1 queue within ±5 % at 95 %
 # confidence: the time-average number in system has asymptotic variance 2ρ(1+ρ)/(μ(1−ρ)⁴) (Whitt 1989), which
 # asks for 1,700 s at ρ = 0.8 and 6,500 s at ρ = 0.9 with μ = 100/s.
-SHORT = 2_000.0
-LONG = 7_500.0
+SHORT = 2_000.0  # a 10 % warm-up, then 1,800 s measured
+# The warm-up only has to outlast the start from an empty queue: M/M/1 relaxes with time constant 1/(μ(1−√ρ)²),
+# 3.8 s at ρ = 0.9 (the slowest queue here; four servers relax faster), so 50 s is 13 of them. A 10 % warm-up would
+# simulate 750 s (300 s with four servers) that nothing measures.
+LONG_WARMUP = 50.0
+LONG = LONG_WARMUP + 6_750.0
 # Four servers relax about four times faster than one at the same ρ (in heavy traffic the queue is an M/M/1
 # queue served at 4μ), less the share of arrivals that never wait (Erlang C: 0.80 at ρ = 0.9). At 2,500 s seeds
-# 1–5 fall within 2.7 % on all three quantities (std ≈ 1.7 %), so 3,000 s keeps ±5 % at 95 %.
-LONG_4 = 3_000.0
+# 1–5 fall within 2.7 % on all three quantities (std ≈ 1.7 %), so 2,700 s measured keeps ±5 % at 95 %.
+LONG_4 = LONG_WARMUP + 2_700.0
 
 # Four servers (tests/test_queueing_mmc.py) and ρ = 0.9 (tests/test_queueing_long.py) run in files of their own:
 # the suite's workers take whole files, and these runs are a few CPU-minutes in all, so split they run side by side.

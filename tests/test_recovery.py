@@ -184,13 +184,14 @@ def test_overlapping_faults_form_one_incident_and_no_fault_borrows_its_recovery(
 
 
 def _stalled_run(
-    stalls: list[float], *, threshold: float | None, limit: float = 60.0, busy: bool = False
+    stalls: list[float], *, threshold: float | None, limit: float = 60.0, busy: bool = False, until: float | None = None
 ) -> dict[str, Any]:
     """kill_leader at 15 s, and the daemon's process paused at each of ``stalls`` (seconds): the tick after a
     pause runs 0.2 s late and, for the telemetry window after it, the figures show the pause (p95 ×10, the
     queue backed up), as a real SIGSTOP does. ``busy``: instead of a late tick, the pause is a busy host's: the
     tick comes on time, but the loop waited 0.3 s for a CPU since the one before. ``threshold`` is detector.stall and
-    recovery.cpu_wait's share (None: out of reach, the control)."""
+    recovery.cpu_wait's share (None: out of reach, the control). ``until``: where the run ends; by default 10 s past
+    the last moment recovery.limit lets the fault fail, so a failed verdict is seen."""
     overlay: dict[str, Any] = {"recovery": {"limit": limit, "cpu_wait": 0.2 if threshold is not None else 1.0}}
     overlay["detector"] = {"stall": threshold if threshold is not None else 1000.0}
     window = settings(overlay).telemetry.window
@@ -200,20 +201,20 @@ def _stalled_run(
         pending = sorted(stalls)
         until = [float("-inf")]
 
-        def stalled_tick(s: Any) -> None:
+        def stalled_tick(s: Any, steady: bool = True) -> None:
             if pending and s.t >= pending[0]:
                 pending.pop(0)
                 until[0] = s.t + window
                 s = replace(s, cpu_wait=0.3) if busy else replace(s, lateness=0.2)
             if s.t < until[0]:
                 s = replace(s, sojourn_p95=10 * s.sojourn_p95 + 0.2, queue_depth=s.queue_depth + 40)
-            judge(s)
+            judge(s, steady)
 
         exp.injector.on_tick = stalled_tick  # type: ignore[method-assign]
         await _at(exp, 15.05)
         exp.injector.inject("kill_leader", ttl=2.0)
 
-    _, report = _run(plan, duration=15.05 + 2.0 + limit + 10.0, overlay=overlay)
+    _, report = _run(plan, duration=until if until is not None else 15.05 + 2.0 + limit + 10.0, overlay=overlay)
     return report["faults"][0]
 
 
@@ -221,11 +222,13 @@ def test_a_stalled_host_does_not_lengthen_a_recovery_and_says_how_long_it_stalle
     """Pauses of the daemon's own process every 2 s after a kill: ticks that show a pause judge nothing, so
     the recovery measures the pipeline; its stalled_s says how much of it the host stalled."""
     stalls = [16.0, 18.0, 20.0, 22.0, 24.0]
-    clean = _stalled_run([], threshold=0.05)
-    stalled = _stalled_run(stalls, threshold=0.05)
-    control = _stalled_run(stalls, threshold=None)  # the mechanism off: the pauses read as the pipeline's
-    busy = _stalled_run(stalls, threshold=0.05, busy=True)  # the same pauses from a busy host: no late tick
-    busy_control = _stalled_run(stalls, threshold=None, busy=True)
+    # Every run here must recover: the latest verdict comes at 28 s (the controls, which read past the last pause),
+    # so the runs end at 40 s rather than past recovery.limit; a verdict still pending there fails the outcomes.
+    clean = _stalled_run([], threshold=0.05, until=40.0)
+    stalled = _stalled_run(stalls, threshold=0.05, until=40.0)
+    control = _stalled_run(stalls, threshold=None, until=40.0)  # the mechanism off: the pauses read as the pipeline's
+    busy = _stalled_run(stalls, threshold=0.05, busy=True, until=40.0)  # the same pauses from a busy host: no late tick
+    busy_control = _stalled_run(stalls, threshold=None, busy=True, until=40.0)
     assert clean["outcome"] == stalled["outcome"] == control["outcome"] == "recovered"
     assert busy["outcome"] == busy_control["outcome"] == "recovered"
     assert abs(busy["recovery_s"] - clean["recovery_s"]) <= 1.0 and busy["stalled_s"] >= 3.0, busy
