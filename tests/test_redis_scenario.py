@@ -15,13 +15,13 @@ from chaosd.plans import check_speed, evaluate_expectations, scenario_plan
 from chaosd.runner import Experiment, run_offline
 from chaosd.scenario import find_scenario, load_scenario, settings_for
 
-# 25 to 30 s of real time, mostly waiting
+# 20 to 25 s of real time, mostly waiting
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
-SPEED = 5.0  # 120 s of scenario in 24 s of wall time, plus the waits that keep its faults apart
+SPEED = 6.0  # 120 s of scenario in 20 s of wall time, plus the waits that keep its faults apart
 # recovery.baseline_min is not scaled: the default 5 s of fault-free time would not be there when the first fault
-# comes, 20 s / SPEED = 4 s into the run (the fault would be unmeasured); 3 s at 60 tasks/s is 180 tasks.
-BASELINE_MIN = 3.0
+# comes, 20 s / SPEED = 3.3 s into the run (the fault would be unmeasured); 2.5 s at 60 tasks/s is 150 tasks.
+BASELINE_MIN = 2.5
 # The scenario's 200 tasks/s is about what four worker processes serve on a 2-core host with the suite beside
 # them (each task is a timer and a Redis round trip, and every wake-up of a process waits on the scheduler):
 # at that rate its baseline already queues for seconds, and the verdict would measure the host. At 60 tasks/s
