@@ -137,8 +137,8 @@ def test_memory_corrupt_and_mcp_disconnect_act_in_the_worker_processes(server: R
 
 
 def pressure_run(server: RedisServer, rate: float, attempts: int) -> tuple[float, int]:
-    """One worker of 50 tasks/s behind a 40-entry stream, pressure from half full; (failed share, attempts) over
-    its first ``attempts`` attempts."""
+    """One worker of 50 tasks/s behind a 40-entry stream, pressure from half full; (failed share, attempts), read
+    as soon as it has made ``attempts`` attempts."""
     stage = {
         "name": "work",
         "kind": "compute",
