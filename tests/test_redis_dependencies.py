@@ -40,7 +40,8 @@ pytestmark = pytest.mark.timeout(120)
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = "redis_dependency_handlers"
-RATE = 8.0  # tasks/s: two workers serve 10/s while each call takes 0.2 s more, so no backlog builds
+WORKERS = 3
+RATE = 12.0  # tasks/s: three workers serve 14/s while each call takes 0.2 s more, so no backlog builds
 
 
 def _stage(setup: str = "setup") -> dict[str, Any]:
@@ -124,7 +125,7 @@ def _lifecycle_in_order(lines: list[dict[str, Any]]) -> dict[int, list[str]]:
     return by_pid
 
 
-@pytest.mark.slow  # about 25 s of real time
+@pytest.mark.slow  # about 15 s of real time
 def test_dependency_faults_reach_the_worker_processes_and_the_daemon_sees_each_stage(
     tmp_path: Path, service: Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,6 +137,7 @@ def test_dependency_faults_reach_the_worker_processes_and_the_daemon_sees_each_s
             stages=[_stage()],
             dependencies={"svc": {"upstream": service.url}},
             load={"rate": RATE, "producers": 1},
+            workers={"count": WORKERS},
             recovery=RECOVERY,
             throttle={"enabled": False},
         )
@@ -165,7 +167,7 @@ def test_dependency_faults_reach_the_worker_processes_and_the_daemon_sees_each_s
             # dependency_latency: every worker's proxy delays the handler's real call
             injected = clock.now()
             seen["latency_injected"] = time.time()
-            record = exp.injector.inject("dependency_latency", "call/svc", {"latency": 0.2}, 3.0)
+            record = exp.injector.inject("dependency_latency", "call/svc", {"latency": 0.2}, 2.5)
             edge = LogHistogram.low * LogHistogram.factor ** np.arange(len(quiet))
             slow = int(np.searchsorted(edge, 0.2))  # the first bucket holding 0.2 s and above
             await until(
@@ -259,7 +261,7 @@ def test_dependency_faults_reach_the_worker_processes_and_the_daemon_sees_each_s
     assert abs(seen["attempts"] - seen["served"]) <= 2 + RATE, seen  # results read and heartbeats: a second apart
     assert "dependencies" not in json.loads(seen["doc"])["stages"]["call"]  # both faults lifted in the document
     # setup, then the calls, then teardown: once each in each worker process (stopped by SIGTERM)
-    assert len(_lifecycle_in_order(lines)) == 2
+    assert len(_lifecycle_in_order(lines)) == WORKERS
     assert report["tasks"]["duplicated"] == 0
     measured.write_text(json.dumps({k: v for k, v in seen.items() if k != "doc"}))
 

@@ -109,15 +109,15 @@ def test_control_faults_act_in_the_worker_processes(tmp_path: Path) -> None:
             await until(exp, lambda: (b := exp.injector.baseline()) is not None and b.goodput > 40, 15, "baseline")
             mark = client.xrevrange("chaosd:results", count=1)[0][0]
             before = service_times(client, "worker-0", "-")
-            record = exp.injector.inject("slow_agent", "worker-0", {"factor": 8}, 2.0)
+            record = exp.injector.inject("slow_agent", "worker-0", {"factor": 8}, 1.0)
             await until(exp, lambda: not record.active, 5, "the slowdown's TTL")
             seen["slow"] = (sum(before) / len(before), service_times(client, "worker-0", mark))
             seen["slow_agent"] = await judged(exp, record)
-            seen["drop_messages"] = await verdict(exp, "drop_messages", FAR, {"probability": 0.5}, 2.0)
+            seen["drop_messages"] = await verdict(exp, "drop_messages", FAR, {"probability": 0.5}, 1.0)
             seen["dropped"] = p.dropped([FAR])
-            seen["network_partition"] = await verdict(exp, "network_partition", "worker-0", {}, 3.0)
+            seen["network_partition"] = await verdict(exp, "network_partition", "worker-0", {}, 1.5)
             degraded = p.stages["search"].degraded
-            seen["tool_timeout"] = await verdict(exp, "tool_timeout", "search", {}, 2.0)
+            seen["tool_timeout"] = await verdict(exp, "tool_timeout", "search", {}, 1.0)
             seen["degraded"] = p.stages["search"].degraded - degraded
             # A pause reaches a remote worker as its control hash: it stops taking tasks until the TTL ends.
             record = exp.injector.inject("pause_agent", FAR, {}, 1.5)

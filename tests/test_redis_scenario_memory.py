@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_redis_scenario import assert_passes, run_scenario
 
-# 40 s of real time, mostly waiting
+# 20 to 25 s of real time, mostly waiting
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 

@@ -13,7 +13,7 @@ import pytest
 from daemon_harness import Sink
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from redis_harness import RedisServer, redis_settings
-from test_redis_backend import RECOVERY, server, shared_redis
+from test_redis_backend import RECOVERY, server, shared_redis, until
 
 from chaosd.clock import LoopClock, new_event_loop, unix_time
 from chaosd.config import load_settings
@@ -25,6 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 __all__ = ["server", "shared_redis"]  # the fixtures, used by name
 
 EVERY = 10
+SERVED = 150  # about 15 sampled tasks, 2.5 s at 60 tasks/s
 STAGES = [
     {"name": "search", "kind": "tool", "service": {"distribution": "exponential", "mean": 0.004}},
     {"name": "work", "kind": "compute", "service": {"distribution": "exponential", "mean": 0.006}},
@@ -92,11 +93,15 @@ def test_a_sampled_task_is_one_trace_across_the_daemon_and_a_worker_process(
         loop = new_event_loop(virtual=False)
         clock = LoopClock(loop)
 
+        async def served(exp: Experiment) -> None:
+            await until(exp, lambda: exp.pipeline.ledger.total.completed >= SERVED, 20, f"{SERVED} tasks served")
+            exp.stop.set()
+
         async def go() -> dict[str, Any]:
             exp = Experiment(settings, clock, warmup=0.0, virtual=False)
             tracing = Tracing(clock, unix_time() - clock.now(), EVERY, otlp_exporter_from_env())
             tracing.attach(exp)
-            report = await exp.run(4.0)
+            report = await exp.run(30.0, plan=served)
             assert tracing.close(5.0)
             return report
 
