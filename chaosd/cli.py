@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import logging
 import os
 import re
 import shlex
@@ -670,7 +671,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.role, args.id = assigned
                 args.parent = os.getppid()  # the spawner: when it goes, the daemon has gone
             tracing = process_tracing(settings.tracing.sample_every)
-            return serve_process(settings, args.role, args.id or default_id(args.role), args.parent, tracing)
+            code = serve_process(settings, args.role, args.id or default_id(args.role), args.parent, tracing)
+            if args.spawner:
+                # A fork of the spawner: serving is over and its spans are flushed (serve_process closed them).
+                # The interpreter's own shutdown would free the heap the fork shares with the spawner, page by
+                # page, which took 1-2 s per process; what is left to write is the output.
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+            return code
         if args.command in COMMANDS:
             return run_client_command(args, _out, lambda line: print(line, file=sys.stderr))
         from chaosd.config import load_settings  # noqa: PLC0415
