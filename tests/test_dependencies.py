@@ -30,7 +30,8 @@ from chaosd.report import explain_recovery
 pytestmark = pytest.mark.slow
 
 _EDGE = 0.05  # seconds before a fault's end within which a call may straddle it
-TTL = 2.0  # seconds each fault lasts: long enough for ~40 calls at the rate below
+TTL = 1.0  # seconds each fault lasts: long enough for a dozen calls at the rate below, each 250 ms late
+TIMEOUT_TTL = 2.0  # a hung call holds one of the 4 workers for the stage's 0.6 s timeout: ~10 calls in 2 s
 SECRET = "S3cret-dependency-pw"  # in the upstream URL: the proxy sends it upstream, nothing else may show it
 
 
@@ -151,9 +152,9 @@ def _daemon(tmp: Path, config: Path) -> tuple[Daemon, Calls]:
     return Daemon(tmp, env=env, config=config), calls
 
 
-def _inject(daemon: Daemon, action: str, target: str, **params: object) -> tuple[int, float]:
+def _inject(daemon: Daemon, action: str, target: str, ttl: float = TTL, **params: object) -> tuple[int, float]:
     status, body = daemon.request(
-        "POST", "/api/v1/faults", {"action": action, "target": target, "ttl": TTL, "params": params}
+        "POST", "/api/v1/faults", {"action": action, "target": target, "ttl": ttl, "params": params}
     )
     assert status == 201, body
     return int(body["id"]), time.time()
@@ -166,7 +167,7 @@ def _ended(daemon: Daemon, fault_id: int) -> bool:
 def _during(daemon: Daemon, calls: Calls, stage: str, action: str, fault_id: int) -> tuple[list[dict[str, Any]], float]:
     """The calls the fault acted on (its name in their context.faults), once it has ended at its TTL; and when
     it ended, by this clock."""
-    wait_for(lambda: _ended(daemon, fault_id), TTL + 10, f"{action} to end at its TTL")
+    wait_for(lambda: _ended(daemon, fault_id), TIMEOUT_TTL + 10, f"{action} to end at its TTL")
     ended = time.time()
     named = [c for c in calls.of(stage) if action in c["faults"]]
     assert named, action
@@ -215,7 +216,7 @@ def test_each_dependency_fault_changes_what_the_real_call_sees_and_reverts_at_it
         assert all(c.get("status") == 200 for c in _after(calls, "fetch", ended))
 
         # timeout: the call hangs until chaosd cuts it at the stage's timeout (0.6 s)
-        fid, _ = _inject(daemon, "dependency_timeout", "fetch/svc")
+        fid, _ = _inject(daemon, "dependency_timeout", "fetch/svc", TIMEOUT_TTL)
         faulted, ended = _during(daemon, calls, "fetch", "dependency_timeout", fid)
         assert {c.get("error") for c in faulted} == {"CancelledError"}
         assert min(c["dt"] for c in faulted) >= 0.55
