@@ -73,7 +73,7 @@ def test_the_flow_a_user_scripts(daemon: Daemon) -> None:
     code, status = daemon.get("/api/v1/status")
     # A new daemon on a loaded host may read as stalled (its process paused), never as overloaded.
     assert code == 200 and status["leader"] == "orchestrator-0" and status["detector"] in ("healthy", "stall")
-    wait_for(lambda: daemon.get("/api/v1/status")[1]["uptime_s"] > 11, 20, "a fault-free baseline")
+    daemon.wait_for_baseline()  # a steady state to judge the kill's recovery against
 
     code, fault = daemon.request("POST", "/api/v1/faults", {"action": "kill_leader", "ttl": "5s"})
     assert code == 201 and fault["targets"] == ["orchestrator-0"]
