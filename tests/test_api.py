@@ -222,14 +222,14 @@ def test_bad_requests_get_a_json_4xx_and_change_nothing(daemon: Daemon) -> None:
 
 def test_event_stream_is_ordered_and_resumes_from_last_event_id(daemon: Daemon) -> None:
     for _ in range(3):
-        assert daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 1})[0] == 201
+        assert daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 0.3})[0] == 201
         wait_for(lambda: not daemon.get("/api/v1/faults?active=true")[1]["faults"], 10, "the fault to end")
     first = _sse(daemon.base, replay=1000, until=lambda ev: sum(e["event"] == "fault" for e in ev) >= 6)
     ids = [e["id"] for e in first]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     cut = first[len(first) // 2]["id"]
     # Missed while away: more faults.
-    assert daemon.request("POST", "/api/v1/faults", {"action": "pause_agent", "ttl": 1})[0] == 201
+    assert daemon.request("POST", "/api/v1/faults", {"action": "pause_agent", "ttl": 0.3})[0] == 201
     wait_for(lambda: not daemon.get("/api/v1/faults?active=true")[1]["faults"], 10, "the fault to end")
     latest = _sse(
         daemon.base,
