@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -246,13 +248,19 @@ def test_event_stream_is_ordered_and_resumes_from_last_event_id(daemon: Daemon) 
     assert {e["event"] for e in only_faults} == {"fault"}
 
 
+def _stored(tmp: Path, run_id: str, fault_id: int) -> bool:
+    """Whether the daemon's storage (a file of its own, read here read-only) holds the fault."""
+    with closing(sqlite3.connect(f"file:{tmp / 'data' / 'chaosd.db'}?mode=ro", uri=True, timeout=5)) as db:
+        return db.execute("SELECT 1 FROM faults WHERE run_id = ? AND id = ?", (run_id, fault_id)).fetchone() is not None
+
+
 def test_history_survives_a_restart_and_a_kill_9_leaves_faults_aborted(tmp_path: Path) -> None:
     first = Daemon(tmp_path)
     try:
-        code, _ = first.request("POST", "/api/v1/faults", {"action": "pause_agent", "ttl": 300})
+        code, fault = first.request("POST", "/api/v1/faults", {"action": "pause_agent", "ttl": 300})
         assert code == 201
         first_run = first.run_id
-        wait_for(lambda: first.get("/api/v1/status")[1]["uptime_s"] > 1.5, 10, "events to be written")
+        wait_for(lambda: _stored(tmp_path, first_run, fault["id"]), 10, "the fault to be written")
     finally:
         first.kill()  # SIGKILL: no chance to revert or record anything
     second = Daemon(tmp_path)
