@@ -65,12 +65,12 @@ def test_faults_evicted_from_memory_while_recovering_keep_the_daemon_healthy_and
     daemon = Daemon(tmp_path, env={"CHAOSD_HISTORY__FAULTS": "10"})
     try:
         daemon.wait_for_baseline()
-        # Fault 1 lasts 5 s: it leaves the memory window (at the 11th fault) before it even has its verdict.
-        code, first = daemon.request("POST", "/api/v1/faults", {"action": "llm_failure", "ttl": 5})
+        # Fault 1 lasts 3 s: it leaves the memory window (at the 11th fault) before it even has its verdict.
+        code, first = daemon.request("POST", "/api/v1/faults", {"action": "llm_failure", "ttl": 3})
         assert code == 201, first
         ids = [first["id"]]
         for _ in range(14):
-            code, fault = daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 0.3})
+            code, fault = daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 0.1})
             assert code == 201, fault
             ids.append(fault["id"])
             wait_for(lambda f=fault: daemon.get(f"/api/v1/faults/{f['id']}")[1]["reverted_at"] is not None, 10, "TTL")

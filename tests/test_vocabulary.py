@@ -148,21 +148,17 @@ def test_a_body_of_the_wrong_type_is_415_and_changes_nothing(daemon: Daemon) -> 
     assert code == 201
 
 
-def test_a_finished_run_from_history_matches_its_schema(tmp_path: Path) -> None:
-    first = Daemon(tmp_path)
-    try:
-        first.wait_for_baseline()
-        code, fault = first.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 1})
-        assert code == 201
-        wait_for(lambda: first.get(f"/api/v1/faults/{fault['id']}")[1]["outcome"] in TERMINAL, 60, "a verdict")
-        assert first.terminate() == 0
-    finally:
-        first.kill()
-    second = Daemon(tmp_path)
+def test_a_finished_run_from_history_matches_its_schema(daemon: Daemon) -> None:
+    """The module's daemon (it has its baseline) ends its run here: the last test to use it."""
+    code, fault = daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 1})
+    assert code == 201
+    wait_for(lambda: daemon.get(f"/api/v1/faults/{fault['id']}")[1]["outcome"] in TERMINAL, 60, "a verdict")
+    assert daemon.terminate() == 0
+    second = Daemon(daemon.tmp)
     try:
         code, runs = second.get("/api/v1/runs")
         _check(runs, "/api/v1/runs")
-        code, run = second.get(f"/api/v1/runs/{first.run_id}")
+        code, run = second.get(f"/api/v1/runs/{daemon.run_id}")
         assert code == 200 and run["status"] == "finished" and run["report"]["faults"]
         _check(run, "/api/v1/runs/{id}")
         assert run["ended_unix"] > run["started_unix"] > 1.5e9
