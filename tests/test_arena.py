@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from daemon_harness import ROOT, TOKEN, Daemon, ready_daemon, wait_for
+from daemon_harness import ROOT, TOKEN, Daemon, wait_for
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from chaosd.arena.postmortem import embed_json, render_html
@@ -47,7 +47,12 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    yield from ready_daemon(tmp_path_factory.mktemp("arena"), env=ENV)
+    """Ready to serve, not yet to judge a recovery: :func:`_settled` waits for its baseline where a test needs it."""
+    started = Daemon(tmp_path_factory.mktemp("arena"), env=ENV)
+    try:
+        yield started
+    finally:
+        started.kill()
 
 
 class _Arena:
@@ -103,7 +108,9 @@ def _pm_charts(report: dict[str, Any]) -> tuple[int, int]:
 
 
 def _settled(daemon: Daemon) -> None:
-    """No fault active and none still waiting for its verdict: the next one starts from a steady state."""
+    """A baseline learnt, no fault active and none still waiting for its verdict: the next one starts from a steady
+    state and can be judged against it."""
+    daemon.wait_for_baseline()
     wait_for(lambda: all(f["outcome"] not in ("active", "recovering") for f in _faults(daemon)), 60, "verdicts")
 
 
@@ -121,56 +128,6 @@ def test_page_is_served_with_a_strict_policy(daemon: Daemon) -> None:
     assert {"t", "queue_depth", "queue_slope", "sojourn_p95", "throughput", "arrival_rate", "throttle_factor"} <= set(
         series["points"][-1]
     )
-
-
-def test_kill_leader_moves_the_leader_mark_and_tells_the_recovery(arena: _Arena, daemon: Daemon) -> None:
-    _settled(daemon)
-    old = daemon.get("/api/v1/status")[1]["leader"]
-    page = arena.page
-    leader = page.locator('.agent[data-leader="true"]')
-    expect(leader).to_have_attribute("data-agent", old)
-    injected = page.locator("#count-injected")
-    expect(injected).not_to_have_text("–")
-    before = injected.text_content()
-    page.fill("#ttl-kill_leader", "2")
-    arena.button("Kill leader").click()
-    expect(leader).to_have_count(1, timeout=5_000)
-    expect(leader).not_to_have_attribute("data-agent", old, timeout=5_000)
-    expect(arena.log()).to_contain_text(f"✗ kill_leader → {old} killed", timeout=5_000)
-    expect(arena.log()).to_contain_text(re.compile(r"✓ orchestrator-\d elected leader \(\d+ ms\)"), timeout=5_000)
-    # The service's verdict waits for recovery.confirm of steady service: seconds here, longer when the machine
-    # is busy enough to slow the daemon's own loop (bounded by recovery.limit, 60 s, and its confirmation).
-    expect(arena.log()).to_contain_text("✓ service recovered after kill_leader", timeout=70_000)
-    expect(injected).not_to_have_text(before or "", timeout=5_000)
-    expect(page.locator("#count-recovered")).not_to_have_text("0", timeout=5_000)
-    # The counters' source: the run's totals, equal to what the fault list says.
-    faults = _faults(daemon)
-    times = [f["recovery_s"] for f in faults if f["recovery_s"] is not None]
-    assert daemon.get("/api/v1/timeseries")[1]["faults"] == {
-        "injected": len(faults),
-        "recovered": sum(1 for f in faults if f["outcome"] == "recovered"),
-        "failed": sum(1 for f in faults if f["outcome"] == "failed"),
-        "mean_recovery_s": pytest.approx(sum(times) / len(times), abs=1e-6) if times else None,
-    }
-
-
-def test_a_removed_stage_shows_removed_and_rerouted_then_restored(arena: _Arena, daemon: Daemon) -> None:
-    _settled(daemon)
-    page = arena.page
-    search = page.locator('#dag [data-node="search"]')
-    expect(search).to_have_attribute("data-state", "route")
-    page.select_option("#target-remove_node", "search")
-    page.fill("#ttl-remove_node", "2")
-    arena.button("Remove node").click()
-    expect(search).to_have_attribute("data-state", "removed", timeout=5_000)
-    expect(page.locator('#dag [data-node="search_backup"]')).to_have_attribute("data-state", "route", timeout=5_000)
-    expect(page.locator("#dag")).to_have_attribute("data-route", re.compile(r"\bsearch_backup\b"))
-    expect(page.locator('#dag [data-edge="plan->search"]')).to_have_attribute("data-state", "removed")
-    expect(search).to_have_text(re.compile("remove_node"))
-    # The TTL ends: the stage is back and the route goes through it again.
-    expect(search).to_have_attribute("data-state", "route", timeout=8_000)
-    expect(page.locator("#dag")).to_have_attribute("data-route", re.compile(r"\bsearch\b"))
-    expect(arena.log()).to_contain_text("✗ remove_node → search removed")
 
 
 def test_a_wrong_token_is_refused_visibly_and_the_lever_blocks_the_buttons(browser: Browser, daemon: Daemon) -> None:
@@ -198,38 +155,6 @@ def test_a_wrong_token_is_refused_visibly_and_the_lever_blocks_the_buttons(brows
         assert all("401" in e for e in tab.errors), tab.errors
     finally:
         tab.close()
-
-
-def test_survival_from_the_page_moves_the_ring_and_the_counters(arena: _Arena, daemon: Daemon) -> None:
-    _settled(daemon)
-    page = arena.page
-    injected = page.locator("#count-injected")
-    expect(injected).not_to_have_text("–")
-    before = int(injected.text_content() or 0)
-    page.fill("#survival-interval", "4")
-    page.fill("#survival-duration", "30")
-    page.select_option("#survival-actions", ["kill_agent", "pool_exhaustion"])
-    arena.button("Start survival").click()
-    expect(page.locator("#survival-state")).to_have_text("running", timeout=5_000)
-    expect(injected).to_have_text(re.compile(rf"^(?!{before}$)\d+$"), timeout=10_000)
-    expect(arena.log()).to_contain_text("▶ survival started")
-    # Its progress while it runs: elapsed of the duration, the faults it injected, their verdicts.
-    expect(page.locator("#survival-progress")).to_be_visible(timeout=5_000)
-    expect(page.locator("#survival-progress-text")).to_have_text(
-        re.compile(r"^running: .+ of 30\.0 s · \d+ faults · \d+ recovered, \d+ failed, \d+ pending$"), timeout=5_000
-    )
-    assert float(page.locator("#survival-bar").get_attribute("max") or 0) == 30
-    ring = page.locator("svg.ring").first
-
-    def ring_follows_the_score() -> bool:
-        total = daemon.get("/api/v1/score")[1]["total"]
-        shown = ring.get_attribute("data-total")
-        return bool(shown) and abs(float(shown or 0) - total) < 0.5
-
-    wait_for(ring_follows_the_score, 10, "the ring to show the daemon's score")
-    expect(ring).to_have_attribute("aria-label", re.compile(r"^score \d+\.\d, grade [A-F][+-]?$"))
-    arena.button("Stop survival").click()
-    expect(page.locator("#survival-state")).to_have_text("stopped", timeout=5_000)
 
 
 def test_the_scenario_picker_offers_what_the_daemon_can_run(arena: _Arena, daemon: Daemon) -> None:
@@ -300,23 +225,6 @@ def test_the_first_screen_shows_the_ring_the_charts_and_the_dag(browser: Browser
         tab.close()
 
 
-def test_an_injected_fault_is_shaded_on_the_charts(arena: _Arena, daemon: Daemon) -> None:
-    _settled(daemon)
-    page = arena.page
-    before = {f["id"] for f in _faults(daemon)}
-    page.fill("#ttl-slow_agent", "2")
-    arena.button("Slow agent").click()
-    expect(page.locator('.fault-row[data-action="slow_agent"] .note')).to_have_text("✓ done", timeout=5_000)
-    new = [f["id"] for f in _faults(daemon) if f["id"] not in before]
-    assert len(new) == 1
-    band = page.locator('#charts svg.chart[data-chart="queue_depth"] rect.band').filter(
-        has_text=f"#{new[0]} slow_agent"
-    )
-    expect(band).to_have_count(1, timeout=10_000)
-    assert float(band.get_attribute("width") or 0) >= 2
-    expect(page.locator('#charts svg.chart[data-chart="throughput"] rect.band.fault')).not_to_have_count(0)
-
-
 def test_the_ring_is_coloured_by_the_grade(arena: _Arena) -> None:
     page = arena.page
     forced: dict[str, Any] = {}
@@ -374,188 +282,6 @@ def test_only_the_faults_that_apply_to_the_dag_get_a_button(browser: Browser, tm
             tab.close()
     finally:
         d.kill()
-
-
-# --- the banner: what the detector says, in its own colour ------------------------------------------------
-
-# The banner and the detector's cell as the page shows them, read in one go (no state change in between).
-_BANNER_JS = """() => {
-  const b = document.getElementById("banner");
-  const d = document.getElementById("detector");
-  return {state: b.dataset.state, cls: b.className, hidden: b.hidden, role: b.getAttribute("role"),
-          text: b.textContent, bg: getComputedStyle(b).backgroundColor, detector: d.className,
-          admission: document.getElementById("admission").textContent};
-}"""
-
-
-def _banner(page: Page) -> dict[str, Any]:
-    shown: dict[str, Any] = page.evaluate(_BANNER_JS)
-    return shown
-
-
-def _rgb(colour: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in re.findall(r"\d+", colour)[:3])
-
-
-def _is_red(colour: str) -> bool:
-    r, g, b = _rgb(colour)
-    return r > 2 * g and r > 2 * b
-
-
-def _status(daemon: Daemon) -> dict[str, Any]:
-    status: dict[str, Any] = daemon.get("/api/v1/status")[1]
-    return status
-
-
-def _wait_banner(page: Page, what: str, holds: Any, deadline_s: float = 15.0) -> dict[str, Any]:
-    """The banner as it was when ``holds`` first held of it."""
-    seen: list[dict[str, Any]] = []
-
-    def check() -> bool:
-        seen.append(_banner(page))
-        return bool(holds(seen[-1]))
-
-    wait_for(check, deadline_s, what, explain=lambda: str(seen[-1] if seen else None))
-    return seen[-1]
-
-
-def test_a_healthy_daemon_shows_no_alarm_banner(arena: _Arena, daemon: Daemon) -> None:
-    _settled(daemon)
-    wait_for(lambda: _status(daemon)["detector"] == "healthy", 60, "a healthy detector", lambda: str(_status(daemon)))
-    shown = _wait_banner(arena.page, "the page to show healthy", lambda b: b["state"] == "healthy")
-    assert shown["hidden"] and shown["cls"] == "banner" and shown["text"] == ""
-    assert "bad" not in shown["detector"].split()
-    policy = _status(daemon)["admission"]["policy"]
-    assert policy == "capacity"  # the default: the limit and the measured capacity, not a factor
-    assert re.fullmatch(
-        r"capacity: at most \d+ waiting, measured [\d.]+ tasks/s( \(standing queue kept short\))?", shown["admission"]
-    )
-
-
-def test_a_paused_daemon_shows_a_stall_banner_never_a_collapse(arena: _Arena, daemon: Daemon) -> None:
-    _settled(daemon)
-    wait_for(lambda: _status(daemon)["detector"] == "healthy", 60, "a healthy detector", lambda: str(_status(daemon)))
-    pid = daemon.proc.pid
-    done = threading.Event()
-
-    def duty_cycle() -> None:  # 300 ms stopped, 200 ms running: every tick after a pause runs late
-        try:
-            for _ in range(10):
-                os.kill(pid, signal.SIGSTOP)
-                if done.wait(0.3):
-                    break
-                os.kill(pid, signal.SIGCONT)
-                if done.wait(0.2):
-                    break
-        finally:
-            os.kill(pid, signal.SIGCONT)
-
-    pauses = threading.Thread(target=duty_cycle, daemon=True)
-    pauses.start()
-    try:
-        shown = _wait_banner(arena.page, "the stall banner", lambda b: b["state"] == "stall" and "late by" in b["text"])
-    finally:
-        done.set()
-        pauses.join()
-    assert shown["cls"] == "banner stall" and not shown["hidden"] and shown["role"] == "status"
-    assert re.fullmatch(
-        r"‖ Stall — the daemon's process was paused \(event loop late by \d+ ms\); nothing is cut", shown["text"]
-    ), shown["text"]
-    late_ms = int(re.findall(r"\d+", shown["text"])[0])
-    assert 50 <= late_ms < 5_000  # the detector's stall threshold, and no pause was longer than 300 ms plus the host
-    r, _, b = _rgb(shown["bg"])
-    assert b >= r and not _is_red(shown["bg"])  # blue-grey
-    assert {"bad", "warn"}.isdisjoint(shown["detector"].split())
-    assert shown["admission"].endswith("(held through the stall)")
-    told = arena.log().locator('li[data-kind="detector"]').filter(has_text="stall: the daemon's process was paused")
-    expect(told.first).to_be_visible()
-    assert "bad" not in (told.first.get_attribute("class") or "").split()
-
-
-def test_an_overload_shows_an_amber_banner_with_the_shedding_and_the_capacity(arena: _Arena, daemon: Daemon) -> None:
-    _settled(daemon)
-    code, fault = daemon.request("POST", "/api/v1/faults", {"action": "load_spike", "params": {"factor": 8}, "ttl": 20})
-    assert code == 201
-    try:
-        wait_for(lambda: _status(daemon)["detector"] == "overload", 20, "overload", lambda: str(_status(daemon)))
-        shown = _wait_banner(
-            arena.page, "the overload banner", lambda b: b["state"] == "overload" and "shedding" in b["text"]
-        )
-        assert shown["cls"] == "banner overload" and not shown["hidden"] and shown["role"] == "alert"
-        assert re.fullmatch(
-            r"⚠ Overload — shedding \d+ tasks/s of \d+ offered; "
-            r"admitting at the measured capacity \d+/s \(at most \d+ waiting\)",
-            shown["text"],
-        ), shown["text"]
-        r, g, b = _rgb(shown["bg"])
-        assert r > b and g > b and not _is_red(shown["bg"])  # amber
-        assert "warn" in shown["detector"].split()
-        expect(arena.log()).to_contain_text("⚠ overload: more offered than served")
-    finally:
-        daemon.request("DELETE", f"/api/v1/faults/{fault['id']}")
-
-
-def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(arena: _Arena) -> None:
-    """The same page, fed statuses it cannot get on demand from a healthy daemon (a negative control)."""
-    page = arena.page
-    forced: dict[str, Any] = {}
-
-    def rewrite(route: Route) -> None:
-        response = route.fetch()
-        body = response.json()
-        for key, value in forced.items():
-            if isinstance(value, dict):
-                body[key] = {**(body[key] or {}), **value}
-            else:
-                body[key] = value
-        route.fulfill(response=response, json=body)
-
-    page.route("**/api/v1/status", rewrite)
-    try:
-        telemetry = {"goodput": 12.0, "arrival_rate": 400.0, "lateness": 0.0}
-        forced.update(detector="collapsed", telemetry=telemetry, admission={"capacity_per_s": 300.0})
-        collapse = _wait_banner(page, "the collapse banner", lambda b: b["state"] == "collapsed")
-        assert collapse["cls"] == "banner collapse" and collapse["role"] == "alert" and not collapse["hidden"]
-        assert collapse["text"] == "⚠ Collapse — goodput 12/s of offered 400/s (measured capacity 300/s)"
-        assert _is_red(collapse["bg"]) and "bad" in collapse["detector"].split()
-
-        # Failing: every task ending fails while the queue is short; red as a collapse is, in words of its own.
-        failing = {"goodput": 0.0, "throughput": 48.0, "arrival_rate": 50.0, "lateness": 0.0}
-        forced.update(detector="failing", telemetry=failing, admission={"capacity_per_s": 300.0})
-        shown = _wait_banner(page, "the failing banner", lambda b: b["state"] == "failing")
-        assert shown["cls"] == "banner failing" and shown["role"] == "alert" and not shown["hidden"]
-        assert shown["text"] == (
-            "✗ Failing — 100 % of the tasks ending are not good (goodput 0.0/s of 48/s ending, 50/s offered); "
-            "the queue is short: the work fails, not the load, and admission is not cut"
-        )
-        assert _is_red(shown["bg"]) and shown["bg"] != collapse["bg"] and "bad" in shown["detector"].split()
-
-        forced.update(detector="stall", telemetry={**telemetry, "lateness": 0.3})
-        stall = _wait_banner(page, "the stall banner", lambda b: b["state"] == "stall")
-        assert stall["cls"] == "banner stall" and "collapse" not in stall["cls"]
-        assert re.fullmatch(r"‖ Stall — .+ \(event loop late by \d+ ms\); nothing is cut", stall["text"])
-        assert int(re.findall(r"late by (\d+)", stall["text"])[0]) >= 300
-        assert not _is_red(stall["bg"]) and stall["bg"] != collapse["bg"]
-        assert "bad" not in stall["detector"].split()
-
-        # aimd keeps its factor; an overload without refusals tells the backlog instead.
-        aimd = {"policy": "aimd", "shed_per_s": 50.0, "limit": 10_000}
-        forced.update(detector="overload", throttle_factor=0.25, admission=aimd, telemetry={"arrival_rate": 400.0})
-        shown = _wait_banner(page, "the aimd overload banner", lambda b: "aimd" in b["text"])
-        assert shown["text"] == "⚠ Overload — refusing 50 tasks/s of 400 offered; producers admitted at 25 % (aimd)"
-        assert shown["admission"] == "aimd: producers at 25 %" and shown["cls"] == "banner overload"
-        forced.update(
-            admission={**aimd, "shed_per_s": 0.0}, telemetry={"queue_depth": 500, "queue_fill": 0.05, "head_age": 1.2}
-        )
-        shown = _wait_banner(page, "the backlog banner", lambda b: "backlog" in b["text"])
-        assert shown["text"] == "⚠ Overload — backlog of 500 tasks, the oldest waiting 1.20 s"
-
-        for calm in ("warning", "recovering", "healthy"):
-            forced.update(detector=calm)
-            shown = _wait_banner(page, f"no banner when {calm}", lambda b, calm=calm: b["state"] == calm)
-            assert shown["hidden"] and shown["cls"] == "banner" and "bad" not in shown["detector"].split()
-    finally:
-        page.unroute("**/api/v1/status")
 
 
 def test_the_log_tells_each_state_change_and_a_run_of_throttle_steps_on_one_line(arena: _Arena) -> None:
@@ -850,3 +576,289 @@ def test_the_page_reconnects_after_a_restart_without_duplicate_lines(
         first.kill()
         if second is not None:
             second.kill()
+
+
+# --- the banner: what the detector says, in its own colour ------------------------------------------------
+
+# The banner and the detector's cell as the page shows them, read in one go (no state change in between).
+_BANNER_JS = """() => {
+  const b = document.getElementById("banner");
+  const d = document.getElementById("detector");
+  return {state: b.dataset.state, cls: b.className, hidden: b.hidden, role: b.getAttribute("role"),
+          text: b.textContent, bg: getComputedStyle(b).backgroundColor, detector: d.className,
+          admission: document.getElementById("admission").textContent};
+}"""
+
+
+def _banner(page: Page) -> dict[str, Any]:
+    shown: dict[str, Any] = page.evaluate(_BANNER_JS)
+    return shown
+
+
+def _rgb(colour: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in re.findall(r"\d+", colour)[:3])
+
+
+def _is_red(colour: str) -> bool:
+    r, g, b = _rgb(colour)
+    return r > 2 * g and r > 2 * b
+
+
+def _status(daemon: Daemon) -> dict[str, Any]:
+    status: dict[str, Any] = daemon.get("/api/v1/status")[1]
+    return status
+
+
+def _wait_banner(page: Page, what: str, holds: Any, deadline_s: float = 15.0) -> dict[str, Any]:
+    """The banner as it was when ``holds`` first held of it."""
+    seen: list[dict[str, Any]] = []
+
+    def check() -> bool:
+        seen.append(_banner(page))
+        return bool(holds(seen[-1]))
+
+    wait_for(check, deadline_s, what, explain=lambda: str(seen[-1] if seen else None))
+    return seen[-1]
+
+
+def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(arena: _Arena) -> None:
+    """The same page, fed statuses it cannot get on demand from a healthy daemon (a negative control)."""
+    page = arena.page
+    forced: dict[str, Any] = {}
+
+    def rewrite(route: Route) -> None:
+        response = route.fetch()
+        body = response.json()
+        for key, value in forced.items():
+            if isinstance(value, dict):
+                body[key] = {**(body[key] or {}), **value}
+            else:
+                body[key] = value
+        route.fulfill(response=response, json=body)
+
+    page.route("**/api/v1/status", rewrite)
+    try:
+        telemetry = {"goodput": 12.0, "arrival_rate": 400.0, "lateness": 0.0}
+        forced.update(detector="collapsed", telemetry=telemetry, admission={"capacity_per_s": 300.0})
+        collapse = _wait_banner(page, "the collapse banner", lambda b: b["state"] == "collapsed")
+        assert collapse["cls"] == "banner collapse" and collapse["role"] == "alert" and not collapse["hidden"]
+        assert collapse["text"] == "⚠ Collapse — goodput 12/s of offered 400/s (measured capacity 300/s)"
+        assert _is_red(collapse["bg"]) and "bad" in collapse["detector"].split()
+
+        # Failing: every task ending fails while the queue is short; red as a collapse is, in words of its own.
+        failing = {"goodput": 0.0, "throughput": 48.0, "arrival_rate": 50.0, "lateness": 0.0}
+        forced.update(detector="failing", telemetry=failing, admission={"capacity_per_s": 300.0})
+        shown = _wait_banner(page, "the failing banner", lambda b: b["state"] == "failing")
+        assert shown["cls"] == "banner failing" and shown["role"] == "alert" and not shown["hidden"]
+        assert shown["text"] == (
+            "✗ Failing — 100 % of the tasks ending are not good (goodput 0.0/s of 48/s ending, 50/s offered); "
+            "the queue is short: the work fails, not the load, and admission is not cut"
+        )
+        assert _is_red(shown["bg"]) and shown["bg"] != collapse["bg"] and "bad" in shown["detector"].split()
+
+        forced.update(detector="stall", telemetry={**telemetry, "lateness": 0.3})
+        stall = _wait_banner(page, "the stall banner", lambda b: b["state"] == "stall")
+        assert stall["cls"] == "banner stall" and "collapse" not in stall["cls"]
+        assert re.fullmatch(r"‖ Stall — .+ \(event loop late by \d+ ms\); nothing is cut", stall["text"])
+        assert int(re.findall(r"late by (\d+)", stall["text"])[0]) >= 300
+        assert not _is_red(stall["bg"]) and stall["bg"] != collapse["bg"]
+        assert "bad" not in stall["detector"].split()
+
+        # aimd keeps its factor; an overload without refusals tells the backlog instead.
+        aimd = {"policy": "aimd", "shed_per_s": 50.0, "limit": 10_000}
+        forced.update(detector="overload", throttle_factor=0.25, admission=aimd, telemetry={"arrival_rate": 400.0})
+        shown = _wait_banner(page, "the aimd overload banner", lambda b: "aimd" in b["text"])
+        assert shown["text"] == "⚠ Overload — refusing 50 tasks/s of 400 offered; producers admitted at 25 % (aimd)"
+        assert shown["admission"] == "aimd: producers at 25 %" and shown["cls"] == "banner overload"
+        forced.update(
+            admission={**aimd, "shed_per_s": 0.0}, telemetry={"queue_depth": 500, "queue_fill": 0.05, "head_age": 1.2}
+        )
+        shown = _wait_banner(page, "the backlog banner", lambda b: "backlog" in b["text"])
+        assert shown["text"] == "⚠ Overload — backlog of 500 tasks, the oldest waiting 1.20 s"
+
+        for calm in ("warning", "recovering", "healthy"):
+            forced.update(detector=calm)
+            shown = _wait_banner(page, f"no banner when {calm}", lambda b, calm=calm: b["state"] == calm)
+            assert shown["hidden"] and shown["cls"] == "banner" and "bad" not in shown["detector"].split()
+    finally:
+        page.unroute("**/api/v1/status")
+
+
+def test_a_healthy_daemon_shows_no_alarm_banner(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    wait_for(lambda: _status(daemon)["detector"] == "healthy", 60, "a healthy detector", lambda: str(_status(daemon)))
+    shown = _wait_banner(arena.page, "the page to show healthy", lambda b: b["state"] == "healthy")
+    assert shown["hidden"] and shown["cls"] == "banner" and shown["text"] == ""
+    assert "bad" not in shown["detector"].split()
+    policy = _status(daemon)["admission"]["policy"]
+    assert policy == "capacity"  # the default: the limit and the measured capacity, not a factor
+    assert re.fullmatch(
+        r"capacity: at most \d+ waiting, measured [\d.]+ tasks/s( \(standing queue kept short\))?", shown["admission"]
+    )
+
+
+def test_a_paused_daemon_shows_a_stall_banner_never_a_collapse(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    wait_for(lambda: _status(daemon)["detector"] == "healthy", 60, "a healthy detector", lambda: str(_status(daemon)))
+    pid = daemon.proc.pid
+    done = threading.Event()
+
+    def duty_cycle() -> None:  # 300 ms stopped, 200 ms running: every tick after a pause runs late
+        try:
+            for _ in range(10):
+                os.kill(pid, signal.SIGSTOP)
+                if done.wait(0.3):
+                    break
+                os.kill(pid, signal.SIGCONT)
+                if done.wait(0.2):
+                    break
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    pauses = threading.Thread(target=duty_cycle, daemon=True)
+    pauses.start()
+    try:
+        shown = _wait_banner(arena.page, "the stall banner", lambda b: b["state"] == "stall" and "late by" in b["text"])
+    finally:
+        done.set()
+        pauses.join()
+    assert shown["cls"] == "banner stall" and not shown["hidden"] and shown["role"] == "status"
+    assert re.fullmatch(
+        r"‖ Stall — the daemon's process was paused \(event loop late by \d+ ms\); nothing is cut", shown["text"]
+    ), shown["text"]
+    late_ms = int(re.findall(r"\d+", shown["text"])[0])
+    assert 50 <= late_ms < 5_000  # the detector's stall threshold, and no pause was longer than 300 ms plus the host
+    r, _, b = _rgb(shown["bg"])
+    assert b >= r and not _is_red(shown["bg"])  # blue-grey
+    assert {"bad", "warn"}.isdisjoint(shown["detector"].split())
+    assert shown["admission"].endswith("(held through the stall)")
+    told = arena.log().locator('li[data-kind="detector"]').filter(has_text="stall: the daemon's process was paused")
+    expect(told.first).to_be_visible()
+    assert "bad" not in (told.first.get_attribute("class") or "").split()
+
+
+# --- faults through the page, judged against the daemon's baseline ----------------------------------------
+# Last in the module: the tests above use the time the daemon takes to learn its baseline (recovery.baseline_min).
+# The overload comes last of all: its recovery from a backlog is left to the daemon's end, not to a next test.
+
+
+def test_kill_leader_moves_the_leader_mark_and_tells_the_recovery(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    old = daemon.get("/api/v1/status")[1]["leader"]
+    page = arena.page
+    leader = page.locator('.agent[data-leader="true"]')
+    expect(leader).to_have_attribute("data-agent", old)
+    injected = page.locator("#count-injected")
+    expect(injected).not_to_have_text("–")
+    before = injected.text_content()
+    page.fill("#ttl-kill_leader", "2")
+    arena.button("Kill leader").click()
+    expect(leader).to_have_count(1, timeout=5_000)
+    expect(leader).not_to_have_attribute("data-agent", old, timeout=5_000)
+    expect(arena.log()).to_contain_text(f"✗ kill_leader → {old} killed", timeout=5_000)
+    expect(arena.log()).to_contain_text(re.compile(r"✓ orchestrator-\d elected leader \(\d+ ms\)"), timeout=5_000)
+    # The service's verdict waits for recovery.confirm of steady service: seconds here, longer when the machine
+    # is busy enough to slow the daemon's own loop (bounded by recovery.limit, 60 s, and its confirmation).
+    expect(arena.log()).to_contain_text("✓ service recovered after kill_leader", timeout=70_000)
+    expect(injected).not_to_have_text(before or "", timeout=5_000)
+    expect(page.locator("#count-recovered")).not_to_have_text("0", timeout=5_000)
+    # The counters' source: the run's totals, equal to what the fault list says.
+    faults = _faults(daemon)
+    times = [f["recovery_s"] for f in faults if f["recovery_s"] is not None]
+    assert daemon.get("/api/v1/timeseries")[1]["faults"] == {
+        "injected": len(faults),
+        "recovered": sum(1 for f in faults if f["outcome"] == "recovered"),
+        "failed": sum(1 for f in faults if f["outcome"] == "failed"),
+        "mean_recovery_s": pytest.approx(sum(times) / len(times), abs=1e-6) if times else None,
+    }
+
+
+def test_a_removed_stage_shows_removed_and_rerouted_then_restored(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    page = arena.page
+    search = page.locator('#dag [data-node="search"]')
+    expect(search).to_have_attribute("data-state", "route")
+    page.select_option("#target-remove_node", "search")
+    page.fill("#ttl-remove_node", "2")
+    arena.button("Remove node").click()
+    expect(search).to_have_attribute("data-state", "removed", timeout=5_000)
+    expect(page.locator('#dag [data-node="search_backup"]')).to_have_attribute("data-state", "route", timeout=5_000)
+    expect(page.locator("#dag")).to_have_attribute("data-route", re.compile(r"\bsearch_backup\b"))
+    expect(page.locator('#dag [data-edge="plan->search"]')).to_have_attribute("data-state", "removed")
+    expect(search).to_have_text(re.compile("remove_node"))
+    # The TTL ends: the stage is back and the route goes through it again.
+    expect(search).to_have_attribute("data-state", "route", timeout=8_000)
+    expect(page.locator("#dag")).to_have_attribute("data-route", re.compile(r"\bsearch\b"))
+    expect(arena.log()).to_contain_text("✗ remove_node → search removed")
+
+
+def test_survival_from_the_page_moves_the_ring_and_the_counters(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    page = arena.page
+    injected = page.locator("#count-injected")
+    expect(injected).not_to_have_text("–")
+    before = int(injected.text_content() or 0)
+    page.fill("#survival-interval", "4")
+    page.fill("#survival-duration", "30")
+    page.select_option("#survival-actions", ["kill_agent", "pool_exhaustion"])
+    arena.button("Start survival").click()
+    expect(page.locator("#survival-state")).to_have_text("running", timeout=5_000)
+    expect(injected).to_have_text(re.compile(rf"^(?!{before}$)\d+$"), timeout=10_000)
+    expect(arena.log()).to_contain_text("▶ survival started")
+    # Its progress while it runs: elapsed of the duration, the faults it injected, their verdicts.
+    expect(page.locator("#survival-progress")).to_be_visible(timeout=5_000)
+    expect(page.locator("#survival-progress-text")).to_have_text(
+        re.compile(r"^running: .+ of 30\.0 s · \d+ faults · \d+ recovered, \d+ failed, \d+ pending$"), timeout=5_000
+    )
+    assert float(page.locator("#survival-bar").get_attribute("max") or 0) == 30
+    ring = page.locator("svg.ring").first
+
+    def ring_follows_the_score() -> bool:
+        total = daemon.get("/api/v1/score")[1]["total"]
+        shown = ring.get_attribute("data-total")
+        return bool(shown) and abs(float(shown or 0) - total) < 0.5
+
+    wait_for(ring_follows_the_score, 10, "the ring to show the daemon's score")
+    expect(ring).to_have_attribute("aria-label", re.compile(r"^score \d+\.\d, grade [A-F][+-]?$"))
+    arena.button("Stop survival").click()
+    expect(page.locator("#survival-state")).to_have_text("stopped", timeout=5_000)
+
+
+def test_an_injected_fault_is_shaded_on_the_charts(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    page = arena.page
+    before = {f["id"] for f in _faults(daemon)}
+    page.fill("#ttl-slow_agent", "2")
+    arena.button("Slow agent").click()
+    expect(page.locator('.fault-row[data-action="slow_agent"] .note')).to_have_text("✓ done", timeout=5_000)
+    new = [f["id"] for f in _faults(daemon) if f["id"] not in before]
+    assert len(new) == 1
+    band = page.locator('#charts svg.chart[data-chart="queue_depth"] rect.band').filter(
+        has_text=f"#{new[0]} slow_agent"
+    )
+    expect(band).to_have_count(1, timeout=10_000)
+    assert float(band.get_attribute("width") or 0) >= 2
+    expect(page.locator('#charts svg.chart[data-chart="throughput"] rect.band.fault')).not_to_have_count(0)
+
+
+def test_an_overload_shows_an_amber_banner_with_the_shedding_and_the_capacity(arena: _Arena, daemon: Daemon) -> None:
+    _settled(daemon)
+    code, fault = daemon.request("POST", "/api/v1/faults", {"action": "load_spike", "params": {"factor": 8}, "ttl": 20})
+    assert code == 201
+    try:
+        wait_for(lambda: _status(daemon)["detector"] == "overload", 20, "overload", lambda: str(_status(daemon)))
+        shown = _wait_banner(
+            arena.page, "the overload banner", lambda b: b["state"] == "overload" and "shedding" in b["text"]
+        )
+        assert shown["cls"] == "banner overload" and not shown["hidden"] and shown["role"] == "alert"
+        assert re.fullmatch(
+            r"⚠ Overload — shedding \d+ tasks/s of \d+ offered; "
+            r"admitting at the measured capacity \d+/s \(at most \d+ waiting\)",
+            shown["text"],
+        ), shown["text"]
+        r, g, b = _rgb(shown["bg"])
+        assert r > b and g > b and not _is_red(shown["bg"])  # amber
+        assert "warn" in shown["detector"].split()
+        expect(arena.log()).to_contain_text("⚠ overload: more offered than served")
+    finally:
+        daemon.request("DELETE", f"/api/v1/faults/{fault['id']}")
