@@ -56,7 +56,11 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 
 class _Arena:
-    """One tab on the page, with what went wrong in it (script errors, console errors, CSP violations)."""
+    """One tab on the page, with what went wrong in it (script errors, console errors, CSP violations).
+
+    ``clock``: Playwright's clock replaces the page's timers before it loads; time flows as usual until
+    :meth:`next_round` moves it on.
+    """
 
     def __init__(
         self,
@@ -65,17 +69,28 @@ class _Arena:
         token: str | None = TOKEN,
         rows: int = 17,
         viewport: tuple[int, int] = (1400, 1000),
+        clock: bool = False,
     ) -> None:
         self.page: Page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
         self.errors: list[str] = []
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        if clock:
+            self.page.clock.install()
         self.page.goto(base + "/arena")
-        expect(self.page.locator("#connection")).to_have_text("● live", timeout=10_000)
-        expect(self.page.locator(".fault-row")).to_have_count(rows)
+        self.live(rows)
         if token is not None:
             self.page.fill("#token", token)
             self.page.click("#token-save")
+
+    def live(self, rows: int = 17) -> None:
+        """Until the page follows the daemon's stream and shows a row per fault that applies."""
+        expect(self.page.locator("#connection")).to_have_text("● live", timeout=10_000)
+        expect(self.page.locator(".fault-row")).to_have_count(rows)
+
+    def next_round(self) -> None:
+        """The page's polls due within a second run now rather than when their second is up (a ``clock`` tab)."""
+        self.page.clock.fast_forward(1000)
 
     def button(self, name: str) -> Any:
         return self.page.get_by_role("button", name=name, exact=True)
@@ -87,12 +102,41 @@ class _Arena:
         self.page.close()
 
 
-@pytest.fixture
-def arena(browser: Browser, daemon: Daemon) -> Iterator[_Arena]:
+def _used(tab: _Arena) -> Iterator[_Arena]:
+    """``tab`` live for one test, which fails if anything went wrong in the page meanwhile."""
+    tab.live()
+    yield tab
+    errors = list(tab.errors)
+    tab.errors.clear()
+    assert errors == []
+
+
+@pytest.fixture(scope="module")
+def shared_tab(browser: Browser, daemon: Daemon) -> Iterator[_Arena]:
     tab = _Arena(browser, daemon.base)
     yield tab
     tab.close()
-    assert tab.errors == []
+
+
+@pytest.fixture
+def arena(shared_tab: _Arena) -> Iterator[_Arena]:
+    """The module's tab on the daemon, for the tests that check what the page shows of the daemon now, not of a page
+    freshly loaded (one replays the recent events too, so a fresh tab did not hide an earlier test's log lines)."""
+    yield from _used(shared_tab)
+
+
+@pytest.fixture(scope="module")
+def clock_tab(browser: Browser, daemon: Daemon) -> Iterator[_Arena]:
+    tab = _Arena(browser, daemon.base, clock=True)
+    yield tab
+    tab.close()
+
+
+@pytest.fixture
+def fed(clock_tab: _Arena) -> Iterator[_Arena]:
+    """A tab for the tests that feed the page statuses through a route: :meth:`_Arena.next_round` has it poll the
+    status at once after each change."""
+    yield from _used(clock_tab)
 
 
 def _faults(daemon: Daemon) -> list[dict[str, Any]]:
@@ -225,8 +269,8 @@ def test_the_first_screen_shows_the_ring_the_charts_and_the_dag(browser: Browser
         tab.close()
 
 
-def test_the_ring_is_coloured_by_the_grade(arena: _Arena) -> None:
-    page = arena.page
+def test_the_ring_is_coloured_by_the_grade(fed: _Arena) -> None:
+    page = fed.page
     forced: dict[str, Any] = {}
 
     def rewrite(route: Route) -> None:
@@ -240,6 +284,7 @@ def test_the_ring_is_coloured_by_the_grade(arena: _Arena) -> None:
     try:
         for grade, total, colour in (("A+", 97.0, "green"), ("F", 31.0, "red"), ("C", 72.0, "amber")):
             forced.update(grade=grade, total=total)
+            fed.next_round()
             expect(page.locator("header svg.ring")).to_have_attribute("data-grade", grade, timeout=5_000)
             r, g, b = _rgb(arc.evaluate("a => getComputedStyle(a).stroke"))
             if colour == "green":
@@ -621,9 +666,9 @@ def _wait_banner(page: Page, what: str, holds: Any, deadline_s: float = 15.0) ->
     return seen[-1]
 
 
-def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(arena: _Arena) -> None:
+def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(fed: _Arena) -> None:
     """The same page, fed statuses it cannot get on demand from a healthy daemon (a negative control)."""
-    page = arena.page
+    page = fed.page
     forced: dict[str, Any] = {}
 
     def rewrite(route: Route) -> None:
@@ -636,10 +681,14 @@ def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(arena: _Arena) 
                 body[key] = value
         route.fulfill(response=response, json=body)
 
+    def feed(**values: Any) -> None:
+        forced.update(values)
+        fed.next_round()
+
     page.route("**/api/v1/status", rewrite)
     try:
         telemetry = {"goodput": 12.0, "arrival_rate": 400.0, "lateness": 0.0}
-        forced.update(detector="collapsed", telemetry=telemetry, admission={"capacity_per_s": 300.0})
+        feed(detector="collapsed", telemetry=telemetry, admission={"capacity_per_s": 300.0})
         collapse = _wait_banner(page, "the collapse banner", lambda b: b["state"] == "collapsed")
         assert collapse["cls"] == "banner collapse" and collapse["role"] == "alert" and not collapse["hidden"]
         assert collapse["text"] == "⚠ Collapse — goodput 12/s of offered 400/s (measured capacity 300/s)"
@@ -647,7 +696,7 @@ def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(arena: _Arena) 
 
         # Failing: every task ending fails while the queue is short; red as a collapse is, in words of its own.
         failing = {"goodput": 0.0, "throughput": 48.0, "arrival_rate": 50.0, "lateness": 0.0}
-        forced.update(detector="failing", telemetry=failing, admission={"capacity_per_s": 300.0})
+        feed(detector="failing", telemetry=failing, admission={"capacity_per_s": 300.0})
         shown = _wait_banner(page, "the failing banner", lambda b: b["state"] == "failing")
         assert shown["cls"] == "banner failing" and shown["role"] == "alert" and not shown["hidden"]
         assert shown["text"] == (
@@ -656,7 +705,7 @@ def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(arena: _Arena) 
         )
         assert _is_red(shown["bg"]) and shown["bg"] != collapse["bg"] and "bad" in shown["detector"].split()
 
-        forced.update(detector="stall", telemetry={**telemetry, "lateness": 0.3})
+        feed(detector="stall", telemetry={**telemetry, "lateness": 0.3})
         stall = _wait_banner(page, "the stall banner", lambda b: b["state"] == "stall")
         assert stall["cls"] == "banner stall" and "collapse" not in stall["cls"]
         assert re.fullmatch(r"‖ Stall — .+ \(event loop late by \d+ ms\); nothing is cut", stall["text"])
@@ -666,18 +715,16 @@ def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(arena: _Arena) 
 
         # aimd keeps its factor; an overload without refusals tells the backlog instead.
         aimd = {"policy": "aimd", "shed_per_s": 50.0, "limit": 10_000}
-        forced.update(detector="overload", throttle_factor=0.25, admission=aimd, telemetry={"arrival_rate": 400.0})
+        feed(detector="overload", throttle_factor=0.25, admission=aimd, telemetry={"arrival_rate": 400.0})
         shown = _wait_banner(page, "the aimd overload banner", lambda b: "aimd" in b["text"])
         assert shown["text"] == "⚠ Overload — refusing 50 tasks/s of 400 offered; producers admitted at 25 % (aimd)"
         assert shown["admission"] == "aimd: producers at 25 %" and shown["cls"] == "banner overload"
-        forced.update(
-            admission={**aimd, "shed_per_s": 0.0}, telemetry={"queue_depth": 500, "queue_fill": 0.05, "head_age": 1.2}
-        )
+        feed(admission={**aimd, "shed_per_s": 0.0}, telemetry={"queue_depth": 500, "queue_fill": 0.05, "head_age": 1.2})
         shown = _wait_banner(page, "the backlog banner", lambda b: "backlog" in b["text"])
         assert shown["text"] == "⚠ Overload — backlog of 500 tasks, the oldest waiting 1.20 s"
 
         for calm in ("warning", "recovering", "healthy"):
-            forced.update(detector=calm)
+            feed(detector=calm)
             shown = _wait_banner(page, f"no banner when {calm}", lambda b, calm=calm: b["state"] == calm)
             assert shown["hidden"] and shown["cls"] == "banner" and "bad" not in shown["detector"].split()
     finally:
