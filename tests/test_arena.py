@@ -33,7 +33,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-# Recoveries confirmed after 1 s (3 s by default) and survival slots of 4 s: the tests see verdicts quickly.
+# Recoveries confirmed after 1 s (3 s by default), so the tests see verdicts quickly, and survival slots can be as short
+# as 3 s: a 1 s fault, then the confirmation and a 1 s margin.
 ENV = {"CHAOSD_RECOVERY__CONFIRM": "1"}
 
 
@@ -801,7 +802,7 @@ def test_kill_leader_moves_the_leader_mark_and_tells_the_recovery(arena: _Arena,
     injected = page.locator("#count-injected")
     expect(injected).not_to_have_text("–")
     before = injected.text_content()
-    page.fill("#ttl-kill_leader", "2")
+    page.fill("#ttl-kill_leader", "1")  # the standby takes over within the lease (0.5 s)
     arena.button("Kill leader").click()
     expect(leader).to_have_count(1, timeout=5_000)
     expect(leader).not_to_have_attribute("data-agent", old, timeout=5_000)
@@ -848,7 +849,7 @@ def test_survival_from_the_page_moves_the_ring_and_the_counters(arena: _Arena, d
     injected = page.locator("#count-injected")
     expect(injected).not_to_have_text("–")
     before = int(injected.text_content() or 0)
-    page.fill("#survival-interval", "4")
+    page.fill("#survival-interval", "3")
     page.fill("#survival-duration", "30")
     page.select_option("#survival-actions", ["kill_agent", "pool_exhaustion"])
     arena.button("Start survival").click()
@@ -878,7 +879,7 @@ def test_an_injected_fault_is_shaded_on_the_charts(arena: _Arena, daemon: Daemon
     _settled(daemon)
     page = arena.page
     before = {f["id"] for f in _faults(daemon)}
-    page.fill("#ttl-slow_agent", "2")
+    page.fill("#ttl-slow_agent", "1")  # a band is drawn at least 2 units wide
     arena.button("Slow agent").click()
     expect(page.locator('.fault-row[data-action="slow_agent"] .note')).to_have_text("✓ done", timeout=5_000)
     new = [f["id"] for f in _faults(daemon) if f["id"] not in before]
