@@ -175,31 +175,35 @@ def test_page_is_served_with_a_strict_policy(daemon: Daemon) -> None:
     )
 
 
-def test_a_wrong_token_is_refused_visibly_and_the_lever_blocks_the_buttons(browser: Browser, daemon: Daemon) -> None:
-    tab = _Arena(browser, daemon.base, token="not-the-token-at-all")
+def test_a_wrong_token_is_refused_visibly_and_the_lever_blocks_the_buttons(arena: _Arena, daemon: Daemon) -> None:
+    page = arena.page
+    page.fill("#token", "not-the-token-at-all")
+    page.click("#token-save")
     try:
-        page = tab.page
         count = len(_faults(daemon))
-        tab.button("Kill agent").click()
+        arena.button("Kill agent").click()
         note = page.locator('.fault-row[data-action="kill_agent"] .note')
         expect(note).to_have_text("✗ missing or wrong bearer token (Authorization)")
         assert len(_faults(daemon)) == count
         page.fill("#token", TOKEN)
         page.click("#token-save")
-        tab.button("Pull lever").click()
+        arena.button("Pull lever").click()
         for name in ("Kill leader", "Remove node", "Pool exhaustion", "Start survival", "Run scenario"):
-            expect(tab.button(name)).to_be_disabled(timeout=5_000)
+            expect(arena.button(name)).to_be_disabled(timeout=5_000)
         expect(page.locator("#lever-top")).to_have_text("pulled (pulled from the arena)")
         assert daemon.get("/api/v1/status")[1]["lever"] == "pulled from the arena"
-        tab.button("Release lever").click()
+        arena.button("Release lever").click()
         for name in ("Kill leader", "Remove node", "Pool exhaustion", "Start survival", "Run scenario"):
-            expect(tab.button(name)).to_be_enabled(timeout=5_000)
+            expect(arena.button(name)).to_be_enabled(timeout=5_000)
         assert daemon.get("/api/v1/status")[1]["lever"] is None
         assert len(_faults(daemon)) == count
         # Only the refusal reached the console (Chromium logs the 401 itself).
-        assert all("401" in e for e in tab.errors), tab.errors
-    finally:
-        tab.close()
+        assert all("401" in e for e in arena.errors), arena.errors
+        arena.errors.clear()
+    finally:  # the shared tab as the next test expects it, whatever failed here
+        page.fill("#token", TOKEN)
+        page.click("#token-save")
+        daemon.request("DELETE", "/api/v1/lever")
 
 
 def test_the_scenario_picker_offers_what_the_daemon_can_run(arena: _Arena, daemon: Daemon) -> None:
@@ -489,12 +493,14 @@ def test_a_rendering_error_is_shown_in_the_problems_banner_until_a_round_succeed
             route.fulfill(json={"step_s": 1.0, "window_s": 600.0, "points": None, "faults": tally})
 
         page.route("**/api/v1/timeseries", answer)
+        page.clock.install()  # time flows as usual; fast_forward below runs the charts' next round at once
         page.goto(daemon.base + "/arena")
         banner = page.locator("#problems")
         expect(banner).to_be_visible(timeout=10_000)
         expect(banner.locator('li[data-part="charts"]')).to_have_text(re.compile(r"^charts: .*null"))
         assert any("chaosd arena: charts:" in e for e in errors), errors
         broken["on"] = False
+        page.clock.fast_forward(2000)  # the charts' poll interval
         expect(banner).to_be_hidden(timeout=10_000)
         expect(page.locator('#charts svg.chart[data-chart="queue_depth"] path.line')).to_have_attribute(
             "d", re.compile(r"^M"), timeout=10_000
