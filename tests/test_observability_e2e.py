@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from daemon_harness import ROOT, AlertStack, Daemon, Sink, shortened_rules, wait_for
+from daemon_harness import ROOT, AlertStack, Daemon, Sink, free_port, shortened_rules, wait_for
 from needs import program
 
 program("prometheus")
@@ -29,39 +29,46 @@ def _query(prom: str, expr: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("stack")
-    otlp = Sink()
-    daemon = Daemon(
-        tmp,
-        env={
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp.port}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_BSP_SCHEDULE_DELAY": "500",
-            "CHAOSD_TRACING__SAMPLE_EVERY": "20",
-            # A quarter of the default load, and recovery judged by an SLO (p95 ≤ 250 ms, 10× the usual, 90 %
-            # served) rather than by a 25 % band around a 25 ms baseline: on a shared CI host a few 50 ms
-            # scheduling stalls a second can keep the band from holding for recovery.confirm, and this module
-            # checks what reaches Prometheus, Alertmanager and the OTLP sink, not the host's scheduler.
-            "CHAOSD_LOAD__RATE": "50",
-            "CHAOSD_SLO__P95": "0.25",
-            "CHAOSD_SLO__AVAILABILITY": "0.9",
-            # No admission control, so that a load spike can collapse the pipeline and the collapse alert's
-            # path is proven end to end: the default capacity policy sheds the excess and keeps goodput at
-            # capacity (tests/test_admission_realtime.py proves that, and the Overloaded alert, instead).
-            "CHAOSD_THROTTLE__POLICY": "none",
-        },
-    )
-    # Every task fails at once (a stage whose calls all error), at a tenth of the load: the queue stays short.
-    (tmp / "failing").mkdir()
-    config = tmp / "failing" / "chaosd.toml"
-    config.write_text(
-        '[load]\nrate = 20.0\n[workers]\ncount = 2\n[[stages]]\nname = "work"\n'
-        'service = { distribution = "exponential", mean = 0.005 }\nfailure_probability = 1.0\n'
-    )
-    failing = Daemon(tmp / "failing", config=config)
-    targets = [daemon.base.removeprefix("http://"), failing.base.removeprefix("http://")]
+    # Prometheus applies its targets a few seconds after it starts (its discovery is throttled to one update per
+    # 5 s): it starts first, on the ports the daemons will take, and they start meanwhile.
+    ports = free_port(), free_port()
+    targets = [f"127.0.0.1:{port}" for port in ports]
     shortened = shortened_rules(tmp, {"ChaosdPipelineCollapsed": "2s", "ChaosdPipelineFailing": "2s"})
     alerting = AlertStack(tmp / "alerting", targets, shortened)
+    otlp = Sink()
+    daemon: Daemon | None = None
+    failing: Daemon | None = None
     try:
+        daemon = Daemon(
+            tmp,
+            env={
+                "CHAOSD_API__PORT": str(ports[0]),
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp.port}",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_BSP_SCHEDULE_DELAY": "500",
+                "CHAOSD_TRACING__SAMPLE_EVERY": "20",
+                # A quarter of the default load, and recovery judged by an SLO (p95 ≤ 250 ms, 10× the usual, 90 %
+                # served) rather than by a 25 % band around a 25 ms baseline: on a shared CI host a few 50 ms
+                # scheduling stalls a second can keep the band from holding for recovery.confirm, and this module
+                # checks what reaches Prometheus, Alertmanager and the OTLP sink, not the host's scheduler.
+                "CHAOSD_LOAD__RATE": "50",
+                "CHAOSD_SLO__P95": "0.25",
+                "CHAOSD_SLO__AVAILABILITY": "0.9",
+                # No admission control, so that a load spike can collapse the pipeline and the collapse alert's
+                # path is proven end to end: the default capacity policy sheds the excess and keeps goodput at
+                # capacity (tests/test_admission_realtime.py proves that, and the Overloaded alert, instead).
+                "CHAOSD_THROTTLE__POLICY": "none",
+            },
+        )
+        # Every task fails at once (a stage whose calls all error), at a tenth of the load: the queue stays short.
+        (tmp / "failing").mkdir()
+        config = tmp / "failing" / "chaosd.toml"
+        config.write_text(
+            '[load]\nrate = 20.0\n[workers]\ncount = 2\n[[stages]]\nname = "work"\n'
+            'service = { distribution = "exponential", mean = 0.005 }\nfailure_probability = 1.0\n'
+        )
+        failing = Daemon(tmp / "failing", env={"CHAOSD_API__PORT": str(ports[1])}, config=config)
+        assert [daemon.base, failing.base] == [f"http://{t}" for t in targets]
         alerting.wait_scraped(targets[0])
         yield {
             "daemon": daemon,
@@ -73,9 +80,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "tmp": tmp,
         }
     finally:
-        failing.kill()
-        daemon.terminate()
-        daemon.kill()
+        if failing is not None:
+            failing.kill()
+        if daemon is not None:
+            daemon.terminate()
+            daemon.kill()
         alerting.close()
         otlp.close()
 
