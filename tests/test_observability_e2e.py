@@ -33,7 +33,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     # 5 s): it starts first, on the ports the daemons will take, and they start meanwhile.
     ports = free_port(), free_port()
     targets = [f"127.0.0.1:{port}" for port in ports]
-    shortened = shortened_rules(tmp, {"ChaosdPipelineCollapsed": "2s", "ChaosdPipelineFailing": "2s"})
+    shortened = shortened_rules(tmp, {"ChaosdPipelineCollapsed": "1s", "ChaosdPipelineFailing": "1s"})
     alerting = AlertStack(tmp / "alerting", targets, shortened)
     otlp = Sink()
     daemon: Daemon | None = None
