@@ -795,8 +795,9 @@ def test_a_paused_daemon_shows_a_stall_banner_never_a_collapse(arena: _Arena, da
 
 
 # --- faults through the page, judged against the daemon's baseline ----------------------------------------
-# Last in the module: the tests above use the time the daemon takes to learn its baseline (recovery.baseline_min).
-# The overload comes last of all: its recovery from a backlog is left to the daemon's end, not to a next test.
+# These, like the healthy and stall banner tests above, wait for the daemon's baseline (recovery.baseline_min): they
+# come after the tests that need none, which run while the daemon learns it. The overload comes last of all: its
+# recovery from a backlog is left to the daemon's end, not to a next test.
 
 
 def test_kill_leader_moves_the_leader_mark_and_tells_the_recovery(arena: _Arena, daemon: Daemon) -> None:
