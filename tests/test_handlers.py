@@ -183,8 +183,8 @@ def _fault_run(action: str, params: dict[str, object]) -> tuple[dict[str, Any], 
     faults: list[FaultRecord] = []
 
     def inject(e: Experiment) -> None:
-        if not faults and e.pipeline.elapsed() >= 0.5:
-            faults.append(e.injector.inject(action, "fetch", params, ttl=1.0))
+        if not faults and e.pipeline.elapsed() >= 0.2:
+            faults.append(e.injector.inject(action, "fetch", params, ttl=0.5))
 
     report, exp = _run_until(s, lambda e: bool(faults) and faults[0].outcome not in ("active", "recovering"), inject)
     assert faults, "the fault was never injected"

@@ -220,20 +220,22 @@ def test_stages_past_the_cap_share_one_label_value() -> None:
 # ---------------------------------------------------------------------------------------------- a real daemon
 
 
-CONFIG = """
+# The daemon's default load: 500 attempts of the first stage take 2.5 s.
+DAEMON_RATE = 200.0
+CONFIG = f"""
 [load]
-rate = 100.0
+rate = {DAEMON_RATE}
 
 [[stages]]
 name = "clean"
 kind = "compute"
-service = { distribution = "exponential", mean = 0.002 }
+service = {{ distribution = "exponential", mean = 0.002 }}
 next = ["flaky"]
 
 [[stages]]
 name = "flaky"
 kind = "compute"
-service = { distribution = "exponential", mean = 0.002 }
+service = {{ distribution = "exponential", mean = 0.002 }}
 failure_probability = 0.3
 breaker_threshold = 0
 next = ["search"]
@@ -241,7 +243,7 @@ next = ["search"]
 [[stages]]
 name = "search"
 kind = "tool"
-service = { distribution = "exponential", mean = 0.002 }
+service = {{ distribution = "exponential", mean = 0.002 }}
 timeout = 0.05
 breaker_threshold = 3
 breaker_reset = 1.0
@@ -305,7 +307,7 @@ def test_the_counts_move_as_the_pipeline_serves(daemon: Daemon) -> None:
     elapsed = time.monotonic() - began
     grown = _value(last, "chaosd_stage_attempts_total", stage="clean", kind="compute") - a0
     # ≈ the offered rate × the time between the scrapes (every task passes `clean` once).
-    assert grown / elapsed == pytest.approx(RATE, rel=0.3)
+    assert grown / elapsed == pytest.approx(DAEMON_RATE, rel=0.3)
     accepted = _value(last, "chaosd_tasks_total", outcome="accepted") - _value(
         first, "chaosd_tasks_total", outcome="accepted"
     )
@@ -338,10 +340,10 @@ def test_the_status_body_carries_each_stage_over_the_window(daemon: Daemon) -> N
 
     wait_for(windowed, 10, "a status a telemetry window after the previous one", lambda: str(stages))
     clean, flaky = stages["clean"], stages["flaky"]
-    assert clean["attempts_per_s"] == pytest.approx(RATE, rel=0.5)
+    assert clean["attempts_per_s"] == pytest.approx(DAEMON_RATE, rel=0.5)
     assert 0.0 < clean["p95_s"] < 0.05
     assert clean["error_share"] == 0.0  # negative control
-    assert 0.1 < flaky["error_share"] < 0.5  # ~0.3 over about a second (~100 attempts)
+    assert 0.1 < flaky["error_share"] < 0.5  # ~0.3 over about a second (~200 attempts)
     assert (clean["kind"], stages["search"]["kind"]) == ("compute", "tool")
     assert {st["breaker"] for st in stages.values()} == {"closed"}
 
@@ -351,7 +353,9 @@ def test_a_hung_tool_opens_the_breaker_in_the_scrape_and_it_closes_after(daemon:
     opened0 = _value(before, "chaosd_stage_breaker_transitions_total", stage="search", to="open")
     closed0 = _value(before, "chaosd_stage_breaker_transitions_total", stage="search", to="closed")
     assert _value(before, "chaosd_stage_breaker_state", stage="search") == 0
-    code, body = daemon.request("POST", "/api/v1/faults", {"action": "tool_timeout", "target": "search", "ttl": 3})
+    # A 1 s fault: three hung calls open the breaker within a few tenths of a second, and it stays open for its
+    # breaker_reset (1 s) whenever the fault ends.
+    code, body = daemon.request("POST", "/api/v1/faults", {"action": "tool_timeout", "target": "search", "ttl": 1})
     assert code == 201, body
 
     def state() -> float:
