@@ -35,9 +35,12 @@ WARMUP_SHARE = 0.1
 # the loop waited for a CPU.
 DURATION = 30.0
 TOLERANCE = {"mean sojourn": 0.02, "mean wait": 0.04, "p95 sojourn": 0.03}
-# The negative control runs shorter: services timed from each wake-up inflated the mean wait by 7 % or more in every
-# run measured (8 s to 100 s), nearly twice the tolerance.
+# The negative control runs shorter, with and without catch-up side by side, since the tolerances above are set for
+# a loaded host, not for telling the two apart. Four pairs of 10 s runs on a quiet host: without catch-up the error
+# was +3.7 to +5.2 % on the mean wait and +2.5 to +3.4 % on the mean sojourn, with it +0.55 to +0.75 % and +0.35 to
+# +0.48 %, five to eight times less; the test asks for three.
 CONTROL_DURATION = 10.0
+CONTROL_RATIO = 3.0
 
 
 def _measures(report: ReportView) -> dict[str, float]:
@@ -93,9 +96,11 @@ def test_without_catch_up_the_lateness_accumulates_into_the_wait() -> None:
     # Negative control: each service timed from the worker's wake-up, as before services kept to the schedule.
     settings = load_settings(None, OVERLAY)
     assert CATCH_UP > 0.0
-    errors = _errors(settings, CONTROL_DURATION, _real(settings, CONTROL_DURATION, 0.0))
-    assert errors["mean wait"] > TOLERANCE["mean wait"], errors
-    assert errors["mean sojourn"] > TOLERANCE["mean sojourn"], errors
+    kept = _errors(settings, CONTROL_DURATION, _real(settings, CONTROL_DURATION, CATCH_UP))
+    lost = _errors(settings, CONTROL_DURATION, _real(settings, CONTROL_DURATION, 0.0))
+    for name in ("mean wait", "mean sojourn"):
+        assert lost[name] > 0.01, (name, lost)
+        assert lost[name] > CONTROL_RATIO * max(kept[name], 0.0), (name, {"catch-up": kept, "none": lost})
 
 
 # The stall: the loop held for 200 ms, 1.5 s into a 4 s run. The arrivals it holds back land together when it ends
