@@ -97,39 +97,39 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, want)
 
 
-# Roughly the wall seconds each file over 20 s takes on one of three workers in a whole-suite run on two cores;
+# Roughly the wall seconds each file over 14 s takes on one of three workers in a whole-suite run on two cores;
 # only their order matters. Under pytest-xdist (``-n 3 --dist loadfile``, as CI runs; the addopts keep this order)
 # the longest start first, so the workers end together: in xdist's own order (most tests first) long files that
 # mostly wait on real processes, such as the two Redis scenario files, can come last on one worker while the
 # others idle.
 _FILE_SECONDS = {
-    "test_admission_realtime.py": 125,
-    "test_resilience.py": 111,
-    "test_arena.py": 92,
-    "test_api.py": 88,
-    "test_queueing_long.py": 58,
-    "test_observability_e2e.py": 50,
-    "test_faults.py": 47,
-    "test_queueing_mmc.py": 46,
-    "test_detector.py": 45,
-    "test_long_run.py": 45,
-    "test_survival_acceptance.py": 45,
-    "test_redis_scenario.py": 42,
-    "test_redis_reconnect.py": 40,
-    "test_queueing.py": 42,
-    "test_redis_scenario_memory.py": 40,
-    "test_admission.py": 36,
-    "test_vocabulary.py": 30,
-    "test_chaostoolkit.py": 29,
-    "test_observers.py": 25,
-    "test_scenarios.py": 28,
-    "test_ares_scenarios.py": 26,
-    "test_redis_faults_more.py": 29,
-    "test_redis_faults.py": 25,
-    "test_long_poll.py": 25,
-    "test_windows.py": 24,
-    "test_interrupt.py": 23,
-    "test_lifecycle.py": 22,
+    "test_admission_realtime.py": 79,
+    "test_api.py": 55,
+    "test_chaostoolkit.py": 45,
+    "test_dependencies.py": 42,
+    "test_resilience.py": 39,
+    "test_arena.py": 34,
+    "test_queueing_long.py": 31,
+    "test_redis_reconnect.py": 27,
+    "test_readme_commands.py": 25,
+    "test_admission.py": 25,
+    "test_queueing_mmc.py": 23,
+    "test_redis_dependencies.py": 23,
+    "test_redis_faults.py": 22,
+    "test_detector.py": 22,
+    "test_redis_scenario_memory.py": 21,
+    "test_redis_scenario.py": 21,
+    "test_redis_faults_more.py": 20,
+    "test_replications.py": 20,
+    "test_scenario_replications.py": 20,
+    "test_survival_acceptance.py": 19,
+    "test_long_run.py": 19,
+    "test_long_poll.py": 19,
+    "test_observability_e2e.py": 19,
+    "test_vocabulary.py": 17,
+    "test_plan_status.py": 17,
+    "test_interrupt.py": 15,
+    "test_windows.py": 14,
 }
 
 

@@ -42,6 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = "redis_dependency_handlers"
 WORKERS = 3
 RATE = 12.0  # tasks/s: three workers serve 14/s while each call takes 0.2 s more, so no backlog builds
+# Attempts in each window with no fault: a p95 over 48 holds two attempts a loaded host held up 0.2 s (one over 24
+# did not, in a full parallel run), while the fault's 0.2 s on every attempt still moves it.
+QUIET_ATTEMPTS = 48
 
 
 def _stage(setup: str = "setup") -> dict[str, Any]:
@@ -162,7 +165,7 @@ def test_dependency_faults_reach_the_worker_processes_and_the_daemon_sees_each_s
             await until(exp, lambda: (b := exp.injector.baseline()) is not None and b.goodput > 4, 20, "baseline")
             # The no-fault control: a few ms through the proxy, as the daemon's mirror of the stage reads it.
             quiet = latency.snapshot()
-            seen["quiet"] = _window(quiet, await attempts_grow(24, "attempts with no fault"))
+            seen["quiet"] = _window(quiet, await attempts_grow(QUIET_ATTEMPTS, "attempts with no fault"))
 
             # dependency_latency: every worker's proxy delays the handler's real call
             injected = clock.now()
@@ -184,7 +187,7 @@ def test_dependency_faults_reach_the_worker_processes_and_the_daemon_sees_each_s
             # daemon (a heartbeat, a poll).
             await until(exp, lambda: clock.now() >= ended + 0.6, 1, "0.6 s after the TTL")
             after = latency.snapshot()
-            seen["after"] = _window(after, await attempts_grow(24, "attempts after the latency"))
+            seen["after"] = _window(after, await attempts_grow(QUIET_ATTEMPTS, "attempts after the latency"))
 
             # dependency_error 503: the handler raises on the status; failures by reason grow, then stop
             failed = stats.failures.get("handler_error", 0)
