@@ -233,19 +233,23 @@ def main(argv: list[str] | None = None) -> int:
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
             results = dict(zip(runs, pool.map(execute, runs), strict=True))
 
-        for run, (status, output, seconds) in results.items():
+        def wrote_report(run: Run) -> bool:
             # A scenario whose run fails its verdict (exit 3: retry_storm collapses) still writes its report.
-            if status != 0 and not (run.scenario is not None and status == _VERDICT_FAILED):
+            status = results[run][0]
+            return status == 0 or (run.scenario is not None and status == _VERDICT_FAILED)
+
+        for run, (status, output, seconds) in results.items():
+            if not wrote_report(run):
                 failed = True
                 what = run.scenario or "contract tests"
                 tail = "\n    ".join(output.splitlines()[-15:])
                 print(f"{what} on {run.version}: FAILED (exit {status}) after {seconds:.0f} s\n    {tail}")
         for scenario in scenarios:
             reference = next(r for r in runs if r.scenario == scenario and r.version == here)
-            if results[reference][0] != 0:
+            if not wrote_report(reference):
                 continue
             for run in runs:
-                if run.scenario != scenario or run.version == here or results[run][0] != 0:
+                if run.scenario != scenario or run.version == here or not wrote_report(run):
                     continue
                 assert reference.out is not None and run.out is not None
                 verdict = compare(reference.out, run.out)
