@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from chaosd.arena.series import Series
-from chaosd.clock import LoopClock, VirtualEventLoop
-from chaosd.config import Settings
-from chaosd.control import Controller
-from chaosd.daemon import status_line
-from chaosd.runner import Experiment
+from chaosd.cli.serve import status_line
+from chaosd.config.settings import Settings
+from chaosd.core.clock import LoopClock, VirtualEventLoop
+from chaosd.daemon.control import Controller
+from chaosd.experiment.runner import Experiment
 from chaosd.telemetry.snapshot import Snapshot
 
 __all__ = ["VirtualDaemon"]
@@ -49,7 +49,7 @@ class VirtualDaemon:
         next_status = [interval]
         next_score = [SCORE_EVERY]
 
-        def on_snapshot(snap: Snapshot) -> None:  # chaosd/daemon.py: the status line (written nowhere here)
+        def on_snapshot(snap: Snapshot) -> None:  # chaosd/cli/serve.py: the status line (written nowhere here)
             if snap.t >= next_status[0]:
                 next_status[0] += interval
                 status_line(snap, exp.detector.state.value, exp.throttle.factor)

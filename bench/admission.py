@@ -58,13 +58,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from chaosd.config import Settings, load_settings
-from chaosd.histogram import percentiles
-from chaosd.runner import Experiment, run_offline
-from chaosd.scenario import find_scenario, load_scenario, settings_for
-from chaosd.telemetry.detector import DetectorState
+from chaosd.admission.detector import DetectorState
+from chaosd.admission.throttle import Throttle, ThrottleAction
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.histogram import percentiles
+from chaosd.experiment.runner import Experiment, run_offline
+from chaosd.experiment.scenario import find_scenario, load_scenario, settings_for
 from chaosd.telemetry.snapshot import Snapshot
-from chaosd.telemetry.throttle import Throttle, ThrottleAction
 
 POLICIES = ("none", "aimd", "capacity", "oracle")
 QUIET = 5.0  # seconds without a refusal that count as full admission

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
-from chaosd.clock import wall_time
-from chaosd.dependencies import FaultProxy, parse_upstream
+from chaosd.core.clock import wall_time
+from chaosd.faults.proxy import FaultProxy, parse_upstream
 
 BIG = b"x" * 65536
 

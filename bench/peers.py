@@ -32,8 +32,8 @@ from pathlib import Path
 import ciw
 import simpy
 
-from chaosd.runner import run_offline
-from chaosd.scenario import load_scenario, settings_for
+from chaosd.experiment.runner import run_offline
+from chaosd.experiment.scenario import load_scenario, settings_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "saturation.yaml"

@@ -33,12 +33,12 @@ from collections.abc import Awaitable, Callable
 from types import CodeType
 from typing import Any
 
-from chaosd.clock import LoopClock, new_event_loop, wall_time
-from chaosd.config import Settings, load_settings
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import LoopClock, new_event_loop, wall_time
+from chaosd.experiment.runner import Experiment, run_offline
 from chaosd.pipeline.producer import Producer
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import Worker
-from chaosd.runner import Experiment, run_offline
 from chaosd.views import ReportView
 
 OVERLAY: dict[str, Any] = {

@@ -6,7 +6,7 @@ one ``constant`` stage with mean 0 (no sleep). Throughput is ``report["throughpu
 (completions per clock second after the warm-up).
 
 Bare: producer -> ``asyncio.Queue(maxsize=1000)`` -> consumer on
-``chaosd.clock.new_event_loop(virtual=False)`` (the loop chaosd uses in real time),
+``chaosd.core.clock.new_event_loop(virtual=False)`` (the loop chaosd uses in real time),
 items are small slotted objects; throughput is items consumed per second over the same window.
 
 Runs are interleaved (bare, chaosd, bare, chaosd, ...) and medians are reported, with the ratio of each pair;
@@ -24,9 +24,9 @@ import statistics
 import time
 from typing import Any
 
-from chaosd.clock import new_event_loop
-from chaosd.config import Settings, load_settings
-from chaosd.runner import run_offline
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import new_event_loop
+from chaosd.experiment.runner import run_offline
 
 CAPACITY = 1000
 BUDGET = 2.5  # bare/chaosd ratio allowed

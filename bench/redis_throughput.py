@@ -49,9 +49,9 @@ from typing import Any
 
 import redis
 
-from chaosd.backends.redis_scripts import ADMIT
-from chaosd.config import Settings
-from chaosd.runner import run_offline
+from chaosd.backends.redis.scripts import ADMIT
+from chaosd.config.settings import Settings
+from chaosd.experiment.runner import run_offline
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ((1, 1), (1, 16), (2, 16), (4, 16))  # (worker processes, XREADGROUP COUNT)

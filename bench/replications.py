@@ -1,6 +1,6 @@
 """Replications on local processes: the same N replications with ``--jobs 1`` and ``--jobs 2``, wall time and ratio.
 
-Both run through :func:`chaosd.replicate.run_many` (a process pool started by forkserver, one or two processes),
+Both run through :func:`chaosd.batch.replicate.run_many` (a process pool started by forkserver, one or two processes),
 interleaved with a peer: the same pool running N pure-Python loops, whose 1-vs-2 ratio is what the machine's load
 leaves of two cores at that moment. The reports must be the same bytes.
 
@@ -17,7 +17,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from chaosd.replicate import RunSpec, SurvivalSpec, run_many, seeds_for
+from chaosd.batch.replicate import RunSpec, SurvivalSpec, run_many, seeds_for
 
 
 def _spin(k: int) -> int:

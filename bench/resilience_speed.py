@@ -13,11 +13,11 @@ import statistics
 import time
 from pathlib import Path
 
-from chaosd.config import Settings
+from chaosd.config.settings import Settings
+from chaosd.experiment.plans import scenario_plan, survival_plan
+from chaosd.experiment.runner import run_offline
+from chaosd.experiment.scenario import load_scenario, settings_for
 from chaosd.faults import CATALOGUE
-from chaosd.plans import scenario_plan, survival_plan
-from chaosd.runner import run_offline
-from chaosd.scenario import load_scenario, settings_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

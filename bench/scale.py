@@ -34,7 +34,7 @@ import aiohttp
 from _daemon import start_daemon
 from _virtual_daemon import VirtualDaemon
 
-from chaosd.config import load_settings
+from chaosd.config.settings import load_settings
 
 MEAN_SERVICE = 0.010  # s, the whole path: split evenly over its stages
 RHO = 0.7

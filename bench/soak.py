@@ -1,6 +1,6 @@
 """Soak: the daemon's pipeline in survival mode for a simulated week; does its memory stay flat?
 
-The daemon's Experiment + Controller (as ``chaosd.daemon._serve`` builds them, with its telemetry listeners but
+The daemon's Experiment + Controller (as ``chaosd.cli.serve._serve`` builds them, with its telemetry listeners but
 without the HTTP server) run on the virtual clock with survival mode on. Every simulated hour, after
 ``gc.collect()``: the process RSS and ``Controller.sizes()`` (entries held by each long-lived structure).
 Targets (issue 12): RSS grows ≤ 1 MB per simulated day after the first day, and no structure grows with run
@@ -25,7 +25,7 @@ from typing import Any
 
 from _virtual_daemon import VirtualDaemon
 
-from chaosd.config import load_settings
+from chaosd.config.settings import load_settings
 from chaosd.exporters.metrics import make_registry
 
 HOUR = 3600.0

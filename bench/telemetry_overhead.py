@@ -10,10 +10,10 @@ import argparse
 import asyncio
 import statistics
 
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import Settings, load_settings
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.runner import Experiment
 from chaosd.pipeline import Pipeline
-from chaosd.runner import Experiment
 
 OVERLAY = {
     "load": {"arrival": "constant", "rate": 1e7, "producers": 1},

@@ -20,7 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from chaosd.clock import PreciseEpollSelector
+from chaosd.core.clock import PreciseEpollSelector
 
 
 async def _lateness(delays: list[float], fds: int) -> list[float]:

@@ -4,7 +4,7 @@ Workload (M/M/c-ish): 1,000 tasks/s offered by 4 Poisson producers, 12 workers, 
 stage with mean 10 ms (rho ~ 0.83), telemetry/detector on (always on in ``run_offline``).
 
 Baseline: the same arrival/service pattern as a minimal producer/consumer on the same
-:class:`chaosd.clock.VirtualEventLoop`, using only ``asyncio.Queue`` and ``asyncio.sleep``
+:class:`chaosd.core.clock.VirtualEventLoop`, using only ``asyncio.Queue`` and ``asyncio.sleep``
 (no ledger, histograms, telemetry or detector). Runs are interleaved (bare, chaosd, ...) and the
 medians are reported.
 
@@ -21,9 +21,9 @@ import statistics
 import time
 from typing import Any
 
-from chaosd.clock import VirtualEventLoop
-from chaosd.config import Settings, load_settings
-from chaosd.runner import run_offline
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import VirtualEventLoop
+from chaosd.experiment.runner import run_offline
 
 RATE = 1000.0  # tasks/s offered, all producers together
 PRODUCERS = 4

@@ -1,5 +1,5 @@
 """``python -m chaosd``."""
 
-from chaosd.cli import entrypoint
+from chaosd.cli.main import entrypoint
 
 entrypoint()

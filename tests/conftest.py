@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import Settings, load_settings
-from chaosd.control import Controller
-from chaosd.runner import Experiment, run_offline
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.daemon.control import Controller
+from chaosd.experiment.runner import Experiment, run_offline
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["ci_gate"]  # a missing dependency fails where CI is set

@@ -24,7 +24,7 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
-from chaosd.config import load_settings
+from chaosd.config.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789"

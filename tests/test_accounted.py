@@ -7,8 +7,8 @@ from typing import Any
 
 from conftest import live, settings
 
-from chaosd.clock import LoopClock
-from chaosd.control import Controller
+from chaosd.core.clock import LoopClock
+from chaosd.daemon.control import Controller
 
 
 def test_the_answer_between_walks_is_what_a_walk_would_give_through_faults_and_after() -> None:

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from conftest import settings
 
-from chaosd.client import _inspect_lines as inspect_lines
-from chaosd.config import DetectorConfig, Settings, ThrottleConfig
-from chaosd.plans import scenario_plan
-from chaosd.report import render_summary
-from chaosd.runner import Experiment, run_offline
-from chaosd.scenario import load_scenario, settings_for
-from chaosd.telemetry.detector import CollapseDetector
+from chaosd.admission.detector import CollapseDetector
+from chaosd.admission.throttle import Throttle
+from chaosd.cli.client import _inspect_lines as inspect_lines
+from chaosd.config.settings import DetectorConfig, Settings, ThrottleConfig
+from chaosd.experiment.plans import scenario_plan
+from chaosd.experiment.report import render_summary
+from chaosd.experiment.runner import Experiment, run_offline
+from chaosd.experiment.scenario import load_scenario, settings_for
 from chaosd.telemetry.snapshot import Snapshot
-from chaosd.telemetry.throttle import Throttle
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only (conftest.py)
 

@@ -1,4 +1,5 @@
-"""House rules a reviewer would otherwise check by hand: the clock is injected, imports point one way."""
+"""House rules a reviewer would otherwise check by hand: the clock is injected, imports point one way, no file
+imports itself round a cycle, and nothing outgrows its limits (the plan and the limits: tests/house.py)."""
 
 from __future__ import annotations
 
@@ -8,69 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import house
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "chaosd"
 BANNED = {("time", "time"), ("time", "monotonic"), ("time", "perf_counter"), ("asyncio", "sleep")}
-# Layers in data-flow order; a module may import only from its own layer or earlier ones.
-LAYERS = [
-    "errors",
-    "config_problems",
-    "wire",
-    "durations",
-    "urls",
-    "views",
-    "confidence",
-    "rng",
-    "histogram",
-    "event_kinds",
-    "events",
-    "history",
-    "_asyncio_internals",
-    "clock",
-    "hostwait",
-    "handlers",
-    "config",
-    "redact",
-    "dependencies",
-    "expectations",
-    "scenario",
-    "run_timing",
-    "pipeline",
-    "backends",
-    "faults",
-    "telemetry",
-    "score",
-    "verdict",
-    "report",
-    "runner",
-    "plans",
-    "cluster",
-    "replicate",
-    "sweep_view",
-    "sweep_params",
-    "sweep_chart",
-    "sweep",
-    "exporters",
-    "control",
-    "storage",
-    "arena",
-    "api",
-    "daemon",
-    "client",
-    "cli",
-]
 
 
 def _modules() -> list[Path]:
     return [p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py"]
-
-
-def _layer(module: str) -> int | None:
-    parts = module.split(".")
-    if parts[0] != "chaosd" or len(parts) < 2:
-        return None
-    return LAYERS.index(parts[1]) if parts[1] in LAYERS else None
 
 
 def test_only_the_clock_module_reads_time_or_sleeps() -> None:
@@ -106,21 +53,6 @@ def test_no_global_random() -> None:
     assert offenders == []
 
 
-def test_imports_point_downstream_only() -> None:
-    offenders = []
-    for path in _modules():
-        rel = path.relative_to(PACKAGE.parent).with_suffix("")
-        me = _layer(".".join(rel.parts))
-        if me is None:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                other = _layer(node.module)
-                if other is not None and other > me:
-                    offenders.append(f"{'.'.join(rel.parts)} imports {node.module}")
-    assert offenders == []
-
-
 def test_every_benchmark_and_script_imports(monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing in the suite runs them (they take minutes); an API they use that moved must still fail here.
     root = PACKAGE.parent
@@ -141,9 +73,9 @@ def test_a_client_command_starts_without_the_engine() -> None:
     # has no listener on loopback, so the command fails with its own error (exit code 4) after importing all it needs.
     code = (
         "import sys\n"
-        "from chaosd.cli import main\n"
+        "from chaosd.cli.main import main\n"
         "status = main(['faults', '--addr', 'http://127.0.0.1:9'])\n"
-        "engine = ('numpy', 'aiohttp', 'chaosd.config', 'chaosd.pipeline', 'chaosd.runner', 'chaosd.faults')\n"
+        "engine = ('numpy', 'aiohttp', 'chaosd.config', 'chaosd.pipeline', 'chaosd.experiment', 'chaosd.faults')\n"
         "print(status, sorted(m for m in sys.modules if m.startswith(engine)))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
@@ -178,7 +110,10 @@ def test_the_faults_see_only_the_runtime_protocol() -> None:
 
 
 def test_the_api_calls_the_controller_never_the_pipeline() -> None:
-    assert _offenders("api", ("chaosd.pipeline", "chaosd.backends", "chaosd.faults.injector", "chaosd.runner")) == []
+    assert (
+        _offenders("api", ("chaosd.pipeline", "chaosd.backends", "chaosd.faults.injector", "chaosd.experiment.runner"))
+        == []
+    )
 
 
 def test_routes_raise_only_the_http_error_type_for_protocol_errors() -> None:
@@ -193,3 +128,159 @@ def test_routes_raise_only_the_http_error_type_for_protocol_errors() -> None:
                 if name in domain:
                     offenders.append(f"{path.name}:{node.lineno} raises {name}")
     assert offenders == []
+
+
+# --- the plan: packages in import order, no cycle of files, the limits ---------------------------------------------
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _files() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _edges(files: dict[str, Path]) -> dict[str, set[str]]:
+    """Each chaosd module's chaosd imports, at any depth (type-only and function-level ones included): the module
+    named, or for ``from package import name`` the submodule ``name`` where there is one."""
+    edges: dict[str, set[str]] = {}
+    for name, path in files.items():
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "chaosd":
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module for a in node.names
+                ]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.split(".")[0] == "chaosd"]
+            out.update(t for t in targets if t in files and t != name)
+        edges[name] = out
+    return edges
+
+
+def _package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in house.ORDER else None
+
+
+def test_the_plan_names_every_package() -> None:
+    found = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert found == sorted(house.ORDER)
+
+
+def test_every_package_says_what_it_owns() -> None:
+    bare = [
+        str(p.relative_to(PACKAGE.parent))
+        for p in PACKAGE.rglob("__init__.py")
+        if not ast.get_docstring(ast.parse(p.read_text()))
+    ]
+    assert bare == []
+
+
+def test_imports_point_down_the_plan_only() -> None:
+    offenders = []
+    for module, targets in _edges(_files()).items():
+        me = _package(module)
+        for target in sorted(targets):
+            other = _package(target)
+            if me is not None and other is not None and house.ORDER.index(other) > house.ORDER.index(me):
+                offenders.append(f"{module} imports {target}")
+    assert offenders == []
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_cycle_of_files() -> None:
+    assert _cycles(_edges(_files())) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    # Negative control for the test above.
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_few_modules_lie_flat() -> None:
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(flat) <= house.FLAT_MODULES, flat
+
+
+def _over(limit: int, measure: dict[str, int]) -> set[str]:
+    return {name for name, size in measure.items() if size > limit}
+
+
+def _sizes() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    modules: dict[str, int] = {}
+    classes: dict[str, int] = {}
+    functions: dict[str, int] = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE.parent))
+        text = path.read_text()
+        modules[rel] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                methods = [b for b in node.body if isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef)]
+                classes[f"{rel}:{node.name}"] = len(methods)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                key = f"{rel}:{node.name}"
+                functions[key] = max(functions.get(key, 0), node.end_lineno - node.lineno + 1)
+    return modules, classes, functions
+
+
+@pytest.mark.parametrize(
+    ("what", "limit", "debt"),
+    [
+        ("modules", house.MODULE_LINES, house.DEBT_MODULES),
+        ("classes", house.CLASS_METHODS, house.DEBT_CLASSES),
+        ("functions", house.FUNCTION_LINES, house.DEBT_FUNCTIONS),
+    ],
+)
+def test_nothing_outgrows_its_limit(what: str, limit: int, debt: set[str]) -> None:
+    modules, classes, functions = _sizes()
+    over = _over(limit, {"modules": modules, "classes": classes, "functions": functions}[what])
+    assert over - debt == set(), f"{what} over {limit}, not in the debt list"
+    assert debt - over == set(), f"{what} in the debt list that keep the limit now: take them off"

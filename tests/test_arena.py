@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from chaosd.arena.postmortem import embed_json, render_html
 from chaosd.arena.series import Series
-from chaosd.cli import main as cli_main
+from chaosd.cli.main import main as cli_main
 
 CHROMIUM_ARGS = [
     "--headless",

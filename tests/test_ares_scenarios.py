@@ -14,12 +14,12 @@ import pytest
 from conftest import live
 from daemon_harness import Daemon
 
-from chaosd.clock import LoopClock
-from chaosd.config import load_settings
-from chaosd.control import Controller, PlanRun
-from chaosd.errors import FaultError, ScenarioError
-from chaosd.plans import check_speed
-from chaosd.scenario import SETTLE_S, SHIPPED, find_scenario, load_scenario, parse_scenario, settings_for
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock
+from chaosd.core.errors import FaultError, ScenarioError
+from chaosd.daemon.control import Controller, PlanRun
+from chaosd.experiment.plans import check_speed
+from chaosd.experiment.scenario import SETTLE_S, SHIPPED, find_scenario, load_scenario, parse_scenario, settings_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

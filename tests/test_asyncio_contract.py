@@ -1,4 +1,4 @@
-"""What chaosd takes from asyncio's internals (chaosd/_asyncio_internals.py), checked against this interpreter.
+"""What chaosd takes from asyncio's internals (chaosd/core/_asyncio_internals.py), checked against this interpreter.
 
 One test per assumption named there, each named after it: a Python whose asyncio changed one of them fails here
 before a virtual-time run quietly differs.
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from chaosd import _asyncio_internals as internals
-from chaosd.clock import VirtualEventLoop
+from chaosd.core import _asyncio_internals as internals
+from chaosd.core.clock import VirtualEventLoop
 
 ASYNCIO = Path(asyncio.__file__).parent
 

@@ -15,13 +15,13 @@ from conftest import settings
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from chaosd.clock import LoopClock, new_event_loop
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.report import render_summary
+from chaosd.experiment.runner import Experiment
 from chaosd.exporters.metrics import make_registry
 from chaosd.pipeline.audit import EXAMPLES, Audit
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.task import Task
-from chaosd.report import render_summary
-from chaosd.runner import Experiment
 
 # --- the audit on its own ----------------------------------------------------------------------------------
 
@@ -196,7 +196,7 @@ def control() -> tuple[_Run, _Run]:
 
 
 def _expected_consistency(report: dict[str, Any]) -> float:
-    """chaosd/score.py's consistency, recomputed from the report's own numbers."""
+    """chaosd/experiment/score.py's consistency, recomputed from the report's own numbers."""
     t = report["tasks"]
     ended = t["accepted"] - t["in_flight"]
     corrupt = next((d["count"] for d in report["diagnostics"] if d["cause"] == "corruption_undetected"), 0)

@@ -22,9 +22,9 @@ from playwright.sync_api import Browser, Route, sync_playwright
 
 from chaosd.api.server import HostPolicy, own_origin
 from chaosd.chaostoolkit.actions import pull_lever, release_lever
-from chaosd.client import Client
-from chaosd.config import ApiConfig, load_settings
-from chaosd.errors import ConfigError
+from chaosd.cli.client import Client
+from chaosd.config.settings import ApiConfig, load_settings
+from chaosd.core.errors import ConfigError
 
 CHROMIUM_ARGS = [
     "--headless",

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from chaosd.clock import LoopClock, VirtualEventLoop, new_event_loop
-from chaosd.config import OrchestratorConfig, load_settings
-from chaosd.events import EventLog
+from chaosd.config.settings import OrchestratorConfig, load_settings
+from chaosd.core.clock import LoopClock, VirtualEventLoop, new_event_loop
+from chaosd.events.log import EventLog
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline import producer as producer_module
 from chaosd.pipeline import worker as worker_module

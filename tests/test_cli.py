@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from chaosd.cli import main
-from chaosd.config import Settings, StageConfig, load_settings
-from chaosd.replicate import RunSpec, prepare, seeds_for
+from chaosd.batch.replicate import RunSpec, prepare, seeds_for
+from chaosd.cli.main import main
+from chaosd.config.settings import Settings, StageConfig, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -245,7 +245,7 @@ def test_the_daemon_help_names_host_and_port(capsys: pytest.CaptureFixture[str])
 # --- chaosd report FILE ----------------------------------------------------------------------------------------
 
 GOLDEN = ROOT / "tests" / "golden"
-_LONG_DECIMALS = re.compile(r"\d\.\d{4,}")  # the rounding policy (chaosd/humanize.py) never prints these
+_LONG_DECIMALS = re.compile(r"\d\.\d{4,}")  # the rounding policy (chaosd/core/humanize.py) never prints these
 
 
 # retry_storm stays collapsed after its spike: the run fails its verdict (exit 3) and still writes its report.

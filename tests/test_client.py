@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 from daemon_harness import TOKEN, Daemon, wait_for
 
-import chaosd.client as client_module
-from chaosd.client import (
+import chaosd.cli.client as client_module
+from chaosd.cli.client import (
     EXIT_EXPECTATION,
     EXIT_OK,
     EXIT_PLAN_FAILED,
@@ -100,7 +100,9 @@ class FakeDaemon:
     routes: dict[tuple[str, str], Route] = field(default_factory=dict)
     polls: int = 0
     scenario_passed: bool | None = True
-    end_state: str = "finished"  # how the plans end: finished, stopped or failed (chaosd/control.py PlanRun.state)
+    end_state: str = (
+        "finished"  # how the plans end: finished, stopped or failed (chaosd/daemon/control.py PlanRun.state)
+    )
     end_reason: str | None = None
     # GET /api/v1/faults/{id}: the answers for each id, in turn (the last one repeats).
     fault_answers: dict[int, list[dict[str, Any]]] = field(default_factory=dict)

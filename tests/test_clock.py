@@ -10,7 +10,7 @@ import resource
 import socket
 import threading
 
-from chaosd.clock import LoopClock, VirtualEventLoop, new_event_loop
+from chaosd.core.clock import LoopClock, VirtualEventLoop, new_event_loop
 
 
 def _run(coro_factory):  # type: ignore[no-untyped-def]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from chaosd.cli import main
-from chaosd.clock import wall_time
-from chaosd.cluster import CONNECT_TIMEOUT, run_on_cluster
+from chaosd.batch.cluster import CONNECT_TIMEOUT, run_on_cluster
+from chaosd.cli.main import main
+from chaosd.core.clock import wall_time
 
 ROOT = Path(__file__).resolve().parent.parent
 distributed = pytest.importorskip("distributed")  # the test extra installs it; the cluster extra for users
@@ -134,7 +134,7 @@ def test_a_bad_cluster_address_exits_2_in_bounded_time(
 def test_dask_stays_off_every_other_path(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from chaosd.cli import main\n"
+        "from chaosd.cli.main import main\n"
         "args = ['run', '--duration', '5', '--replications', '2', '--jobs', '1', '--quiet', '--report', sys.argv[1]]\n"
         "status = main(args)\n"
         "print(status, sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n"

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from daemon_harness import TOKEN, Daemon, wait_for
 
-from chaosd.config import load_settings
-from chaosd.daemon import check_bind
-from chaosd.errors import ConfigError
+from chaosd.cli.serve import check_bind
+from chaosd.config.settings import load_settings
+from chaosd.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

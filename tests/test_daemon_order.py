@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from daemon_harness import Daemon, free_port, wait_for
 
-from chaosd.clock import new_event_loop
-from chaosd.config import Settings
-from chaosd.daemon import Daemon as ChaosDaemon
+from chaosd.cli.serve import Daemon as ChaosDaemon
+from chaosd.config.settings import Settings
+from chaosd.core.clock import new_event_loop
 
 pytestmark = pytest.mark.timeout(120)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -426,7 +426,7 @@ _STATE_CODE = re.compile(r'(\d+) \* chaosd_detector_state\{[^}]*state="([a-z]+)"
 def test_every_detector_state_has_its_code_and_its_name(path: Path) -> None:
     """A state the folding query leaves out sums to 0 and shows as "unknown" (the faults dashboard once showed
     an overload so); every state the detector has is folded into a code, and the code's mapping names it."""
-    from chaosd.telemetry.detector import DetectorState  # noqa: PLC0415 - the only test here that needs chaosd
+    from chaosd.admission.detector import DetectorState  # noqa: PLC0415 - the only test here that needs chaosd
 
     states = {s.value for s in DetectorState}
     panels = [p for p in _query_panels(_load(path)) if any("chaosd_detector_state" in t["expr"] for t in p["targets"])]

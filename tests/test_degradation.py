@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from conftest import settings
 
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import load_settings
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.runner import Experiment
 from chaosd.pipeline.dag import Dag, Route
 from chaosd.pipeline.pipeline import Pipeline
-from chaosd.runner import Experiment
 
 Plan = Callable[[Experiment], Coroutine[Any, Any, None]]
 Obs = dict[str, Any]

@@ -24,8 +24,8 @@ import pytest
 from daemon_harness import ROOT, Daemon, wait_for
 from dependency_handlers import CALLS_VARIABLE, recorded
 
-from chaosd.config import load_settings
-from chaosd.report import explain_recovery
+from chaosd.config.settings import load_settings
+from chaosd.experiment.report import explain_recovery
 
 pytestmark = pytest.mark.slow
 

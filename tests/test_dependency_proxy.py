@@ -22,7 +22,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from chaosd.dependencies import NO_FAULTS, DependencyFaults, FaultProxy, Upstream, parse_upstream
+from chaosd.faults.proxy import NO_FAULTS, DependencyFaults, FaultProxy, Upstream, parse_upstream
 
 SECRET = "s3cr3t-Pa55"
 LATENCY = 0.25

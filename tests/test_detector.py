@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from conftest import mmc, run, settings
 
-from chaosd.config import DetectorConfig, ThrottleConfig
-from chaosd.runner import Experiment, run_offline
-from chaosd.telemetry.detector import CollapseDetector, DetectorState
+from chaosd.admission.detector import CollapseDetector, DetectorState
+from chaosd.admission.throttle import Throttle
+from chaosd.config.settings import DetectorConfig, ThrottleConfig
+from chaosd.experiment.runner import Experiment, run_offline
+from chaosd.experiment.verdict import run_verdict
 from chaosd.telemetry.snapshot import Snapshot
-from chaosd.telemetry.throttle import Throttle
-from chaosd.verdict import run_verdict
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as root (conftest.py)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from chaosd.clock import LoopClock, VirtualEventLoop
-from chaosd.config import OrchestratorConfig
-from chaosd.events import EventLog
+from chaosd.config.settings import OrchestratorConfig
+from chaosd.core.clock import LoopClock, VirtualEventLoop
+from chaosd.events.log import EventLog
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.dispatch import Dispatcher, State
 from chaosd.pipeline.queue import IngressQueue

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaosd.api.schemas import openapi_document
-from chaosd.durations import PATTERN, parse_duration
+from chaosd.core.durations import PATTERN, parse_duration
 
 ACCEPTED = [
     ("90", 90.0),

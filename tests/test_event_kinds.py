@@ -1,4 +1,4 @@
-"""Every event the flight recorder keeps has the payload its kind declares (chaosd.event_kinds).
+"""Every event the flight recorder keeps has the payload its kind declares (chaosd.events.kinds).
 
 mypy checks each ``record(...)`` call against ``EventLog.record``'s overloads; this checks what the
 pipeline really records, in runs that exercise every fault action and the shipped scenarios, against the
@@ -16,13 +16,13 @@ import pytest
 from conftest import settings
 from pydantic import TypeAdapter, ValidationError
 
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.event_kinds import EventKind
-from chaosd.events import Event, EventLog
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.events.kinds import EventKind
+from chaosd.events.log import Event, EventLog
+from chaosd.experiment.plans import Plan, scenario_plan, survival_plan
+from chaosd.experiment.runner import Experiment
+from chaosd.experiment.scenario import load_scenario, settings_for
 from chaosd.faults import CATALOGUE
-from chaosd.plans import Plan, scenario_plan, survival_plan
-from chaosd.runner import Experiment
-from chaosd.scenario import load_scenario, settings_for
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from chaosd.errors import ScenarioError
-from chaosd.plans import EXPECT_KEYS, check_expectations, evaluate_expectations
+from chaosd.core.errors import ScenarioError
+from chaosd.experiment.plans import EXPECT_KEYS, check_expectations, evaluate_expectations
 
 # A finished run's report, as far as the checks read it: one fault, recovered in 2.5 s.
 REPORT: dict[str, Any] = {

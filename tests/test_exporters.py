@@ -29,7 +29,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from chaosd.clock import LoopClock, new_event_loop
+from chaosd.admission.detector import DetectorState
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.runner import Experiment
 from chaosd.exporters import tracing as tracing_module
 from chaosd.exporters.metrics import (
     AGENT_KINDS,
@@ -44,8 +46,6 @@ from chaosd.exporters.metrics import (
 )
 from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
 from chaosd.faults import CATALOGUE
-from chaosd.runner import Experiment
-from chaosd.telemetry.detector import DetectorState
 
 
 @dataclass(frozen=True)

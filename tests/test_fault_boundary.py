@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
-from chaosd.errors import FaultError
-from chaosd.events import EventLog
+from chaosd.config.settings import FaultsConfig, RecoveryConfig, SloConfig
+from chaosd.core.errors import FaultError
+from chaosd.events.log import EventLog
 from chaosd.faults import Injector
 from chaosd.faults.runtime import Runtime
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from conftest import settings
 
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.errors import FaultError
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.core.errors import FaultError
+from chaosd.experiment.runner import Experiment
 from chaosd.faults import CATALOGUE
-from chaosd.runner import Experiment
 
 Plan = Callable[[Experiment], Coroutine[Any, Any, None]]
 Obs = dict[str, Any]

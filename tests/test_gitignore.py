@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import ROOT
 from needs import program
 
-from chaosd.config import load_settings
+from chaosd.config.settings import load_settings
 
 
 def _chaosd(cwd: Path, *argv: str) -> None:

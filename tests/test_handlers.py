@@ -22,14 +22,14 @@ import aiohttp
 import handler_fixtures as fx
 import pytest
 
-from chaosd.cli import main
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import Settings, load_settings
-from chaosd.errors import ConfigError
+from chaosd.admission.detector import DetectorState
+from chaosd.cli.main import main
+from chaosd.config.handlers import StageContext
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.core.errors import ConfigError
+from chaosd.experiment.runner import Experiment, run_offline
 from chaosd.faults.injector import FaultRecord
-from chaosd.handlers import StageContext
-from chaosd.runner import Experiment, run_offline
-from chaosd.telemetry.detector import DetectorState
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 6.0  # real seconds a run may take before its assertions fail

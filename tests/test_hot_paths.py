@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from chaosd._asyncio_internals import Alarm
-from chaosd.clock import LoopClock, VirtualEventLoop
-from chaosd.config import ServiceConfig
+from chaosd.config.settings import ServiceConfig
+from chaosd.core._asyncio_internals import Alarm
+from chaosd.core.clock import LoopClock, VirtualEventLoop
 from chaosd.pipeline.stages import make_sampler
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chaosd import humanize
+from chaosd.core import humanize
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 120.0  # seconds; generous, for a slow shared machine

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from conftest import live
 
-from chaosd.clock import LoopClock
-from chaosd.config import load_settings
-from chaosd.control import Controller
-from chaosd.scenario import SHIPPED, load_scenario, parse_scenario
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock
+from chaosd.daemon.control import Controller
+from chaosd.experiment.scenario import SHIPPED, load_scenario, parse_scenario
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only
 

@@ -25,11 +25,11 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from chaosd.api import build_app
 from chaosd.api.keys import HTTP_STATS, LIMITS, STORAGE
 from chaosd.api.server import FrontDoor
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import Settings
-from chaosd.control import Controller
+from chaosd.config.settings import Settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.daemon.control import Controller
+from chaosd.experiment.runner import Experiment
 from chaosd.exporters.tracing import Tracing
-from chaosd.runner import Experiment
 from chaosd.telemetry.snapshot import Snapshot
 
 

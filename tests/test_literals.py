@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import get_args
 
-from chaosd.telemetry.detector import DetectorState
+from chaosd.admission.detector import DetectorState
 from chaosd.views import DetectorStateName
 
 

@@ -14,11 +14,11 @@ from aiohttp import web
 
 from chaosd.api import build_app
 from chaosd.api.keys import STORAGE
-from chaosd.clock import LoopClock, VirtualEventLoop
-from chaosd.config import Settings, load_settings
-from chaosd.control import Controller
-from chaosd.report import rounded
-from chaosd.runner import Experiment
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import LoopClock, VirtualEventLoop
+from chaosd.daemon.control import Controller
+from chaosd.experiment.report import rounded
+from chaosd.experiment.runner import Experiment
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu]  # a minute or more of wall time
 

@@ -12,10 +12,10 @@ import pytest
 from conftest import live, settings
 from daemon_harness import Daemon, wait_for
 
-from chaosd.clock import LoopClock
-from chaosd.control import Controller
-from chaosd.events import Event
-from chaosd.wire import PENDING, TERMINAL
+from chaosd.core.clock import LoopClock
+from chaosd.daemon.control import Controller
+from chaosd.events.log import Event
+from chaosd.views.wire import PENDING, TERMINAL
 
 
 def _script(raising: bool) -> Any:
@@ -45,7 +45,7 @@ def _script(raising: bool) -> Any:
 
 def test_a_raising_subscriber_is_logged_once_counted_and_changes_nothing(caplog: pytest.LogCaptureFixture) -> None:
     s = settings({"seed": 7})
-    with caplog.at_level(logging.ERROR, logger="chaosd.events"):
+    with caplog.at_level(logging.ERROR, logger="chaosd.events.log"):
         clean = live(_script(raising=False), s)
         assert caplog.records == []  # negative control: nothing logged without the raising observers
         broken = live(_script(raising=True), s)

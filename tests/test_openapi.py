@@ -18,10 +18,10 @@ from chaosd.api.keys import HTTP_STATS, LIMITS
 from chaosd.api.schemas import openapi_document
 from chaosd.api.server import FrontDoor
 from chaosd.api.table import BEGIN, END, ENDPOINTS, Endpoint, declared, markdown_table, rewrite_docs, served
-from chaosd.clock import LoopClock
-from chaosd.config import Settings
-from chaosd.control import Controller
-from chaosd.runner import Experiment
+from chaosd.config.settings import Settings
+from chaosd.core.clock import LoopClock
+from chaosd.daemon.control import Controller
+from chaosd.experiment.runner import Experiment
 from chaosd.views import HealthBody
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import mmc, run, settings
 
-from chaosd.clock import LoopClock, VirtualEventLoop
-from chaosd.config import BackoffConfig, Phase, ServiceConfig, load_settings
-from chaosd.histogram import LogHistogram, percentiles
+from chaosd.config.settings import BackoffConfig, Phase, ServiceConfig, load_settings
+from chaosd.core.clock import LoopClock, VirtualEventLoop
+from chaosd.core.histogram import LogHistogram, percentiles
+from chaosd.experiment.runner import Experiment, run_offline
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline.backoff import backoff_delay
 from chaosd.pipeline.dag import Dag
@@ -25,7 +26,6 @@ from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.stages import make_sampler
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter
-from chaosd.runner import Experiment, run_offline
 
 
 def _accounted(report: dict) -> None:

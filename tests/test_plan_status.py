@@ -15,14 +15,14 @@ import pytest
 from conftest import live
 from daemon_harness import TOKEN, Daemon, wait_for
 
-from chaosd.client import EXIT_OK, add_client_commands, run_client_command
-from chaosd.clock import LoopClock
-from chaosd.config import load_settings
-from chaosd.control import Controller, PlanRun
-from chaosd.plans import window_report
-from chaosd.report import rounded
-from chaosd.scenario import parse_scenario
-from chaosd.score import ScoreWeights
+from chaosd.cli.client import EXIT_OK, add_client_commands, run_client_command
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock
+from chaosd.daemon.control import Controller, PlanRun
+from chaosd.experiment.plans import window_report
+from chaosd.experiment.report import rounded
+from chaosd.experiment.scenario import parse_scenario
+from chaosd.experiment.score import ScoreWeights
 
 TERMINAL = ("recovered", "failed", "unmeasured")
 SCORE_KEYS = {"total", "grade", "availability", "recovery", "recovery_rate", "recovery_speed", "consistency", "version"}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from chaosd.cli import main
+from chaosd.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 # The platform without epoll, made before chaosd is imported; the stand-in default selector counts its polls, so the
@@ -30,8 +30,8 @@ class Default(getattr(selectors, kind)):
         return super().select(timeout)
 
 selectors.DefaultSelector = Default
-from chaosd.clock import *  # every name the module exports exists here too
-from chaosd.cli import main
+from chaosd.core.clock import *  # every name the module exports exists here too
+from chaosd.cli.main import main
 code = main(sys.argv[2:])
 print(f"polls: {Default.polls}", file=sys.stderr)
 raise SystemExit(code)

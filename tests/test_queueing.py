@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from chaosd.config import load_settings
-from chaosd.runner import run_offline
+from chaosd.config.settings import load_settings
+from chaosd.experiment.runner import run_offline
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as root (conftest.py)
 

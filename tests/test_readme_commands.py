@@ -15,9 +15,9 @@ import pytest
 from daemon_harness import ROOT, TOKEN, Daemon
 from needs import program
 
-from chaosd.client import EXIT_OK
-from chaosd.config import load_settings
-from chaosd.scenario import SHIPPED, load_scenario
+from chaosd.cli.client import EXIT_OK
+from chaosd.config.settings import load_settings
+from chaosd.experiment.scenario import SHIPPED, load_scenario
 
 README_LINE = "chaosd scenario run leader_assassination --speed 10"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from chaosd.clock import CATCH_UP, LoopClock, new_event_loop
-from chaosd.config import Settings, load_settings
-from chaosd.runner import Experiment, run_offline
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import CATCH_UP, LoopClock, new_event_loop
+from chaosd.experiment.runner import Experiment, run_offline
 from chaosd.views import ReportView
 
 pytestmark = pytest.mark.solo

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from conftest import settings
 
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.runner import Experiment, run_offline
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.runner import Experiment, run_offline
 
 # A chain with no alternate and no optional stage: removing the middle stage stops all work.
 CHAIN = {

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from conftest import mmc, settings
 
-from chaosd.clock import LoopClock, new_event_loop
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.report import render_summary, rounded
+from chaosd.experiment.runner import Experiment
 from chaosd.faults.record import Trace, prediction
-from chaosd.report import render_summary, rounded
-from chaosd.runner import Experiment
 
 INJECT_AT = 15.05  # after the 10 s baseline window has filled
 WORKERS, MU = 4, 100.0  # 10 ms mean service: 100/s per worker

@@ -13,11 +13,11 @@ import redis
 import redis_harness
 from redis_harness import RedisServer, redis_settings
 
-from chaosd.backends.redis_runtime import RedisRuntime
-from chaosd.backends.redis_scripts import ADMIT, COMPLETE
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import Settings, load_settings
-from chaosd.runner import Experiment
+from chaosd.backends.redis.runtime import RedisRuntime
+from chaosd.backends.redis.scripts import ADMIT, COMPLETE
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.runner import Experiment
 
 pytestmark = pytest.mark.timeout(120)
 shared_redis, server = redis_harness.shared_redis, redis_harness.server

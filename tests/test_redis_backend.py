@@ -16,14 +16,14 @@ from redis.exceptions import ResponseError
 from redis_harness import RedisServer, redis_settings
 
 from chaosd.backends import make_pipeline
-from chaosd.backends.redis_replies import Heartbeat, Lease, PollReply, Result, StageCounter
-from chaosd.backends.redis_runtime import RedisRuntime
-from chaosd.cli import main
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import Settings, load_settings
-from chaosd.errors import ConfigError
+from chaosd.backends.redis.replies import Heartbeat, Lease, PollReply, Result, StageCounter
+from chaosd.backends.redis.runtime import RedisRuntime
+from chaosd.cli.main import main
+from chaosd.config.settings import Settings, load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.core.errors import ConfigError
+from chaosd.experiment.runner import Experiment, run_offline
 from chaosd.pipeline.task import Task
-from chaosd.runner import Experiment, run_offline
 
 pytestmark = pytest.mark.timeout(120)
 # One redis-server for the module, emptied before each test (none of them restarts it).

@@ -25,16 +25,16 @@ from redis_harness import redis_settings, running_redis
 from test_redis_backend import RECOVERY, experiment, until
 
 from chaosd.backends import make_pipeline
-from chaosd.backends.redis_control import Controls
-from chaosd.backends.redis_replies import Heartbeat, StageDocument, StageTotals
-from chaosd.backends.redis_runtime import RedisRuntime
-from chaosd.backends.redis_worker import _set_flags
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import load_settings
-from chaosd.dependencies import NO_FAULTS, DependencyFaults
-from chaosd.histogram import LogHistogram, percentiles
+from chaosd.backends.redis.control import Controls
+from chaosd.backends.redis.replies import Heartbeat, StageDocument, StageTotals
+from chaosd.backends.redis.runtime import RedisRuntime
+from chaosd.backends.redis.worker import _set_flags
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.core.histogram import LogHistogram, percentiles
+from chaosd.experiment.runner import Experiment
+from chaosd.faults.proxy import NO_FAULTS, DependencyFaults
 from chaosd.pipeline import Pipeline
-from chaosd.runner import Experiment
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,11 +18,11 @@ import redis
 from redis_harness import redis_settings, running_redis
 from test_redis_backend import RECOVERY, experiment, until
 
-from chaosd.backends.redis_process import EXIT_KILLED
-from chaosd.backends.redis_runtime import RedisRuntime
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import load_settings
-from chaosd.runner import Experiment
+from chaosd.backends.redis.process import EXIT_KILLED
+from chaosd.backends.redis.runtime import RedisRuntime
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.runner import Experiment
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,11 +15,11 @@ from redis.asyncio import Redis
 from redis_harness import RedisServer, redis_settings
 from test_redis_backend import QUIET, experiment, until
 
-from chaosd.backends.redis_leader import Replica
-from chaosd.backends.redis_runtime import RedisRuntime
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import load_settings
-from chaosd.runner import Experiment
+from chaosd.backends.redis.leader import Replica
+from chaosd.backends.redis.runtime import RedisRuntime
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.runner import Experiment
 
 pytestmark = pytest.mark.timeout(120)
 # One redis-server for the module, emptied before each test (none of them restarts it).

@@ -13,9 +13,9 @@ import redis
 from redis_harness import RedisServer, redis_settings
 from test_redis_backend import QUIET, experiment, until
 
-from chaosd.backends.redis_runtime import RedisRuntime
-from chaosd.config import load_settings
-from chaosd.runner import Experiment
+from chaosd.backends.redis.runtime import RedisRuntime
+from chaosd.config.settings import load_settings
+from chaosd.experiment.runner import Experiment
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from redis_harness import running_redis
 
-from chaosd.plans import check_speed, evaluate_expectations, scenario_plan
-from chaosd.runner import Experiment, run_offline
-from chaosd.scenario import find_scenario, load_scenario, settings_for
+from chaosd.experiment.plans import check_speed, evaluate_expectations, scenario_plan
+from chaosd.experiment.runner import Experiment, run_offline
+from chaosd.experiment.scenario import find_scenario, load_scenario, settings_for
 
 # 20 to 25 s of real time, mostly waiting
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]

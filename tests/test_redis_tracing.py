@@ -15,11 +15,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from redis_harness import RedisServer, redis_settings
 from test_redis_backend import RECOVERY, server, shared_redis, until
 
-from chaosd.clock import LoopClock, new_event_loop, unix_time
-from chaosd.config import load_settings
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock, new_event_loop, unix_time
+from chaosd.experiment.runner import Experiment
 from chaosd.exporters.tracing import Tracing, otlp_exporter_from_env
 from chaosd.pipeline.tracing import parse_traceparent, traceparent
-from chaosd.runner import Experiment
 
 pytestmark = pytest.mark.timeout(120)
 __all__ = ["server", "shared_redis"]  # the fixtures, used by name

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chaosd.cli import main
-from chaosd.clock import wall_time
-from chaosd.confidence import mean_ci, t975
-from chaosd.plans import evaluate_expectations, evaluate_replicated
-from chaosd.replicate import RunSpec, SurvivalSpec, run_many, run_one, seeds_for, summarise
+from chaosd.batch.replicate import RunSpec, SurvivalSpec, run_many, run_one, seeds_for, summarise
+from chaosd.cli.main import main
+from chaosd.core.clock import wall_time
+from chaosd.core.confidence import mean_ci, t975
+from chaosd.experiment.plans import evaluate_expectations, evaluate_replicated
 from chaosd.views import ReportView
 
 pytestmark = pytest.mark.cpu
@@ -307,7 +307,7 @@ def test_ctrl_c_stops_the_replications_at_once_and_writes_no_report(tmp_path: Pa
 
 
 def test_a_bad_config_is_refused_before_any_process_starts(tmp_path: Path) -> None:
-    from chaosd.errors import ConfigError  # noqa: PLC0415
+    from chaosd.core.errors import ConfigError  # noqa: PLC0415
 
     with pytest.raises(ConfigError, match=r"load\.rate"):
         run_many([RunSpec(overlay={"load": {"rate": -1}})] * 2, jobs=2)

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from conftest import mmc, settings
 
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.humanize import fixes, percent, seconds, value
-from chaosd.report import render_summary
-from chaosd.runner import Experiment, run_offline
-from chaosd.scenario import find_scenario, load_scenario, settings_for
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.core.humanize import fixes, percent, seconds, value
+from chaosd.experiment.report import render_summary
+from chaosd.experiment.runner import Experiment, run_offline
+from chaosd.experiment.scenario import find_scenario, load_scenario, settings_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from conftest import settings
 
-from chaosd.cli import main
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import Settings
+from chaosd.cli.main import main
+from chaosd.config.settings import Settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.experiment.plans import scenario_plan, survival_plan
+from chaosd.experiment.runner import Experiment, run_offline
+from chaosd.experiment.scenario import load_scenario, settings_for
 from chaosd.faults import CATALOGUE
-from chaosd.plans import scenario_plan, survival_plan
-from chaosd.runner import Experiment, run_offline
-from chaosd.scenario import load_scenario, settings_for
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only, at a lower priority as root (conftest.py)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chaosd.errors import FaultError, ScenarioError
-from chaosd.scenario import SHIPPED, Scenario, load_scenario, parse_scenario, resolve_scenario_name
+from chaosd.core.errors import FaultError, ScenarioError
+from chaosd.experiment.scenario import SHIPPED, Scenario, load_scenario, parse_scenario, resolve_scenario_name
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "SECRET-7f3a9c"  # stands for whatever a file holds that must never come back in a message

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chaosd.cli import main
-from chaosd.scenario import load_scenario, settings_for
+from chaosd.cli.main import main
+from chaosd.experiment.scenario import load_scenario, settings_for
 
 pytestmark = pytest.mark.cpu
 

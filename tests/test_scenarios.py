@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from chaosd.config import load_settings
-from chaosd.runner import run_offline
-from chaosd.scenario import find_scenario, load_scenario, settings_for
+from chaosd.config.settings import load_settings
+from chaosd.experiment.runner import run_offline
+from chaosd.experiment.scenario import find_scenario, load_scenario, settings_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

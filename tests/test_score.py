@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from chaosd.score import (
+from chaosd.experiment.score import (
     FORMULA_VERSION,
     Cause,
     Score,

@@ -20,7 +20,7 @@ from daemon_harness import ROOT, Daemon, Sink, wait_for
 from needs import program
 from redis_harness import free_port
 
-from chaosd.redact import redact_url, redacted
+from chaosd.config.redact import redact_url, redacted
 
 
 def _read_stream(base: str, until: bytes, deadline_s: float = 20.0) -> bytes:

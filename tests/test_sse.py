@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from chaosd.api.app import errors
 from chaosd.api.sse import Broker
-from chaosd.events import EventLog
+from chaosd.events.log import EventLog
 
 URL = "/api/v1/events"
 Client = TestClient[web.Request, web.Application]

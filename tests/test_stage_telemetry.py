@@ -17,11 +17,11 @@ from needs import program
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.control import Controller
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.daemon.control import Controller
+from chaosd.experiment.runner import Experiment
 from chaosd.exporters.metrics import make_registry
 from chaosd.exporters.stage_series import MAX_STAGE_LABELS, OTHER_STAGES
-from chaosd.runner import Experiment
 from chaosd.views import ReportView, StageReportView
 
 MEAN = 0.004  # the clean stage's exponential mean: its p95 is MEAN · ln 20
@@ -116,7 +116,7 @@ def test_retries_add_up_to_the_ledger_s_without_a_warm_up() -> None:
 
 
 def test_the_summary_prints_the_stage_table(measured: ReportView) -> None:
-    from chaosd.report import render_summary  # noqa: PLC0415 - what `chaosd run` prints
+    from chaosd.experiment.report import render_summary  # noqa: PLC0415 - what `chaosd run` prints
 
     lines = render_summary(measured).splitlines()
     at = lines.index("  by stage")

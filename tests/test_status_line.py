@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from conftest import settings
 
-from chaosd.daemon import StatusCounts, status_line
-from chaosd.runner import Experiment, run_offline
+from chaosd.cli.serve import StatusCounts, status_line
+from chaosd.experiment.runner import Experiment, run_offline
 from chaosd.telemetry.snapshot import Snapshot
 
 INTERVAL = 10.0

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from chaosd.errors import ChaosdError
-from chaosd.storage import Storage
+from chaosd.core.errors import ChaosdError
+from chaosd.daemon.storage import Storage
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,7 +140,7 @@ def test_a_reopened_file_serves_the_first_instances_history(tmp_path: Path) -> N
 
 CRASH = """
 import asyncio, os, signal, sys
-from chaosd.storage import Storage
+from chaosd.daemon.storage import Storage
 
 async def main() -> None:
     s = Storage(sys.argv[1])
@@ -261,9 +261,9 @@ def test_failed_writes_are_counted_and_later_writes_still_land(
         assert [e["id"] for e in await s.events("r")] == [2, 3]
         assert [(r["id"], r["status"]) for r in await s.runs()] == [("r", "finished")]
 
-    with caplog.at_level(logging.ERROR, logger="chaosd.storage"):
+    with caplog.at_level(logging.ERROR, logger="chaosd.daemon.storage"):
         assert _with_storage(tmp_path / "h.db", body).write_errors == 4
-    assert len([r for r in caplog.records if r.name == "chaosd.storage"]) == 4
+    assert len([r for r in caplog.records if r.name == "chaosd.daemon.storage"]) == 4
     assert "ghost" in caplog.text
 
 
@@ -361,7 +361,7 @@ def caplog_errors() -> Any:
             records.append(record)
 
     handler = Keep(logging.ERROR)
-    logger = logging.getLogger("chaosd.storage")
+    logger = logging.getLogger("chaosd.daemon.storage")
     logger.addHandler(handler)
     try:
         yield records

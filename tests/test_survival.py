@@ -11,10 +11,10 @@ import pytest
 from daemon_harness import Daemon, wait_for
 from test_client import FakeDaemon, _cli, daemon  # noqa: F401 - the fake daemon fixture
 
-from chaosd import client as client_module
-from chaosd.cli import main
-from chaosd.errors import FaultError
-from chaosd.plans import SURVIVAL_MARGIN, SURVIVAL_MIN_TTL, survival_timing
+from chaosd.cli import client as client_module
+from chaosd.cli.main import main
+from chaosd.core.errors import FaultError
+from chaosd.experiment.plans import SURVIVAL_MARGIN, SURVIVAL_MIN_TTL, survival_timing
 
 TERMINAL = ("recovered", "failed", "unmeasured")
 SKIPPED = "skipped: previous fault still recovering"

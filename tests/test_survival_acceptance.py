@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chaosd.cli import main
+from chaosd.cli.main import main
 from chaosd.faults import CATALOGUE
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu]

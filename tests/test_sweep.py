@@ -11,15 +11,11 @@ from pathlib import Path
 import pytest
 from test_queueing import mmc_sojourn_p95, mmc_sojourn_tail
 
-from chaosd.cli import main
-from chaosd.config import load_settings
-from chaosd.errors import ConfigError
-from chaosd.replicate import RunSpec, seeds_for
-from chaosd.runner import run_offline
-from chaosd.sweep import run_sweep
-from chaosd.sweep_chart import render_html
-from chaosd.sweep_params import MAX_POINTS, parse_params
-from chaosd.sweep_view import (
+from chaosd.batch.replicate import RunSpec, seeds_for
+from chaosd.batch.sweep.chart import render_html
+from chaosd.batch.sweep.params import MAX_POINTS, parse_params
+from chaosd.batch.sweep.run import run_sweep
+from chaosd.batch.sweep.view import (
     GOODPUT_FALL,
     SweepParamView,
     SweepPointView,
@@ -29,6 +25,10 @@ from chaosd.sweep_view import (
     point_view,
     read_sweep,
 )
+from chaosd.cli.main import main
+from chaosd.config.settings import load_settings
+from chaosd.core.errors import ConfigError
+from chaosd.experiment.runner import run_offline
 from chaosd.views import MeanCI
 
 MU = 100.0  # per worker: mean service 10 ms
@@ -259,7 +259,7 @@ def test_ranges_include_their_stop_exactly_and_a_grid_runs_series_by_series() ->
     assert rate.values == (0.1, 0.2, 0.3)  # in decimals: 0.1 + 2 × 0.1 is 0.3, so the stop is a point
     rate, workers = parse_params(["load.rate=100:200:50", "workers.count=2,4"])
     assert workers.values == (2, 4) and all(type(v) is int for v in workers.values)
-    from chaosd.sweep_params import grid, overlay_at  # noqa: PLC0415
+    from chaosd.batch.sweep.params import grid, overlay_at  # noqa: PLC0415
 
     assert grid((rate, workers)) == [(100.0, 2), (150.0, 2), (200.0, 2), (100.0, 4), (150.0, 4), (200.0, 4)]
     assert overlay_at((rate, workers), (150.0, 4)) == {"load": {"rate": 150.0}, "workers": {"count": 4}}

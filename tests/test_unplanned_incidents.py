@@ -18,13 +18,13 @@ from pydantic import TypeAdapter, ValidationError
 from test_event_kinds import _keys
 from test_fault_boundary import FakeRuntime, Snapshot, _Stage
 
-from chaosd.clock import LoopClock, new_event_loop
-from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
-from chaosd.event_kinds import IncidentOpened, IncidentRecovered, IncidentUnrecovered
-from chaosd.events import Event, EventLog
+from chaosd.config.settings import FaultsConfig, RecoveryConfig, SloConfig
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.events.kinds import IncidentOpened, IncidentRecovered, IncidentUnrecovered
+from chaosd.events.log import Event, EventLog
+from chaosd.experiment.runner import Experiment
 from chaosd.faults import Injector
 from chaosd.faults.incidents import IncidentBook
-from chaosd.runner import Experiment
 from chaosd.views import IncidentView, ReportView
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only
@@ -72,7 +72,7 @@ def _outage(start: float, end: float, during: Snapshot = DOWN, stage: str = "ans
 
 
 def conforms(kind: str, data: Mapping[str, object]) -> bool:
-    """Exactly one of the incident payloads (chaosd.event_kinds): its keys, no others, typed values.
+    """Exactly one of the incident payloads (chaosd.events.kinds): its keys, no others, typed values.
 
     tests/test_event_kinds.py checks every kind against EventLog.record's overloads; this checks these against
     the payload types themselves."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from chaosd.cli import EXIT_EXPECTATION, main
+from chaosd.cli.main import EXIT_EXPECTATION, main
 
 pytestmark = pytest.mark.cpu  # virtual time: CPU only
 

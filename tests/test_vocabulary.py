@@ -19,7 +19,7 @@ from daemon_harness import ROOT, Daemon, ready_daemon, wait_for
 from jsonschema import Draft202012Validator
 
 from chaosd.api.schemas import openapi_document
-from chaosd.storage import Storage
+from chaosd.daemon.storage import Storage
 
 DOC = openapi_document()
 TERMINAL = ("recovered", "failed", "unmeasured")

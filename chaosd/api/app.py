@@ -42,17 +42,17 @@ from chaosd.api.server import HostPolicy, HttpStats, Refusal, error_body, own_or
 from chaosd.api.sse import Broker
 from chaosd.api.table import ENDPOINTS, check_query, route_defs
 from chaosd.arena.mount import add_arena
-from chaosd.clock import unix_time
-from chaosd.config import ApiConfig, Settings
-from chaosd.control import Controller
-from chaosd.errors import ChaosdError, ConfigError, FaultError
-from chaosd.events import Event
+from chaosd.config.redact import redacted_settings
+from chaosd.config.settings import ApiConfig, Settings
+from chaosd.core.clock import unix_time
+from chaosd.core.errors import ChaosdError, ConfigError, FaultError
+from chaosd.daemon.control import Controller
+from chaosd.daemon.storage import Storage
+from chaosd.events.log import Event
+from chaosd.experiment.report import write_report
 from chaosd.exporters.metrics import StorageCollector, make_registry
 from chaosd.exporters.tracing import Tracing
 from chaosd.faults import FaultRecord
-from chaosd.redact import redacted_settings
-from chaosd.report import write_report
-from chaosd.storage import Storage
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import ReportView, RunStatus
 

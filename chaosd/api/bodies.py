@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
-from chaosd.durations import Seconds
+from chaosd.core.durations import Seconds
 
 __all__ = [
     "InjectRequest",

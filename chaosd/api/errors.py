@@ -1,9 +1,9 @@
 """The HTTP error: a request the protocol refuses (its size, type, deadline, query or path), apart from the
-domain errors (``chaosd.errors``) a valid request may still meet."""
+domain errors (``chaosd.core.errors``) a valid request may still meet."""
 
 from __future__ import annotations
 
-from chaosd.errors import ChaosdError
+from chaosd.core.errors import ChaosdError
 
 __all__ = ["HttpError"]
 

@@ -9,11 +9,11 @@ from aiohttp import web
 
 from chaosd.api.server import HttpStats
 from chaosd.api.sse import Broker
-from chaosd.config import ApiConfig
-from chaosd.control import Controller
+from chaosd.config.settings import ApiConfig
+from chaosd.daemon.control import Controller
+from chaosd.daemon.storage import Storage
 from chaosd.exporters.metrics import MetricsRegistry
 from chaosd.exporters.tracing import Tracing
-from chaosd.storage import Storage
 from chaosd.views import ReportView
 
 __all__ = [

@@ -18,13 +18,13 @@ from pydantic import BaseModel
 from chaosd.api.bodies import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, WindowRequest
 from chaosd.api.errors import HttpError
 from chaosd.api.keys import BROKER, CONTROLLER, LIMITS, OPENAPI, REGISTRY, RUN_ID, STARTED, STOP, STORAGE, TRACING
-from chaosd.durations import parse_duration
-from chaosd.errors import FaultError
+from chaosd.config.redact import redacted
+from chaosd.core.durations import parse_duration
+from chaosd.core.errors import FaultError
+from chaosd.experiment.report import rounded
+from chaosd.experiment.scenario import load_scenario, parse_scenario, resolve_scenario_name, scenario_names
 from chaosd.faults import CATALOGUE
 from chaosd.faults.record import check_labels
-from chaosd.redact import redacted
-from chaosd.report import rounded
-from chaosd.scenario import load_scenario, parse_scenario, resolve_scenario_name, scenario_names
 from chaosd.views import (
     ActionsBody,
     HealthBody,
@@ -35,7 +35,7 @@ from chaosd.views import (
     ScenariosBody,
     WindowsBody,
 )
-from chaosd.wire import MAX_WAIT_S, STATES
+from chaosd.views.wire import MAX_WAIT_S, STATES
 
 __all__ = [
     "UNDO",

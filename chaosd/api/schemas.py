@@ -9,8 +9,8 @@ from functools import cache
 
 from pydantic import BaseModel, TypeAdapter
 
-from chaosd import __version__
 from chaosd.api.table import ENDPOINTS, Endpoint, Media, Param
+from chaosd.core.version import __version__
 from chaosd.faults import CATALOGUE
 
 __all__ = ["openapi_document"]

@@ -19,7 +19,7 @@ from typing import Literal, TypedDict, get_args
 from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 
-from chaosd.config import ApiConfig
+from chaosd.config.settings import ApiConfig
 from chaosd.exporters.metrics import REFUSAL_REASONS, ServerRefusal
 
 __all__ = [

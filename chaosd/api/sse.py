@@ -13,7 +13,7 @@ from aiohttp import web
 
 from chaosd.api.errors import HttpError
 from chaosd.api.server import error_body
-from chaosd.events import Event, EventLog
+from chaosd.events.log import Event, EventLog
 
 __all__ = ["Broker"]
 

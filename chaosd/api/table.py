@@ -24,9 +24,9 @@ from chaosd.api.bodies import (
     WindowRequest,
 )
 from chaosd.api.errors import HttpError
-from chaosd.durations import PATTERN as DURATION_PATTERN
+from chaosd.core.durations import PATTERN as DURATION_PATTERN
 from chaosd.faults import CATALOGUE
-from chaosd.wire import STATES
+from chaosd.views.wire import STATES
 
 __all__ = [
     "BEGIN",

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from chaosd.arena.series import Series
 from chaosd.arena.web import arena_routes, static_files
-from chaosd.control import Controller
+from chaosd.daemon.control import Controller
 from chaosd.telemetry.snapshot import Snapshot
 
 __all__ = ["add_arena"]

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from chaosd.errors import ConfigError
+from chaosd.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from chaosd.views import ReportView

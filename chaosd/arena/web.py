@@ -9,8 +9,8 @@ from importlib import resources
 from aiohttp import web
 
 from chaosd.arena.series import Series
+from chaosd.experiment.report import rounded
 from chaosd.faults import Injector
-from chaosd.report import rounded
 from chaosd.views import TimeseriesBody
 
 __all__ = ["CSP", "arena_routes", "static_files"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from chaosd.clock import Clock
-from chaosd.config import Settings
-from chaosd.errors import ConfigError
-from chaosd.events import EventLog
+from chaosd.config.settings import Settings
+from chaosd.core.clock import Clock
+from chaosd.core.errors import ConfigError
+from chaosd.events.log import EventLog
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline.producer import Admission
 
@@ -26,7 +26,7 @@ def make_pipeline(
         return Pipeline(settings, clock, admission=admission, measure_from=measure_from, events=events)
     if getattr(clock, "virtual", False):
         raise ConfigError([("configuration", "backend.kind", "redis runs in real time only (use --realtime)")])
-    from chaosd.backends.redis_runtime import redis_backend  # noqa: PLC0415 - redis only when asked for
+    from chaosd.backends.redis.runtime import redis_backend  # noqa: PLC0415 - redis only when asked for
 
     return Pipeline(
         settings, clock, admission=admission, measure_from=measure_from, events=events, backend=redis_backend

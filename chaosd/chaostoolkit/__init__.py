@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Protocol
 
-from chaosd import __version__
+from chaosd.core.version import __version__
 
 __all__ = ["discover"]
 

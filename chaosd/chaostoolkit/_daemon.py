@@ -12,7 +12,7 @@ import os
 import urllib.parse
 from collections.abc import Mapping
 
-from chaosd.client import Client, ClientError, await_verdict, daemon_address, environment_token, selector
+from chaosd.cli.client import Client, ClientError, await_verdict, daemon_address, environment_token, selector
 
 __all__ = [
     "ActivityFailed",
@@ -56,7 +56,7 @@ def daemon(configuration: Configuration | None, secrets: Secrets | None) -> Daem
 
 
 def query(labels: Mapping[str, str] | None = None, actions: list[str] | None = None) -> str:
-    """The fault selector as a query string (see :func:`chaosd.client.selector`)."""
+    """The fault selector as a query string (see :func:`chaosd.cli.client.selector`)."""
     return urllib.parse.urlencode(selector(labels or {}, actions or ()))
 
 

@@ -15,7 +15,7 @@ from chaosd.chaostoolkit._daemon import (
     objects,
     query,
 )
-from chaosd.durations import parse_duration
+from chaosd.core.durations import parse_duration
 
 __all__ = [
     "availability",

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from chaosd.histogram import LogHistogram
+from chaosd.core.histogram import LogHistogram
 
 __all__ = ["EDGE_INDEX", "EDGE_LABELS", "LATENCY_EDGES", "latency_buckets"]
 

@@ -22,13 +22,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from chaosd import __version__
-from chaosd.events import Event
+from chaosd.admission.detector import DetectorState
+from chaosd.core.version import __version__
+from chaosd.events.log import Event
+from chaosd.experiment.runner import Experiment
 from chaosd.exporters.buckets import latency_buckets
 from chaosd.exporters.stage_series import StageSeries
 from chaosd.faults import CATALOGUE, FaultRecord
-from chaosd.runner import Experiment
-from chaosd.telemetry.detector import DetectorState
 from chaosd.views import AgentKind, AgentState, FailReason, RefuseReason
 
 __all__ = [
@@ -373,7 +373,7 @@ class ExperimentCollector(Collector):
 
 
 class StorageHealth(Protocol):
-    """What the storage collector reads from the history store (chaosd.storage.Storage)."""
+    """What the storage collector reads from the history store (chaosd.daemon.storage.Storage)."""
 
     @property
     def errors_by_op(self) -> Mapping[str, int]:
@@ -397,7 +397,7 @@ class StorageCollector(Collector):
         errors = CounterMetricFamily(
             "chaosd_storage_errors", "Writes to the history store that failed, by operation", labels=["op"]
         )
-        for op, count in sorted(dict(storage.errors_by_op).items()):  # a fixed set of ops (chaosd.storage.OPS)
+        for op, count in sorted(dict(storage.errors_by_op).items()):  # a fixed set of ops (chaosd.daemon.storage.OPS)
             errors.add_metric([op], float(count))
         yield errors
         yield GaugeMetricFamily(

@@ -23,14 +23,14 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-from chaosd.clock import Clock, unix_time, wall_time
-from chaosd.config import StageKind
-from chaosd.events import Event, fault_data
+from chaosd.config.settings import StageKind
+from chaosd.core.clock import Clock, unix_time, wall_time
+from chaosd.events.log import Event, fault_data
+from chaosd.experiment.runner import Experiment
 from chaosd.faults import Injector
 from chaosd.pipeline.stages import Degraded
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import TaskEnd, parse_traceparent
-from chaosd.runner import Experiment
 from chaosd.views import FailReason
 
 __all__ = ["Tracing", "otlp_exporter_from_env", "process_tracing"]

@@ -15,9 +15,9 @@ import random
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from chaosd.config_problems import closest
-from chaosd.durations import parse_duration
-from chaosd.errors import FaultError
+from chaosd.config.problems import closest
+from chaosd.core.durations import parse_duration
+from chaosd.core.errors import FaultError
 from chaosd.faults.record import Memo, MemoValue
 from chaosd.faults.runtime import AgentState, Runtime
 from chaosd.views import ActionView

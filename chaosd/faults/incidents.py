@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from chaosd.core.history import Sum
 from chaosd.faults.record import (
     IMPACT_KINDS,
     Baseline,
@@ -26,9 +27,8 @@ from chaosd.faults.record import (
     phases,
     prediction,
 )
-from chaosd.history import Sum
 from chaosd.views import FailReason, IncidentCause, IncidentView, PhasesView, PredictionView
-from chaosd.wire import PENDING, FaultState, IncidentOutcome
+from chaosd.views.wire import PENDING, FaultState, IncidentOutcome
 
 # IMPACT_KINDS, TaskImpact and impact_between live in chaosd.faults.record; imported from here too.
 __all__ = ["IMPACT_KINDS", "Incident", "IncidentBook", "TaskImpact", "Unplanned", "impact_between"]

@@ -32,9 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from chaosd.config import FaultsConfig, RecoveryConfig, SloConfig
-from chaosd.errors import FaultError
-from chaosd.events import EventLog
+from chaosd.config.settings import FaultsConfig, RecoveryConfig, SloConfig
+from chaosd.core.errors import FaultError
+from chaosd.core.history import Kept, Sum
+from chaosd.events.log import EventLog
 from chaosd.faults.catalogue import CATALOGUE
 from chaosd.faults.incidents import Incident, IncidentBook, Unplanned
 from chaosd.faults.record import (
@@ -47,9 +48,8 @@ from chaosd.faults.record import (
     matches,
 )
 from chaosd.faults.runtime import Runtime
-from chaosd.history import Kept, Sum
 from chaosd.views import FailReason, IncidentCause, ServiceSignal
-from chaosd.wire import PENDING, TERMINAL, RevertCause, Verdict
+from chaosd.views.wire import PENDING, TERMINAL, RevertCause, Verdict
 
 # Baseline, FaultRecord, check_labels and matches live in chaosd.faults.record; imported from here too.
 __all__ = [

@@ -6,9 +6,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import cast
 
-from chaosd.errors import FaultError
+from chaosd.core.errors import FaultError
 from chaosd.views import BaselineView, FaultView, PhaseName, PhasesView, PredictionView, ServiceSignal
-from chaosd.wire import FaultClock, FaultState, RevertCause
+from chaosd.views.wire import FaultClock, FaultState, RevertCause
 
 __all__ = [
     "IMPACT_KINDS",

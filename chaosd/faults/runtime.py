@@ -252,7 +252,7 @@ class Runtime(Protocol):
 
     def dependency_fault(self, stage: str, dependency: str, action: str, fields: Mapping[str, float] | None) -> None:
         """Set what ``action`` does to the stage's calls to the dependency (fields of
-        ``chaosd.dependencies.DependencyFaults``), or lift it (None); other actions on the pair stay."""
+        ``chaosd.faults.proxy.DependencyFaults``), or lift it (None); other actions on the pair stay."""
 
     # --- load ------------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from chaosd.config import BackoffConfig
+from chaosd.config.settings import BackoffConfig
 
 __all__ = ["backoff_delay"]
 

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chaosd.config import StageConfig
+from chaosd.config.settings import StageConfig
 
 __all__ = ["Dag", "Route"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from chaosd.clock import Clock
-from chaosd.config import OrchestratorConfig
-from chaosd.events import EventLog
+from chaosd.config.settings import OrchestratorConfig
+from chaosd.core.clock import Clock
+from chaosd.events.log import EventLog
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.task import Task

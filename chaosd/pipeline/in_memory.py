@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iter
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING
 
+from chaosd.core.rng import Streams
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.parts import Core, Parts, orchestrators, producers
@@ -15,7 +16,6 @@ from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.supervisor import Supervisor
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter, Worker
-from chaosd.rng import Streams
 
 if TYPE_CHECKING:
     from chaosd.pipeline.pipeline import Pipeline

@@ -13,10 +13,10 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from chaosd.config import DependencyConfig
-from chaosd.dependencies import FaultProxy, parse_upstream
-from chaosd.errors import ConfigError
-from chaosd.handlers import HandlerError, StageInfo, load_handler
+from chaosd.config.handlers import HandlerError, StageInfo, load_handler
+from chaosd.config.settings import DependencyConfig
+from chaosd.core.errors import ConfigError
+from chaosd.faults.proxy import FaultProxy, parse_upstream
 from chaosd.pipeline.stages import StageRunner
 
 __all__ = ["stage_lifespan"]

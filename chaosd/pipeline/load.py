@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chaosd.config import Phase
+from chaosd.config.settings import Phase
 
 __all__ = ["LoadShape"]
 

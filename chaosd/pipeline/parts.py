@@ -12,10 +12,11 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from chaosd.clock import Clock
-from chaosd.config import Settings
-from chaosd.events import EventLog
-from chaosd.histogram import LogHistogram
+from chaosd.config.settings import Settings
+from chaosd.core.clock import Clock
+from chaosd.core.histogram import LogHistogram
+from chaosd.core.rng import Streams
+from chaosd.events.log import EventLog
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape
@@ -23,7 +24,6 @@ from chaosd.pipeline.producer import Admission, Producer
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import BusyMeter, Worker
-from chaosd.rng import Streams
 
 if TYPE_CHECKING:
     from chaosd.pipeline.pipeline import Pipeline

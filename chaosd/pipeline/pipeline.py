@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mappi
 from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
 
-from chaosd.clock import Clock
-from chaosd.config import Settings, dependency_kind
-from chaosd.errors import FaultError
-from chaosd.events import EventLog
-from chaosd.handlers import refuse_virtual_time
-from chaosd.histogram import LogHistogram
+from chaosd.config.handlers import refuse_virtual_time
+from chaosd.config.settings import Settings, dependency_kind
+from chaosd.core.clock import Clock
+from chaosd.core.errors import FaultError
+from chaosd.core.histogram import LogHistogram
+from chaosd.core.rng import Streams
+from chaosd.events.log import EventLog
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.audit import Audit
 from chaosd.pipeline.dag import Dag
@@ -27,7 +28,6 @@ from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.supervisor import Supervisor
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import Walk, Worker
-from chaosd.rng import Streams
 
 __all__ = ["Pipeline"]
 

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from chaosd.clock import Clock
+from chaosd.core.clock import Clock
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from chaosd.clock import Clock
+from chaosd.core.clock import Clock
 from chaosd.pipeline.task import Task
 
 __all__ = ["IngressQueue"]

@@ -7,9 +7,9 @@ import random
 import zlib
 from collections.abc import Iterable
 
-from chaosd.clock import Clock
-from chaosd.config import BackoffConfig
-from chaosd.events import EventLog
+from chaosd.config.settings import BackoffConfig
+from chaosd.core.clock import Clock
+from chaosd.events.log import EventLog
 from chaosd.pipeline.backoff import backoff_delay
 
 __all__ = ["McpConnection", "MemoryStore"]

@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final, Literal, Protocol
 
-from chaosd.clock import Clock
-from chaosd.config import ServiceConfig, StageConfig
-from chaosd.dependencies import NO_FAULTS, DependencyFaults, FaultProxy
-from chaosd.errors import ConfigError
-from chaosd.handlers import Handler, HandlerError, StageContext, load_handler
-from chaosd.histogram import LogHistogram
+from chaosd.config.handlers import Handler, HandlerError, StageContext, load_handler
+from chaosd.config.settings import ServiceConfig, StageConfig
+from chaosd.core.clock import Clock
+from chaosd.core.errors import ConfigError
+from chaosd.core.histogram import LogHistogram
+from chaosd.faults.proxy import NO_FAULTS, DependencyFaults, FaultProxy
 from chaosd.pipeline.backoff import backoff_delay
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue

@@ -6,9 +6,9 @@ import asyncio
 import random
 from collections.abc import Callable
 
-from chaosd.clock import Clock
-from chaosd.config import SupervisorConfig
-from chaosd.events import EventLog
+from chaosd.config.settings import SupervisorConfig
+from chaosd.core.clock import Clock
+from chaosd.events.log import EventLog
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.backoff import backoff_delay
 

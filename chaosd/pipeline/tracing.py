@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal, Protocol
 
-from chaosd.config import StageKind
+from chaosd.config.settings import StageKind
 from chaosd.pipeline.stages import Degraded
 from chaosd.pipeline.task import Task
 from chaosd.views import FailReason

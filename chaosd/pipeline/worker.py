@@ -6,8 +6,8 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-from chaosd.clock import Clock
-from chaosd.histogram import LogHistogram
+from chaosd.core.clock import Clock
+from chaosd.core.histogram import LogHistogram
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.ledger import Ledger

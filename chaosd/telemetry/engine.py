@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from chaosd.config import TelemetryConfig
-from chaosd.histogram import percentiles
+from chaosd.config.settings import TelemetryConfig
+from chaosd.core.histogram import percentiles
 from chaosd.pipeline import Pipeline
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import RefuseReason

@@ -15,7 +15,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from chaosd.histogram import percentiles
+from chaosd.core.histogram import percentiles
 from chaosd.pipeline.stages import StageRunner
 from chaosd.views import FailReason, StageNowView, StageReportView
 

@@ -1,0 +1,612 @@
+"""One experiment: the pipeline, its telemetry, detector and throttle, run for a while → a report.
+
+The same coroutines run on the virtual loop (``chaosd run``) and the real one (the daemon).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import TypedDict
+
+from chaosd.admission.detector import CollapseDetector, DetectorState
+from chaosd.admission.throttle import Throttle
+from chaosd.backends import make_pipeline
+from chaosd.config.settings import Settings
+from chaosd.core.clock import Clock, LoopClock, new_event_loop, wall_time
+from chaosd.core.history import RecentLog
+from chaosd.core.hostwait import CpuWait
+from chaosd.core.rng import Streams
+from chaosd.core.version import __version__
+from chaosd.events.log import EventLog
+from chaosd.experiment.report import latency_block, rounded
+from chaosd.experiment.score import Score, ScoreInputs, ScoreWeights, compute_score, diagnose
+from chaosd.faults import Injector
+from chaosd.telemetry.engine import Telemetry
+from chaosd.telemetry.snapshot import Snapshot
+from chaosd.telemetry.stages import StageReading, read_stages, stage_table
+from chaosd.views import (
+    CollapseView,
+    DiagnosticView,
+    EpisodeView,
+    ExpectationView,
+    FaultsSummaryView,
+    FaultView,
+    IncidentView,
+    PlanLogEntry,
+    ReportTasks,
+    ReportView,
+    RuntimeView,
+    ScoreView,
+    ThrottleAction,
+    TimelinePoint,
+)
+from chaosd.views.wire import PENDING
+
+__all__ = ["Experiment", "run_offline"]
+
+T = TypeVar("T")
+# What a plan is (scenario actions, survival picks): chaosd.experiment.plans builds them, as its ``Plan``.
+PlanFn = Callable[["Experiment"], Coroutine[object, object, None]]
+
+
+class _Resilience(TypedDict):
+    """The report's measurements of the faults and what they cost (:meth:`Experiment._resilience`)."""
+
+    faults: list[FaultView]
+    incidents: list[IncidentView]
+    faults_summary: FaultsSummaryView
+    runtime: RuntimeView
+    score: ScoreView
+    diagnostics: list[DiagnosticView]
+    actions: list[PlanLogEntry]
+    expectations: list[ExpectationView]
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """Cumulative readings at one instant; the report is the difference between two marks."""
+
+    t: float
+    queue_area: float
+    busy_area: float
+    wait: npt.NDArray[np.int64]
+    wait_sum: float
+    sojourn: npt.NDArray[np.int64]
+    sojourn_sum: float
+    completed: int
+    good: int
+    stages: Mapping[str, StageReading]  # each stage's counters: the report's per-stage table is their difference
+
+
+class Experiment:
+    """Builds and runs one pipeline with its watchers on the running loop's clock."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock,
+        *,
+        warmup: float,
+        scenario: str | None = None,
+        virtual: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.warmup = warmup
+        self.scenario = scenario
+        self.virtual = virtual
+        self.events = EventLog()
+        keep = settings.history
+        tick = settings.telemetry.tick
+        deadline = settings.load.deadline
+        self.throttle = Throttle(
+            settings.throttle, keep.entries, tick=tick, capacity=settings.queue.capacity, deadline=deadline
+        )
+        self.pipeline = make_pipeline(settings, clock, admission=self.throttle, measure_from=warmup, events=self.events)
+        self.detector = CollapseDetector(
+            settings.detector, tick, keep.entries, deadline=deadline, window=settings.telemetry.window
+        )
+        self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)
+        self._timeline: deque[TimelinePoint] = deque(maxlen=keep.timeline)
+        self._next_sample = settings.run.timeline
+        self._warm: _Mark | None = None
+        self._warm_seconds: dict[DetectorState, float] | None = None
+        self.injector = Injector(
+            settings.faults,
+            settings.recovery,
+            settings.slo,
+            self.pipeline,
+            Streams(settings.seed).stream("faults"),
+            self.events,
+            tick,
+            keep.faults,
+            stall=settings.detector.stall,
+            window=settings.telemetry.window,
+        )
+        self.stop = asyncio.Event()
+        self.plan_log = RecentLog(keep.entries)  # scenario actions and survival picks, as they happened
+        self.expectations: list[ExpectationView] = []
+        self._walked: tuple[float, tuple[int, int, int]] | None = None  # accounted(): the last walk, and when
+
+    @property
+    def timeline_points(self) -> int:
+        """How many report timeline points are kept (at most ``history.timeline``)."""
+        return len(self._timeline)
+
+    def accounted(self, fresh: bool = False) -> tuple[int, int, int]:
+        """``ledger.unaccounted(pipeline.holders())``: (lost among all tasks, lost among measured ones, measured
+        still held).
+
+        Finding a lost task walks every holder, a million of them behind a long backlog, and the score event,
+        ``/metrics``, the status and the live report all ask. Tasks are lost only while a fault is in play (on
+        the in-memory pipeline), so with none pending the last walk's lost counts still hold and the measured
+        tasks still held are the measured ones in flight less those: counters, not a walk. The walk is redone
+        anyway every 5 s, or every in-flight/20,000 s when more are in flight, which keeps its cost per task
+        flat as the backlog grows; ``fresh`` (the final report) always walks.
+        """
+        p = self.pipeline
+        ledger = p.ledger
+        now = self.clock.now()
+        walked = self._walked
+        if (
+            fresh
+            or walked is None
+            or not p.loss_needs_fault
+            or self.injector.in_play
+            or now - walked[0] >= max(5.0, len(ledger.in_flight) / 20_000)
+        ):
+            counts = ledger.unaccounted(p.holders())
+            self._walked = (now, counts)
+            return counts
+        lost_all, lost_measured, _ = walked[1]
+        m = ledger.measured
+        return lost_all, lost_measured, m.accepted - m.completed - m.failed - lost_measured
+
+    def _mark(self) -> _Mark:
+        p = self.pipeline
+        now = self.clock.now()
+        return _Mark(
+            t=now - p.t0,
+            queue_area=p.queue.area_now(),
+            busy_area=p.busy.area_at(now),
+            wait=p.wait.snapshot(),
+            wait_sum=p.wait.sum,
+            sojourn=p.sojourn.snapshot(),
+            sojourn_sum=p.sojourn.sum,
+            completed=p.ledger.total.completed,
+            good=p.ledger.good,
+            stages=read_stages(p.stages, now - p.t0),
+        )
+
+    def _on_tick(self, snap: Snapshot) -> None:
+        if self.settings.detector.enabled:
+            transition = self.detector.update(snap)
+            if transition is not None:
+                self.events.record(
+                    snap.t,
+                    "detector",
+                    old=transition.old.value,
+                    new=transition.new.value,
+                    reason=transition.reason,
+                )
+        throttle = self.throttle
+        action = throttle.update(self.detector.state, snap)
+        self.pipeline.queue.limit = throttle.limit
+        if action is not None:
+            self.events.record(snap.t, "throttle", action=action.action, factor=action.factor, limit=action.limit)
+        # Failures are not the steady state: the injector's baseline does not learn while the detector says failing.
+        self.injector.on_tick(snap, steady=self.detector.state is not DetectorState.FAILING)
+        if snap.t + 1e-9 >= self._next_sample:
+            self._next_sample += self.settings.run.timeline
+            point: TimelinePoint = {
+                "t": snap.t,
+                "offered_per_s": snap.arrival_rate,
+                "throughput_per_s": snap.throughput,
+                "goodput_per_s": snap.goodput,
+                "queue_depth": snap.queue_depth,
+                "sojourn_p95": snap.sojourn_p95,
+                "utilisation": snap.utilisation,
+                "state": self.detector.state.value,
+                "throttle_factor": self.throttle.factor,
+            }
+            self._timeline.append(rounded(point))
+
+    async def _ticker(self) -> None:
+        tick = self.settings.telemetry.tick
+        t0 = self.pipeline.t0
+        now = self.clock.now
+        k = 0
+        cpu = CpuWait(enabled=not self.virtual)  # opened here: the loop's thread is the one whose wait counts
+        try:
+            while True:
+                k += 1
+                due = t0 + k * tick
+                await self.clock.sleep_until(due)
+                self._on_tick(self.telemetry.tick(max(0.0, now() - due), cpu.take()))
+        finally:
+            cpu.close()
+
+    async def run(
+        self,
+        duration: float | None,
+        stop: asyncio.Event | None = None,
+        on_start: Callable[[], None] | None = None,
+        plan: PlanFn | None = None,
+    ) -> ReportView:
+        """Run until ``duration`` seconds of clock time have passed or ``stop`` is set; return the report.
+
+        ``plan`` (scenario actions, survival mode) runs beside the pipeline and may end the run early
+        by setting ``experiment.stop``.
+        """
+        p = self.pipeline
+        if stop is not None:
+            self.stop = stop
+        self.events.record(0.0, "run", state="started")
+        async with p.running(), asyncio.TaskGroup() as group:
+            ticker = group.create_task(self._ticker(), name="telemetry")
+            planner = group.create_task(plan(self), name="plan") if plan is not None else None
+            try:
+                if on_start is not None:
+                    on_start()
+                await self._until(self.warmup, self.stop)
+                self._warm = self._mark()
+                self._warm_seconds = dict(self.detector.seconds)
+                p.queue.reset_peaks()
+                self.events.record(self._warm.t, "run", state="measuring")
+                await self._until(duration, self.stop)
+                self.injector.revert_all("shutdown")
+                report = self.report()
+            finally:
+                ticker.cancel()
+                if planner is not None:
+                    planner.cancel()
+        self.events.record(report["duration_s"], "run", state="stopped")
+        return report
+
+    async def _until(self, t: float | None, stop: asyncio.Event | None) -> None:
+        if stop is not None and stop.is_set():
+            return
+        deadline = None if t is None else self.pipeline.t0 + t
+        if stop is None:
+            if deadline is not None:
+                await self.clock.sleep_until(deadline)
+            return
+        waiter = asyncio.create_task(stop.wait())
+        try:
+            if deadline is None:
+                await waiter
+            else:
+                await asyncio.wait([waiter], timeout=max(0.0, deadline - self.clock.now()))
+        finally:
+            waiter.cancel()
+            await asyncio.gather(waiter, return_exceptions=True)
+
+    def report(self, listed: int | None = None) -> ReportView:
+        """The report over the measured window (warm-up excluded); public field names.
+
+        ``listed``: how many of the newest faults and incidents to list (the live report's
+        ``history.report``); None lists every one kept in memory (``history.faults``), as a final report does.
+        Counts and the score are of every fault either way.
+        """
+        s = self.settings
+        p = self.pipeline
+        end = self._mark()
+        warm = self._warm or end
+        span = end.t - warm.t
+        measured = p.ledger.measured
+        lost_all, lost_measured, in_flight = self.accounted(fresh=listed is None)
+        workers = s.workers.count
+        mean_service = p.mean_service
+        # What producers offered at most in the measured window: phases (spikes too) times any load_spike surge.
+        surges = [
+            (f.injected_at, f.reverted_at, f.params["factor"]) for f in self.injector.faults if f.action == "load_spike"
+        ]
+        peak = p.shape.peak(warm.t, end.t, surges)
+        # Seconds in each of the detector's states over the measured window.
+        warm_seconds = self._warm_seconds or dict.fromkeys(DetectorState, 0.0)
+        in_state = {k.value: round(v - warm_seconds[k], 6) for k, v in self.detector.seconds.items()}
+        # Rounded before they are summed, so the time alarmed is exactly their sum in the report too (while
+        # every episode is kept: history.entries); an episode still open counts up to the end of the run.
+        detector = self.detector
+        episodes: list[EpisodeView] = [
+            {
+                "detected_at": e.detected_at,
+                "cleared_at": e.cleared_at,
+                "reason": e.reason,
+                "kind": e.kind,
+                "duration_s": round((e.cleared_at if e.cleared_at is not None else end.t) - e.detected_at, 6),
+            }
+            for e in detector.episodes
+        ]
+        last = detector.episodes[-1] if detector.episodes else None
+        still_open = round(end.t - last.detected_at, 6) if last is not None and last.cleared_at is None else 0.0
+        queue = p.queue
+        throttle = self.throttle
+        actions = throttle.actions
+        tasks: ReportTasks = {
+            "offered": measured.offered,
+            "accepted": measured.accepted,
+            "completed": measured.completed,
+            "late": measured.late,
+            "degraded": measured.degraded,
+            "failed": measured.failed,
+            "rejected": measured.rejected,
+            "in_flight": in_flight,
+            "lost": lost_measured,
+            "duplicated": p.audit.measured.count,
+            "rejected_by": dict(sorted(measured.rejected_by.items())),
+            "failed_by": dict(sorted(measured.failed_by.items())),
+            "lost_all_cohorts": lost_all,
+            "retries": p.ledger.retries,
+        }
+        collapse: CollapseView = {
+            "detector": s.detector.enabled,
+            "count": detector.collapse_count,
+            "alarms": detector.episode_count,
+            "stalls": detector.stall_count,
+            "episodes": episodes,
+            "time_alarmed_s": detector.closed_s + still_open,
+            "time_collapsed_s": in_state["collapsed"],
+            "time_overloaded_s": in_state["overload"],
+            "time_stalled_s": in_state["stall"],
+            "failing": detector.failing_count,
+            "time_failing_s": in_state["failing"],
+            "final_state": self.detector.state.value,
+        }
+        throttle_actions: list[ThrottleAction] = [
+            {"at": a.at, "action": a.action, "factor": a.factor, "limit": a.limit} for a in actions
+        ]
+        resilience = self._resilience(tasks, collapse, listed)
+        report: ReportView = {
+            "chaosd_version": __version__,
+            "scenario": self.scenario,
+            "seed": s.seed,
+            "clock": "virtual" if self.virtual else "real",
+            "duration_s": end.t,
+            "warmup_s": warm.t,
+            "load": {
+                "arrival": s.load.arrival,
+                "producers": s.load.producers,
+                "base_rate": s.load.rate,
+                "peak_rate": peak,
+                "workers": workers,
+                "mean_service_s": mean_service,
+                "offered_rho": s.load.rate * mean_service / workers,
+                "peak_rho": peak * mean_service / workers,
+            },
+            "tasks": tasks,
+            "throughput": {
+                "completed_per_s": (end.completed - warm.completed) / span if span else 0.0,
+                "goodput_per_s": (end.good - warm.good) / span if span else 0.0,
+            },
+            "queue": {
+                "capacity": s.queue.capacity,
+                "when_full": s.queue.when_full,
+                "mean_depth": (end.queue_area - warm.queue_area) / span if span else 0.0,
+                "max_depth": min(queue.max_depth, queue.capacity),
+                "max_over_capacity": max(0, queue.max_depth - queue.capacity),
+                "max_blocked": queue.max_blocked,
+            },
+            "utilisation": (end.busy_area - warm.busy_area) / (span * workers) if span else 0.0,
+            "latency": {
+                "wait": latency_block(end.wait - warm.wait, end.wait_sum - warm.wait_sum),
+                "sojourn": latency_block(end.sojourn - warm.sojourn, end.sojourn_sum - warm.sojourn_sum),
+            },
+            "collapse": collapse,
+            "throttle": {
+                "enabled": throttle.policy != "none",
+                "policy": throttle.policy,
+                "target_s": throttle.target,
+                "limit": throttle.limit,
+                "lowest_limit": throttle.lowest_limit,
+                "capacity_per_s": throttle.capacity_rate,
+                "decreases": throttle.decreases,
+                "increases": throttle.increases,
+                "lowest_factor": throttle.lowest_factor,
+                "final_factor": throttle.factor,
+                "refused": measured.rejected_by.get("throttled", 0) + measured.rejected_by.get("shed", 0),
+                "actions": throttle_actions,
+                "actions_truncated": throttle.decreases + throttle.increases + throttle.changes - len(actions),
+            },
+            "timeline": [],  # filled in after rounding: its points were rounded as they were taken
+            "faults": resilience["faults"],
+            "incidents": resilience["incidents"],
+            "faults_summary": resilience["faults_summary"],
+            "runtime": resilience["runtime"],
+            "score": resilience["score"],
+            "diagnostics": resilience["diagnostics"],
+            "actions": resilience["actions"],
+            "expectations": resilience["expectations"],
+            "stages": stage_table(p.stages, warm.stages, end.stages, self.clock.now()),
+        }
+        result = rounded(report)
+        result["timeline"] = list(self._timeline)
+        return result
+
+    def live_score(self, accounted: tuple[int, int, int] | None = None) -> Score:
+        """The score so far, from the same measurements as the report (for progress lines and status).
+
+        ``accounted`` is :meth:`accounted` when the caller has just asked for it. Faults still
+        active or recovering are pending (not judged yet, not failed); unmeasured ones have no verdict.
+        """
+        p = self.pipeline
+        _, lost, in_flight = accounted if accounted is not None else self.accounted()
+        m = p.ledger.measured
+        # Judged per incident: overlapping faults share one recovery, an isolated fault is its own incident.
+        # The injector's book has counted every incident as it closed: O(1), however long the run.
+        book = self.injector.book
+        return compute_score(
+            ScoreInputs(
+                offered=m.offered - in_flight,
+                accepted=m.accepted - in_flight,
+                good=m.completed - m.late - m.degraded,
+                lost=lost,
+                duplicated=p.audit.measured.count,
+                undetected_corruptions=sum(s.undetected_reads for s in p.memory.values()),
+                faults_judged=book.judged,
+                faults_recovered=book.recovered,
+                recovery_times_s=(),
+                recovery_total_s=book.recovery.value,
+                faults_inconsistent=book.inconsistent,
+            ),
+            ScoreWeights.from_config(self.settings.score),
+        )
+
+    def _resilience(self, t: ReportTasks, collapse: CollapseView, listed: int | None) -> _Resilience:
+        """Faults with their recoveries, the score, diagnostics — all from measurements of this run."""
+        p = self.pipeline
+        injector = self.injector
+        # The newest history.faults (or ``listed``) faults and incidents; the counts are of all.
+        faults = [f.as_dict() for f in _newest(injector.faults, listed)]
+        undetected = sum(store.undetected_reads for store in p.memory.values())
+        score = self.live_score((t["lost_all_cohorts"], t["lost"], t["in_flight"]))
+        causes: dict[str, int] = {}
+        for reason, n in t["failed_by"].items():
+            causes[f"failed:{reason}"] = n
+        for reason, n in t["rejected_by"].items():
+            causes[f"refused:{reason}"] = n
+        causes["late"] = t["late"]
+        causes["lost"] = t["lost"]
+        causes["duplicated"] = t["duplicated"]
+        causes["lease_expired"] = p.dispatcher.lease_expired
+        causes["corruption_undetected"] = undetected
+        causes["degraded"] = t["degraded"]  # completed in time without a stage's result: not good
+        causes["faults_failed"] = injector.outcomes["failed"]
+        dead = sorted(a.id for a in p.agents.values() if not a.alive)
+        causes["agents_dead"] = len(dead)
+        causes["collapsed_s"] = round(collapse["time_collapsed_s"])
+        diagnostics: list[DiagnosticView] = [
+            {"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)
+        ]
+        for d in diagnostics:
+            if d["cause"] == "duplicated":
+                d["examples"] = list(p.audit.measured.examples)  # the audit names the first few task ids
+            elif d["cause"] == "agents_dead":
+                d["agents"] = dead  # still dead at the end: the supervisor is off, or gave up on them
+            elif d["cause"] == "collapsed_s":  # seconds in congestion collapse, and whether it outlived the run
+                d["episodes"], d["final_state"] = len(collapse["episodes"]), collapse["final_state"]
+        incidents = [i.as_dict() for i in _newest(injector.incidents, listed)]
+        return {
+            "faults": faults,
+            "incidents": incidents,
+            "faults_summary": {
+                "incidents": injector.incidents.total,
+                "incidents_recovered": injector.book.outcomes["recovered"],
+                "injected": injector.injected,
+                "recovered": injector.outcomes["recovered"],
+                "failed": injector.outcomes["failed"],
+                "unmeasured": injector.outcomes["unmeasured"],
+                "pending": sum(1 for f in injector.in_play if f.outcome in PENDING),
+                # A fault in a shared incident has no time of its own: it is not in its action's mean.
+                "mean_recovery_s_by_action": {
+                    a: s.mean for a, s in sorted(injector.recovery_by_action.items()) if s.mean is not None
+                },
+                # The report lists the newest faults and incidents (history.faults); the counts are of all.
+                "faults_listed": len(faults),
+                "incidents_listed": len(incidents),
+                "baseline": baseline.as_dict() if (baseline := self.injector.baseline()) is not None else None,
+                "slo": {"availability": self.settings.slo.availability, "p95": self.settings.slo.p95},
+                "lever": self.injector.lever,
+            },
+            "runtime": {
+                "elections": p.dispatcher.elections,
+                "redispatched": p.dispatcher.redispatched,
+                "lease_expired": p.dispatcher.lease_expired,
+                "deduplicated": p.ledger.deduplicated,
+                "restarts": p.supervisor.restarts,
+                "gave_up": sorted(p.supervisor.gave_up),
+                "leader": p.dispatcher.leader_id,
+                "route": list(p.route_names or ()),
+            },
+            "score": score.as_dict(),
+            "diagnostics": diagnostics,
+            "actions": list(self.plan_log),
+            "expectations": self.expectations,
+        }
+
+
+class _Interrupt:
+    """The loop's handler for the stop signals: the first ends the run gently, so it still reports; a later one
+    cancels the run, report and all.
+
+    A second signal within ``_ECHO`` of the first is the same request delivered twice, not an insistence:
+    ``timeout -s INT`` signals the child and then its process group, and wrappers forward the terminal's Ctrl-C.
+    """
+
+    _ECHO = 1.0  # wall seconds
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.task: asyncio.Task[ReportView] | None = None
+        self.first: float | None = None
+        self.forced = False
+
+    def __call__(self) -> None:
+        now = wall_time()
+        if self.first is None:
+            self.first = now
+            self.stop.set()
+        elif now - self.first >= self._ECHO and self.task is not None:
+            self.forced = True
+            self.task.cancel()
+
+
+def _newest(kept: Iterable[T], count: int | None) -> Iterable[T]:
+    """The last ``count`` of ``kept`` (all of them when ``count`` is None), oldest first."""
+    if count is None:
+        return kept
+    return deque(kept, maxlen=count)
+
+
+def run_offline(
+    settings: Settings,
+    *,
+    duration: float,
+    warmup: float,
+    virtual: bool = True,
+    scenario: str | None = None,
+    plan: PlanFn | None = None,
+    on_tick: Callable[[Snapshot], None] | None = None,
+    stop_on: tuple[int, ...] = (),
+) -> ReportView:
+    """Run one experiment on a fresh loop (virtual time unless ``virtual`` is False); return its report.
+
+    ``on_tick`` sees every telemetry snapshot (a progress display). A signal in ``stop_on`` ends the run at the
+    loop's next turn, however far ahead virtual time is, and the report covers what ran; another one a second or
+    more later abandons the run with ``KeyboardInterrupt``. ``report["interrupted"]`` says whether a signal ended
+    the run.
+    """
+    loop = new_event_loop(virtual=virtual)
+    clock = LoopClock(loop)
+    stop = asyncio.Event()
+    interrupt = _Interrupt(stop)
+
+    async def main() -> ReportView:
+        experiment = Experiment(settings, clock, warmup=warmup, scenario=scenario, virtual=virtual)
+        if on_tick is not None:
+            experiment.telemetry.listen(on_tick)
+        return await experiment.run(duration, stop=stop, plan=plan)
+
+    try:
+        for sig in stop_on:
+            loop.add_signal_handler(sig, interrupt)
+        interrupt.task = loop.create_task(main(), name="experiment")
+        try:
+            report = loop.run_until_complete(interrupt.task)
+        except asyncio.CancelledError:
+            if interrupt.forced:
+                raise KeyboardInterrupt from None
+            raise
+    finally:
+        for sig in stop_on:
+            loop.remove_signal_handler(sig)
+        loop.close()
+    report["interrupted"] = interrupt.first is not None
+    return report
