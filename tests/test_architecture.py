@@ -284,3 +284,19 @@ def test_nothing_outgrows_its_limit(what: str, limit: int, debt: set[str]) -> No
     over = _over(limit, {"modules": modules, "classes": classes, "functions": functions}[what])
     assert over - debt == set(), f"{what} over {limit}, not in the debt list"
     assert debt - over == set(), f"{what} in the debt list that keep the limit now: take them off"
+
+
+def test_domain_errors_carry_no_http_status() -> None:
+    # Domain code says what went wrong (chaosd/core/errors.py: NotFound, Conflict, Unavailable); one table in
+    # chaosd/api/app.py says how HTTP answers it.
+    errors = {"ChaosdError", "ConfigError", "ScenarioError", "FaultError", "NotFound", "Conflict", "Unavailable"}
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.parent.name == "api":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in errors:
+                offenders += [f"{path.name}:{node.lineno}" for k in node.keywords if k.arg in ("status", "code")]
+            if isinstance(node, ast.Constant) and node.value in (404, 409, 422, 503) and path.name == "errors.py":
+                offenders.append(f"{path.name}:{node.lineno} {node.value}")
+    assert offenders == []

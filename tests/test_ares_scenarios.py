@@ -14,6 +14,7 @@ import pytest
 from conftest import live
 from daemon_harness import Daemon
 
+from chaosd.api.app import status_of
 from chaosd.config.settings import load_settings
 from chaosd.core.clock import LoopClock
 from chaosd.core.errors import FaultError, ScenarioError
@@ -213,7 +214,7 @@ def test_a_speed_that_leaves_no_time_to_confirm_recovery_is_refused_naming_the_l
     check_speed(storm, 17.33, default_ttl=10, confirm=3)
     with pytest.raises(FaultError) as caught:
         check_speed(storm, 20, default_ttl=10, confirm=3)
-    assert caught.value.field == "speed" and caught.value.status == 422
+    assert caught.value.field == "speed" and status_of(caught.value) == 422
     assert caught.value.message == (
         "20 is too fast: actions.3 (slow_agent) would end 2.60 s before the scenario does, less than "
         "recovery.confirm (3 s), the time a recovery takes to confirm; the largest speed that leaves enough is 17.33"

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from conftest import settings
 
+from chaosd.api.app import status_of
 from chaosd.core.clock import LoopClock, new_event_loop
 from chaosd.core.errors import FaultError
 from chaosd.experiment.runner import Experiment
@@ -300,10 +301,10 @@ def test_kill_leader_without_a_leader_is_a_conflict() -> None:
     rt.leader_id = None
     with pytest.raises(FaultError) as caught:
         CATALOGUE["kill_leader"].resolve(rt, "leader", RNG)
-    assert caught.value.status == 409 and "no leader" in caught.value.message
+    assert status_of(caught.value) == 409 and "no leader" in caught.value.message
     with pytest.raises(FaultError) as caught:
         CATALOGUE["kill_leader"].resolve(rt, "worker-0", RNG)
-    assert caught.value.status == 422 and "'worker-0'" in caught.value.message
+    assert status_of(caught.value) == 422 and "'worker-0'" in caught.value.message
     assert rt.calls == []
 
 
@@ -570,7 +571,7 @@ def test_an_unknown_agent_target_names_the_choices() -> None:
     with pytest.raises(FaultError) as caught:
         CATALOGUE["pause_agent"].resolve(_fake(), "worker-99", RNG)
     message = caught.value.message
-    assert caught.value.status == 422 and message.startswith("unknown target 'worker-99'")
+    assert status_of(caught.value) == 422 and message.startswith("unknown target 'worker-99'")
     assert "producer-0" in message and "worker-3" in message and "orchestrator-0" not in message
 
 
@@ -584,7 +585,7 @@ def test_an_agent_of_the_wrong_kind_is_refused() -> None:
 def test_a_bad_percentage_is_refused(target: str) -> None:
     with pytest.raises(FaultError) as caught:
         CATALOGUE["pause_agent"].resolve(_fake(), target, RNG)
-    assert caught.value.status == 422 and target in caught.value.message
+    assert status_of(caught.value) == 422 and target in caught.value.message
 
 
 def test_a_percentage_picks_that_share_of_the_live_default_kind() -> None:
@@ -600,10 +601,10 @@ def test_no_live_agent_of_the_kind_is_a_conflict() -> None:
         rt.agents[f"worker-{i}"].alive = False
     with pytest.raises(FaultError) as caught:
         CATALOGUE["pause_agent"].resolve(rt, "worker", RNG)
-    assert (caught.value.status, caught.value.message) == (409, "no live worker agent to target")
+    assert (status_of(caught.value), caught.value.message) == (409, "no live worker agent to target")
     with pytest.raises(FaultError) as caught:
         CATALOGUE["pool_exhaustion"].resolve(rt, "75%", RNG)
-    assert (caught.value.status, caught.value.message) == (409, "no live worker to target")
+    assert (status_of(caught.value), caught.value.message) == (409, "no live worker to target")
     assert CATALOGUE["pause_agent"].resolve(rt, "random", RNG)[0].startswith("producer-")
 
 
@@ -612,10 +613,10 @@ def test_a_stage_kind_absent_from_the_dag_is_a_conflict() -> None:
     del rt.stages["context"]
     with pytest.raises(FaultError) as caught:
         CATALOGUE["mcp_disconnect"].resolve(rt, "mcp", RNG)
-    assert (caught.value.status, caught.value.message) == (409, "no mcp stage in the DAG")
+    assert (status_of(caught.value), caught.value.message) == (409, "no mcp stage in the DAG")
     with pytest.raises(FaultError) as caught:
         CATALOGUE["mcp_disconnect"].resolve(rt, "nowhere", RNG)
-    assert caught.value.status == 422 and "unknown stage 'nowhere'" in caught.value.message
+    assert status_of(caught.value) == 422 and "unknown stage 'nowhere'" in caught.value.message
 
 
 # --- the real pipeline -----------------------------------------------------------------------------
@@ -661,7 +662,7 @@ def test_every_action_applies_to_a_real_pipeline_and_it_returns_to_its_start() -
             if name.startswith("dependency_"):  # a python stage's: virtual time has none (tests/test_dependencies.py)
                 with pytest.raises(FaultError) as refused:
                     spec.resolve(p, spec.default_target, rng)
-                assert refused.value.status == 409 and "dependencies" in refused.value.message
+                assert status_of(refused.value) == 409 and "dependencies" in refused.value.message
                 continue
             start = before = _state(p)
             target = "leader" if name == "kill_leader" else spec.default_target

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import settings
 
+from chaosd.api.app import status_of
 from chaosd.core.clock import LoopClock, new_event_loop
 from chaosd.core.errors import FaultError
 from chaosd.experiment.runner import Experiment
@@ -695,7 +696,7 @@ def _nothing(exp: Experiment) -> None:
 
 def test_an_unknown_action_is_refused_with_the_valid_ones() -> None:
     error = _refused(_nothing, lambda exp: exp.injector.inject("explode_everything"))["error"]
-    assert error.field == "action" and error.status == 422
+    assert error.field == "action" and status_of(error) == 422
     assert "explode_everything" in error.message
     assert all(name in error.message for name in CATALOGUE)
     assert len(CATALOGUE) == 22
@@ -714,20 +715,20 @@ def test_an_unknown_action_is_refused_with_the_valid_ones() -> None:
 )
 def test_an_unknown_target_is_refused(action: str, target: str) -> None:
     error = _refused(_nothing, lambda exp: exp.injector.inject(action, target))["error"]
-    assert error.field == "target" and error.status == 422
+    assert error.field == "target" and status_of(error) == 422
     assert target in error.message
 
 
 @pytest.mark.parametrize("target", ["0%", "150%", "-10%", "lots%"])
 def test_a_percentage_out_of_range_is_refused(target: str) -> None:
     error = _refused(_nothing, lambda exp: exp.injector.inject("pause_agent", target))["error"]
-    assert error.field == "target" and error.status == 422
+    assert error.field == "target" and status_of(error) == 422
     assert target in error.message
 
 
 def test_an_unknown_param_is_refused() -> None:
     error = _refused(_nothing, lambda exp: exp.injector.inject("slow_agent", "worker-0", {"speed": 2.0}))["error"]
-    assert error.field == "params.speed" and error.status == 422
+    assert error.field == "params.speed" and status_of(error) == 422
     assert "factor" in error.message  # names the valid ones
 
 
@@ -745,13 +746,13 @@ def test_an_unknown_param_is_refused() -> None:
 )
 def test_a_param_out_of_range_is_refused(action: str, params: dict[str, object], field: str) -> None:
     error = _refused(_nothing, lambda exp: exp.injector.inject(action, None, params))["error"]
-    assert error.field == field and error.status == 422
+    assert error.field == field and status_of(error) == 422
 
 
 @pytest.mark.parametrize("ttl", [0.0, -1.0])
 def test_a_ttl_that_is_not_positive_is_refused(ttl: float) -> None:
     error = _refused(_nothing, lambda exp: exp.injector.inject("pause_agent", "worker-0", ttl=ttl))["error"]
-    assert error.field == "ttl" and error.status == 422
+    assert error.field == "ttl" and status_of(error) == 422
 
 
 def test_a_ttl_over_the_maximum_is_refused() -> None:
@@ -759,7 +760,7 @@ def test_a_ttl_over_the_maximum_is_refused() -> None:
         exp.injector.inject("pause_agent", "worker-0", ttl=exp.settings.faults.max_ttl + 1)
 
     error = _refused(_nothing, attempt)["error"]
-    assert error.field == "ttl" and error.status == 422
+    assert error.field == "ttl" and status_of(error) == 422
     assert "600" in error.message
 
 
@@ -771,7 +772,7 @@ def test_a_second_slow_agent_on_the_same_worker_conflicts() -> None:
         exp.injector.inject("slow_agent", "worker-0", {"factor": 7.0})
 
     error = _refused(setup, attempt)["error"]
-    assert error.field == "target" and error.status == 409
+    assert error.field == "target" and status_of(error) == 409
     assert "worker-0" in error.message
 
 
@@ -783,13 +784,13 @@ def test_more_than_the_concurrent_cap_is_refused() -> None:
         assert len(exp.injector.active()) == cap
 
     error = _refused(setup, lambda exp: exp.injector.inject("slow_agent", "worker-0"))["error"]
-    assert error.field == "action" and error.status == 409
+    assert error.field == "action" and status_of(error) == 409
     assert "5" in error.message
 
 
 def test_resume_agent_on_an_agent_that_is_not_paused_is_refused() -> None:
     error = _refused(_nothing, lambda exp: exp.injector.inject("resume_agent", "worker-2"))["error"]
-    assert error.field == "target" and error.status == 409
+    assert error.field == "target" and status_of(error) == 409
     assert "worker-2" in error.message
 
 
@@ -835,7 +836,7 @@ def test_the_safety_lever_reverts_everything_and_refuses_new_faults_until_releas
     assert obs["restored"] is True
     assert obs["reverted_by"] == ["lever"] * 5
     error = obs["refused"]
-    assert isinstance(error, FaultError) and error.status == 409 and "lever" in error.message
+    assert isinstance(error, FaultError) and status_of(error) == 409 and "lever" in error.message
     assert obs["records_while_pulled"] == 5 and obs["worker_2_alive"] is True
     assert obs["lever_released"] is None
     assert obs["after_release"] == ("pause_agent", True)
@@ -862,7 +863,7 @@ def test_a_stop_condition_pulls_the_lever_by_itself() -> None:
         try:
             injector.inject("pause_agent", "worker-0")
         except FaultError as exc:
-            obs["refused"] = exc.status
+            obs["refused"] = status_of(exc)
 
     _, report = _run(plan, duration=30.0, overlay=overlay)
     assert obs["closed"] == 4

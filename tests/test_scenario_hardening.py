@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chaosd.api.app import status_of
 from chaosd.core.errors import FaultError, ScenarioError
 from chaosd.experiment.scenario import SHIPPED, Scenario, load_scenario, parse_scenario, resolve_scenario_name
 
@@ -45,7 +46,7 @@ def _problem(text: str | bytes, **kwargs: int) -> str:
 def test_a_name_that_is_not_a_plain_name_is_refused_without_being_echoed(name: str) -> None:
     with pytest.raises(FaultError) as caught:
         resolve_scenario_name(name)
-    assert caught.value.status == 422 and caught.value.field == "name"
+    assert status_of(caught.value) == 422 and caught.value.field == "name"
     assert caught.value.message == (
         "must be a scenario name (1–100 letters, digits, '_' or '-', optionally ending in .yaml, .yml or .json), "
         "not a path"
@@ -80,7 +81,7 @@ def test_an_unknown_name_is_404_and_quotes_the_checked_name(tmp_path: Path, monk
     for name in ("no_such_scenario", "pyproject"):
         with pytest.raises(FaultError) as caught:
             resolve_scenario_name(name)
-        assert caught.value.status == 404
+        assert status_of(caught.value) == 404
         assert caught.value.message == f"no scenario named {name!r} in the scenario directories"
 
 
@@ -98,7 +99,7 @@ def test_a_symlink_out_of_the_scenario_directory_is_refused(tmp_path: Path, monk
     for name in ("escape", "dangling"):
         with pytest.raises(FaultError) as caught:
             resolve_scenario_name(name)
-        assert caught.value.status == 404
+        assert status_of(caught.value) == 404
         assert "private" not in caught.value.message and MARKER not in caught.value.message
     # A link that stays inside the directory is fine.
     assert resolve_scenario_name("alias") == (folder / "real.yaml").resolve()
@@ -109,7 +110,7 @@ def test_a_directory_named_like_a_scenario_is_not_one(tmp_path: Path, monkeypatc
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FaultError) as caught:
         resolve_scenario_name("odd")
-    assert caught.value.status == 404
+    assert status_of(caught.value) == 404
 
 
 # --- bytes and size ------------------------------------------------------------------------------------
@@ -346,5 +347,5 @@ def test_an_unknown_name_close_to_a_scenario_is_404_with_the_closest_name(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FaultError) as caught:
         resolve_scenario_name("overlaod")
-    assert caught.value.status == 404
+    assert status_of(caught.value) == 404
     assert caught.value.message == "no scenario named 'overlaod' in the scenario directories; did you mean 'overload'?"

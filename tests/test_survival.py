@@ -11,6 +11,7 @@ import pytest
 from daemon_harness import Daemon, wait_for
 from test_client import FakeDaemon, _cli, daemon  # noqa: F401 - the fake daemon fixture
 
+from chaosd.api.app import status_of
 from chaosd.cli import client as client_module
 from chaosd.cli.main import main
 from chaosd.core.errors import FaultError
@@ -122,7 +123,7 @@ def test_survival_timing_leaves_room_for_the_recovery_unless_faults_overlap() ->
     assert survival_timing(10.0, default_ttl=10.0, max_ttl=600.0, confirm=3.0, overlap=True) == (20.0, None)
     with pytest.raises(FaultError) as refused:
         survival_timing(4.9, default_ttl=10.0, max_ttl=600.0, confirm=3.0)
-    assert refused.value.field == "interval" and refused.value.status == 422
+    assert refused.value.field == "interval" and status_of(refused.value) == 422
 
 
 def test_stopping_survival_on_the_daemon_reverts_its_active_faults(tmp_path: Path) -> None:

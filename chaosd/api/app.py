@@ -45,7 +45,7 @@ from chaosd.arena.mount import add_arena
 from chaosd.config.redact import redacted_settings
 from chaosd.config.settings import ApiConfig, Settings
 from chaosd.core.clock import unix_time
-from chaosd.core.errors import ChaosdError, ConfigError, FaultError
+from chaosd.core.errors import ChaosdError, ConfigError, Conflict, FaultError, NotFound, Unavailable
 from chaosd.daemon.control import Controller
 from chaosd.daemon.storage import Storage
 from chaosd.events.log import Event
@@ -159,6 +159,15 @@ def _protocol(request: web.Request, exc: web.HTTPException) -> HttpError:
     return HttpError(exc.status, None, exc.reason)
 
 
+# The one table from domain errors to HTTP statuses: the layers below raise what went wrong, not how HTTP says it.
+_STATUS: dict[type[FaultError], int] = {NotFound: 404, Conflict: 409, Unavailable: 503}
+
+
+def status_of(exc: FaultError) -> int:
+    """The HTTP status the API answers ``exc`` with: 422 for input that is wrong as given."""
+    return _STATUS.get(type(exc), 422)
+
+
 @web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """One place maps every error to a JSON 4xx (or a logged 500): protocol errors, then domain errors."""
@@ -175,7 +184,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except HttpError as exc:
         return _error(exc.status, exc.message, exc.field)
     except FaultError as exc:
-        return _error(exc.status, exc.message, exc.field)
+        return _error(status_of(exc), exc.message, exc.field)
     except ConfigError as exc:
         src, field, msg = exc.problems[0]
         return _error(422, "; ".join(exc.lines()) if len(exc.problems) > 1 else msg, field or src)

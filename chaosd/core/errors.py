@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ChaosdError", "ConfigError", "FaultError", "ScenarioError"]
+__all__ = ["ChaosdError", "ConfigError", "Conflict", "FaultError", "NotFound", "ScenarioError", "Unavailable"]
 
 
 class ChaosdError(Exception):
@@ -25,10 +25,23 @@ class ScenarioError(ConfigError):
 
 
 class FaultError(ChaosdError):
-    """A fault that cannot be injected (or reverted); nothing was changed."""
+    """A request that cannot be carried out as given (a fault, a window, a run, a scenario); nothing was changed.
+    This class itself means the input was wrong; its subclasses say why else."""
 
-    def __init__(self, field: str, message: str, *, status: int = 422) -> None:
+    def __init__(self, field: str, message: str) -> None:
         self.field = field
         self.message = message
-        self.status = status  # 409 for conflicts and refusals, 422 for bad input, 404 for unknown ids
         super().__init__(f"{field}: {message}")
+
+
+class NotFound(FaultError):
+    """What the request names does not exist (or is no longer kept)."""
+
+
+class Conflict(FaultError):
+    """What the request asks for clashes with the daemon's state: a cap, the safety lever, a run already going, a
+    target that is not there right now."""
+
+
+class Unavailable(FaultError):
+    """The daemon is shutting down and takes no new work."""

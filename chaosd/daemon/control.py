@@ -11,7 +11,7 @@ import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from chaosd.core.errors import FaultError
+from chaosd.core.errors import Conflict, FaultError, NotFound, Unavailable
 from chaosd.core.history import RecentLog
 from chaosd.events.log import Event
 from chaosd.experiment.plans import (
@@ -147,7 +147,7 @@ class Controller:
 
     def _refuse_if_stopping(self) -> None:
         if self.stopping:
-            raise FaultError("action", "the daemon is shutting down and accepts no new faults", status=503)
+            raise Unavailable("action", "the daemon is shutting down and accepts no new faults")
 
     # --- faults and the lever -------------------------------------------------------------------
 
@@ -227,7 +227,7 @@ class Controller:
         """
         self._refuse_if_stopping()
         if self.survival is not None and self.survival.state == "running":
-            raise FaultError("survival", "survival mode is already running; stop it first", status=409)
+            raise Conflict("survival", "survival mode is already running; stop it first")
         chosen = actions or tuple(sorted(CATALOGUE))
         unknown = [a for a in chosen if a not in CATALOGUE]
         if unknown:
@@ -241,7 +241,7 @@ class Controller:
             overlap=overlap,
         )
         if self.exp.injector.lever is not None:
-            raise FaultError("survival", f"the safety lever is pulled ({self.exp.injector.lever})", status=409)
+            raise Conflict("survival", f"the safety lever is pulled ({self.exp.injector.lever})")
         run = self._new_run("survival", "survival", duration)
         run.before = Tally.of(self._counts())
         plan = survival_plan(
@@ -271,7 +271,7 @@ class Controller:
         """
         self._refuse_if_stopping()
         if self.scenario is not None and self.scenario.state == "running":
-            raise FaultError("scenario", f"scenario {self.scenario.name!r} is running; stop it first", status=409)
+            raise Conflict("scenario", f"scenario {self.scenario.name!r} is running; stop it first")
         settings = self.exp.settings
         check_actions(scenario.actions, source, settings.faults.max_ttl)
         check_expectations(scenario.expect, source)
@@ -435,7 +435,7 @@ class Controller:
     def open_window(self, name: str | None) -> Window:
         """Start measuring from now; the daemon's own score goes on as it was."""
         if sum(1 for w in self.windows.values() if w.open) >= MAX_WINDOWS:
-            raise FaultError("window", f"{MAX_WINDOWS} windows are open; close one first", status=409)
+            raise Conflict("window", f"{MAX_WINDOWS} windows are open; close one first")
         self._window_ids += 1
         injector = self.exp.injector
         window = Window(
@@ -469,7 +469,7 @@ class Controller:
     def window(self, window_id: int) -> Window:
         found = self.windows.get(window_id)
         if found is None:
-            raise FaultError("id", f"no window {window_id} (the newest {MAX_WINDOWS} are kept)", status=404)
+            raise NotFound("id", f"no window {window_id} (the newest {MAX_WINDOWS} are kept)")
         return found
 
     def window_report(self, window: Window) -> WindowReport:
@@ -501,7 +501,7 @@ class Controller:
     def close_window(self, window_id: int) -> WindowReport:
         window = self.window(window_id)
         if not window.open:
-            raise FaultError("id", f"window {window_id} is already closed", status=409)
+            raise Conflict("id", f"window {window_id} is already closed")
         window.ended_at = self.exp.pipeline.elapsed()
         window.until_fault = self.exp.injector.injected
         window.final = self.window_report(window)
@@ -579,7 +579,7 @@ class Controller:
 
     async def stop_plan(self, run: PlanRun | None, what: str) -> PlanRun:
         if run is None:
-            raise FaultError(what, f"no {what} has run", status=404)
+            raise NotFound(what, f"no {what} has run")
         if run.state == "running" and run.task is not None:
             run.reason = "stopped by request"
             run.task.cancel()

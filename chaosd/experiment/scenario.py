@@ -32,7 +32,7 @@ from yaml.scanner import Scanner
 from chaosd.config.problems import closest, known_keys
 from chaosd.config.settings import Settings, deep_merge, load_settings
 from chaosd.core.durations import Seconds, parse_duration
-from chaosd.core.errors import ConfigError, FaultError, ScenarioError
+from chaosd.core.errors import ConfigError, FaultError, NotFound, ScenarioError
 from chaosd.experiment.expectations import Expectations
 
 if TYPE_CHECKING:
@@ -278,7 +278,6 @@ def resolve_scenario_name(name: str) -> Path:
             "name",
             "must be a scenario name (1–100 letters, digits, '_' or '-', optionally ending in .yaml, .yml or .json), "
             "not a path",
-            status=422,
         )
     for folder in (Path("scenarios"), SHIPPED):
         try:
@@ -294,10 +293,10 @@ def resolve_scenario_name(name: str) -> Path:
             except (OSError, RuntimeError):  # a dangling symlink or a loop
                 resolved = None
             if resolved is None or not resolved.is_relative_to(root) or not resolved.is_file():
-                raise FaultError("name", f"scenario {stem!r} does not resolve to a file in {folder.name}/", status=404)
+                raise NotFound("name", f"scenario {stem!r} does not resolve to a file in {folder.name}/")
             return resolved
     hint = _did_you_mean(stem, scenario_names())  # the names GET /api/v1/scenarios lists anyway
-    raise FaultError("name", f"no scenario named {stem!r} in the scenario directories{hint}", status=404)
+    raise NotFound("name", f"no scenario named {stem!r} in the scenario directories{hint}")
 
 
 def load_scenario(path: Path, *, max_bytes: int | None = None) -> Scenario:

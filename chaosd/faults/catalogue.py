@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from chaosd.config.problems import closest
 from chaosd.core.durations import parse_duration
-from chaosd.core.errors import FaultError
+from chaosd.core.errors import Conflict, FaultError
 from chaosd.faults.record import Memo, MemoValue
 from chaosd.faults.runtime import AgentState, Runtime
 from chaosd.views import ActionView
@@ -179,13 +179,13 @@ def _resolve_agents(
             raise FaultError("target", f"a percentage must be in (0, 100] (got {target!r})")
         pool = sorted((a for a in live if a.kind == default_kind), key=lambda a: a.id)
         if not pool:
-            raise FaultError("target", f"no live {default_kind} to target", status=409)
+            raise Conflict("target", f"no live {default_kind} to target")
         count = max(1, math.ceil(share * len(pool)))
         return tuple(sorted(a.id for a in rng.sample(pool, count)))
     if target in kinds or target in ("random", "agent"):
         pool = sorted((a for a in live if target in ("random", "agent") or a.kind == target), key=lambda a: a.id)
         if not pool:
-            raise FaultError("target", f"no live {target} agent to target", status=409)
+            raise Conflict("target", f"no live {target} agent to target")
         return (rng.choice(pool).id,)
     known = ", ".join(sorted(a.id for a in agents)[:12])
     raise FaultError(
@@ -214,7 +214,7 @@ class KillLeader(Action):
             raise FaultError("target", f"kill_leader targets the leader (got {target!r})")
         leader = rt.leader()
         if leader is None:
-            raise FaultError("target", "no leader holds the lease right now", status=409)
+            raise Conflict("target", "no leader holds the lease right now")
         return (leader,)
 
     @property
@@ -399,12 +399,12 @@ class StageAction(Action):
         eligible = sorted(n for n, s in stages.items() if s.kind in self.kinds)
         if target == "random":
             if not eligible:
-                raise FaultError("target", f"no {'/'.join(self.kinds)} stage to target", status=409)
+                raise Conflict("target", f"no {'/'.join(self.kinds)} stage to target")
             return (rng.choice(eligible),)
         if target in self.kinds or target == "all":
             picked = tuple(n for n in eligible if target == "all" or stages[n].kind == target)
             if not picked:
-                raise FaultError("target", f"no {target} stage in the DAG", status=409)
+                raise Conflict("target", f"no {target} stage in the DAG")
             return picked
         raise FaultError("target", self._unknown(target, stages))
 
@@ -459,7 +459,7 @@ class RemoveEdge(Action):
         edges = sorted(f"{a}->{b}" for a, b in known)
         if target == "random":
             if not edges:
-                raise FaultError("target", "the DAG has no edges", status=409)
+                raise Conflict("target", "the DAG has no edges")
             return (rng.choice(edges),)
         a, sep, b = target.partition("->")
         if not sep or (a.strip(), b.strip()) not in known:
@@ -633,9 +633,7 @@ class DependencyAction(Action):
             for dep, kind in sorted(state.dependencies.items())
         ]
         if not pairs:
-            raise FaultError(
-                "target", "no stage calls a dependency (a python stage lists them in dependencies = [...])", status=409
-            )
+            raise Conflict("target", "no stage calls a dependency (a python stage lists them in dependencies = [...])")
         stage, slash, dep = target.partition("/")
         if target == "all":
             picked = pairs
@@ -654,7 +652,7 @@ class DependencyAction(Action):
         if self.http_only:
             raw = [f"{s}/{d}" for s, d, kind in picked if kind != "http"]
             if raw:
-                raise FaultError("target", f"{self.name} acts on HTTP dependencies; {raw[0]} is raw TCP", status=409)
+                raise Conflict("target", f"{self.name} acts on HTTP dependencies; {raw[0]} is raw TCP")
         return tuple(f"{s}/{d}" for s, d, _ in picked)
 
     def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from chaosd.config.settings import FaultsConfig, RecoveryConfig, SloConfig
-from chaosd.core.errors import FaultError
+from chaosd.core.errors import Conflict, FaultError, NotFound, Unavailable
 from chaosd.core.history import Kept, Sum
 from chaosd.events.log import EventLog
 from chaosd.faults.catalogue import CATALOGUE
@@ -207,10 +207,8 @@ class Injector:
             return record
         if 0 < fault_id <= self.faults.total:
             kept = self.faults.limit
-            raise FaultError(
-                "id", f"fault {fault_id} is older than the {kept} kept in memory (history.faults)", status=404
-            )
-        raise FaultError("id", f"no fault {fault_id}", status=404)
+            raise NotFound("id", f"fault {fault_id} is older than the {kept} kept in memory (history.faults)")
+        raise NotFound("id", f"no fault {fault_id}")
 
     def inject(
         self,
@@ -223,9 +221,9 @@ class Injector:
     ) -> FaultRecord:
         """Apply one fault, or raise :class:`FaultError` naming the field, having changed nothing."""
         if self.closed is not None:
-            raise FaultError("action", self.closed, status=503)
+            raise Unavailable("action", self.closed)
         if self.lever is not None:
-            raise FaultError("action", f"the safety lever is pulled ({self.lever}); release it first", status=409)
+            raise Conflict("action", f"the safety lever is pulled ({self.lever}); release it first")
         spec = CATALOGUE.get(action)
         if spec is None:
             raise FaultError("action", f"unknown action {action!r} (valid: {', '.join(sorted(CATALOGUE))})")
@@ -239,15 +237,13 @@ class Injector:
         active = self.active()
         blocking = [f for f in active if f.action != "resume_agent"]  # a resume is instantaneous
         if action != "resume_agent" and len(blocking) >= self.cfg.max_concurrent:
-            raise FaultError(
-                "action", f"{len(blocking)} faults are active, the cap is {self.cfg.max_concurrent}", status=409
-            )
+            raise Conflict("action", f"{len(blocking)} faults are active, the cap is {self.cfg.max_concurrent}")
         target = target or spec.default_target
         targets = spec.resolve(self.rt, target, self._rng)
         busy = {(CATALOGUE[f.action].group, t) for f in active for t in f.targets}
         conflict = spec.conflict(self.rt, targets, busy)
         if conflict is not None:
-            raise FaultError("target", conflict, status=409)
+            raise Conflict("target", conflict)
         now = self.rt.elapsed()
         record = FaultRecord(
             id=self.faults.total + 1,
@@ -293,7 +289,7 @@ class Injector:
     def revert(self, fault_id: int, why: RevertCause = "revert") -> FaultRecord:
         record = self.get(fault_id)
         if not record.active:
-            raise FaultError("id", f"fault {fault_id} already ended ({record.reverted_by})", status=409)
+            raise Conflict("id", f"fault {fault_id} already ended ({record.reverted_by})")
         self._revert(record, why)
         return record
 

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from chaosd.config.handlers import refuse_virtual_time
 from chaosd.config.settings import Settings, dependency_kind
 from chaosd.core.clock import Clock
-from chaosd.core.errors import FaultError
+from chaosd.core.errors import Conflict
 from chaosd.core.histogram import LogHistogram
 from chaosd.core.rng import Streams
 from chaosd.events.log import EventLog
@@ -213,7 +213,7 @@ class Pipeline:
     def kill_agent(self, agent_id: str) -> None:
         agent = self.agents.get(agent_id)
         if agent is None:  # a replica started by hand can hold the lease without being an agent of ours
-            raise FaultError("target", f"{agent_id} is not a process this daemon runs or has seen beat", status=409)
+            raise Conflict("target", f"{agent_id} is not a process this daemon runs or has seen beat")
         self.kill(agent)
 
     def pause(self, ids: Collection[str], on: bool) -> None:
