@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENVS = Path(os.environ.get("CHAOSD_VENVS") or Path.home() / ".cache" / "chaosd" / "venvs")
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 TIMINGS = VENVS / "timings.json"  # the last run's seconds per scenario: the longest start first
-TESTS = ("tests/test_asyncio_contract.py", "tests/test_clock.py")
+TESTS = ("tests/unit/core/test_asyncio_contract.py", "tests/system/test_clock.py")
 _VERDICT_FAILED = 3  # chaosd run's exit status for a run that failed its SLO or its users (the report is written)
 
 

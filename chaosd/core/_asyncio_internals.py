@@ -1,6 +1,6 @@
 """Everything chaosd takes from asyncio beyond its public API, in this one module.
 
-Each assumption is named below; ``tests/test_asyncio_contract.py`` checks each against the running interpreter.
+Each assumption is named below; ``tests/unit/core/test_asyncio_contract.py`` checks each against the running interpreter.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = [
     "keeps_asyncio_time",
 ]
 
-# The assumptions, each checked by the test named after it in tests/test_asyncio_contract.py:
+# The assumptions, each checked by the test named after it in tests/unit/core/test_asyncio_contract.py:
 #   timer_fields       a TimerHandle's whole state is Handle's and TimerHandle's slots, and its class takes
 #                      object.__new__: one made that way with those slots set is what TimerHandle() makes
 #   timer_order        TimerHandles order by ``_when`` alone (equal times: neither is less), so a heap of

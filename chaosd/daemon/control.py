@@ -551,7 +551,7 @@ class Controller:
         """The live report's task counts (what :meth:`Tally.of` reads), without building the whole report.
 
         ``Experiment.report()`` also renders every fault, incident and the timeline: too much for a status
-        that is polled. These are the same numbers (``tests/test_plan_status.py`` holds them equal).
+        that is polled. These are the same numbers (``tests/system/test_plan_status.py`` holds them equal).
         """
         p = self.exp.pipeline
         m = p.ledger.measured
