@@ -1,6 +1,7 @@
 """Everything chaosd takes from asyncio beyond its public API, in this one module.
 
-Each assumption is named below; ``tests/unit/core/test_asyncio_contract.py`` checks each against the running interpreter.
+Each assumption is named below; ``tests/unit/core/test_asyncio_contract.py`` checks each against the running
+interpreter.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class _Proc:
 def _child_env() -> dict[str, str]:
     """Our environment, with this very package first on the path: children run the daemon's code."""
     env = dict(os.environ)
-    here = str(Path(__file__).resolve().parent.parent.parent)
+    here = str(Path(__file__).resolve().parents[3])  # the folder holding chaosd/
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
