@@ -71,3 +71,10 @@ DEBT_FUNCTIONS: set[str] = {
     "chaosd/pipeline/stages.py:__init__",
     "chaosd/pipeline/worker.py:_loop",
 }
+
+
+def diagram() -> str:
+    """The plan as docs/development.md draws it: the top package first, each above the ones it may import."""
+    width = max(len(name) for name in ORDER)
+    rows = [f"{name:<{width}}  {what}" for name, what in reversed(PACKAGES)]
+    return "\n" + f"\n{'↓':>{width // 2 + 1}}\n".join(rows) + "\n"

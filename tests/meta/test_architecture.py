@@ -309,3 +309,14 @@ def test_tests_mirror_the_packages() -> None:
     assert len(list(tests.glob("test_*.py"))) <= house.TOP_TEST_FILES
     assert {p.name for p in (tests / "unit").iterdir() if p.is_dir() and p.name != "__pycache__"} <= set(house.ORDER)
     assert all(list(d.rglob("test_*.py")) for d in (tests / "unit", tests / "system", tests / "meta"))
+
+
+def test_the_development_guide_draws_the_plan() -> None:
+    doc = (PACKAGE.parent / "docs" / "development.md").read_text()
+    drawn = doc.split("<!-- house: begin -->\n```", 1)[1].split("```\n<!-- house: end -->", 1)[0]
+    assert drawn == house.diagram()
+    limits = (
+        f"no class over {house.CLASS_METHODS}\nmethods, no module over {house.MODULE_LINES} lines,"
+        f" no function over {house.FUNCTION_LINES} lines"
+    )
+    assert limits in doc
