@@ -1,19 +1,17 @@
 """Assembles the aiohttp application: middlewares, typed state, and a cleanup context per long-lived part.
 
-Contexts, in order: storage → event broker → experiment (the pipeline and its report). Shutdown, in
-order: new faults refused, plans stopped, active faults reverted (the controller, before the runner's
-cleanup), event streams closed (``on_shutdown``), then in reverse context order the pipeline stops and
-its report is written, and storage flushes last.
+Contexts, in order: storage → event broker → experiment (the pipeline and its report), the first and last
+entering the daemon's :class:`~chaosd.daemon.lifecycle.LiveRun`, which does the work. Shutdown, in order: new
+faults refused, plans stopped, active faults reverted (the controller, before the runner's cleanup), event
+streams closed (``on_shutdown``), then in reverse context order the pipeline stops and its report is written,
+and storage flushes last.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -34,7 +32,6 @@ from chaosd.api.keys import (
     STOP,
     STORAGE,
     TRACING,
-    FinalReport,
 )
 from chaosd.api.routes import UNDO, declared_body_type
 from chaosd.api.schemas import openapi_document
@@ -42,19 +39,11 @@ from chaosd.api.server import HostPolicy, HttpStats, Refusal, error_body, own_or
 from chaosd.api.sse import Broker
 from chaosd.api.table import ENDPOINTS, check_query, route_defs
 from chaosd.arena.mount import add_arena
-from chaosd.config.redact import redacted_settings
 from chaosd.config.settings import ApiConfig, Settings
-from chaosd.core.clock import unix_time
 from chaosd.core.errors import ChaosdError, ConfigError, Conflict, FaultError, NotFound, Unavailable
-from chaosd.daemon.control import Controller
-from chaosd.daemon.storage import Storage
-from chaosd.events.log import Event
-from chaosd.experiment.report import write_report
+from chaosd.daemon.lifecycle import LiveRun
 from chaosd.exporters.metrics import StorageCollector, make_registry
 from chaosd.exporters.tracing import Tracing
-from chaosd.faults import FaultRecord
-from chaosd.telemetry.snapshot import Snapshot
-from chaosd.views import ReportView, RunStatus
 
 __all__ = ["build_app", "errors"]
 
@@ -246,24 +235,13 @@ def _browser_guard(api: ApiConfig) -> Middleware:
     return browser_guard
 
 
-def _cause(exc: BaseException) -> str:
-    """What went wrong, from inside the task groups that wrap it."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_cause(e) for e in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _storage_ctx(path: str) -> Callable[[web.Application], AsyncIterator[None]]:
+def _storage_ctx(live: LiveRun) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        storage = Storage(path)
-        await storage.open()
-        for run_id in storage.aborted_at_open:
-            log.warning("run %s did not end cleanly: marked aborted, with its active faults", run_id)
-        app[STORAGE] = storage
-        collector = StorageCollector(storage)
-        app[REGISTRY].register(collector)
-        yield
-        await storage.close()
+        async with live.stored() as storage:
+            app[STORAGE] = storage
+            collector = StorageCollector(storage)
+            app[REGISTRY].register(collector)
+            yield
         app[REGISTRY].unregister(collector)
 
     return ctx
@@ -274,76 +252,12 @@ async def _broker_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[BROKER].close()
 
 
-def _experiment_ctx(settings: Settings, report_path: Path) -> Callable[[web.Application], AsyncIterator[None]]:
+def _experiment_ctx(live: LiveRun) -> Callable[[web.Application], AsyncIterator[None]]:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        # The stages' setup runs first, before the daemon serves or stores a run: one that fails stops the
-        # start, named, and leaves nothing behind; their teardown runs last, after the pipeline stopped.
-        async with app[CONTROLLER].exp.pipeline.lifespan(), _experiment(app, settings, report_path):
+        async with live.running():
             yield
 
     return ctx
-
-
-@asynccontextmanager
-async def _experiment(app: web.Application, settings: Settings, report_path: Path) -> AsyncIterator[None]:
-    """The experiment's task for the app's life, its events stored; at its end the report written and the run's
-    end stored."""
-    ctl = app[CONTROLLER]
-    exp = ctl.exp
-    storage = app[STORAGE]
-    run_id = app[RUN_ID]
-    storage.run_started(run_id, app[STARTED], redacted_settings(settings))
-    await storage.flush()  # the run is in the history before the first request can ask for it
-
-    def persist(event: Event) -> None:
-        storage.event(run_id, event.id, event.t, event.kind, dict(event.data))
-        # The record travels with its event: a fault that has left the memory window (history.faults)
-        # still has its verdict stored. Never looked up by id: what is gone from memory would raise.
-        if event.kind == "fault" and isinstance(event.about, FaultRecord):
-            storage.fault_changed(run_id, event.about.as_dict())
-
-    exp.events.subscribe(persist)
-    next_score = [5.0]
-
-    def score_events(snap: Snapshot) -> None:
-        if snap.t >= next_score[0]:
-            next_score[0] += 5.0
-            live = exp.live_score()
-            total = None if live.total is None else round(live.total, 3)
-            exp.events.record(snap.t, "score", total=total, grade=live.grade)
-
-    exp.telemetry.listen(score_events)
-    task = asyncio.create_task(exp.run(None, app[STOP]), name="experiment")
-
-    def ended(done: asyncio.Task[ReportView]) -> None:
-        if done.cancelled():
-            return
-        if (exc := done.exception()) is not None:
-            ctl.crashed.append(f"pipeline crashed: {_cause(exc)}")
-            log.error("the pipeline crashed", exc_info=exc)
-        elif not app[STOP].is_set():
-            ctl.crashed.append("pipeline: ended while the daemon was running")
-
-    task.add_done_callback(ended)
-    yield
-    await ctl.shutdown()
-    app[STOP].set()
-    report: ReportView | None = None
-    try:
-        report = await asyncio.wait_for(asyncio.shield(task), settings.daemon.shutdown_grace)
-    except TimeoutError:
-        log.error("the pipeline did not stop within %.1f s; cancelled", settings.daemon.shutdown_grace)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    except Exception:
-        log.exception("the pipeline failed while stopping")
-    status: RunStatus = "finished" if report is not None else "failed"
-    if report is not None:
-        write_report(report, report_path)
-        app[REPORT].report = report  # the app is frozen by now: the holder was set at build
-    for record in exp.injector.faults:
-        storage.fault_changed(run_id, record.as_dict())
-    storage.run_finished(run_id, unix_time(), status, report)
 
 
 _UNTRACED = ("/metrics", "/healthz", "/readyz", "/api/v1/events")
@@ -379,26 +293,22 @@ def _traced(tracing: Tracing) -> Middleware:
     return traced
 
 
-def build_app(
-    settings: Settings,
-    controller: Controller,
-    run_id: str,
-    tracing: Tracing | None = None,
-) -> web.Application:
-    """The daemon's application; the caller runs it (``web.AppRunner`` and a ``FrontDoor``).
+def build_app(settings: Settings, live: LiveRun, tracing: Tracing | None = None) -> web.Application:
+    """The daemon's application for ``live``; the caller runs it (``web.AppRunner`` and a ``FrontDoor``).
 
-    The pipeline runs from the runner's setup until its cleanup; cleanup stops it (``app[STOP]``).
+    The pipeline runs from the runner's setup until its cleanup; cleanup stops it (``live.stop``).
     """
+    controller = live.controller
     api = settings.api
     middlewares: list[Middleware] = [front, _browser_guard(api), errors, _auth(api.token_value()), durable]
     if tracing is not None and tracing.enabled:
         middlewares.insert(1, _traced(tracing))
     app = web.Application(client_max_size=api.max_body_bytes, middlewares=middlewares)
     app[CONTROLLER] = controller
-    app[STOP] = asyncio.Event()
-    app[RUN_ID] = run_id
-    app[STARTED] = unix_time()
-    app[REPORT] = FinalReport()
+    app[STOP] = live.stop
+    app[RUN_ID] = live.run_id
+    app[STARTED] = live.started
+    app[REPORT] = live.final
     if tracing is not None and tracing.enabled:
         app[TRACING] = tracing
     app[LIMITS] = api
@@ -409,9 +319,9 @@ def build_app(
     app[OPENAPI] = openapi_document(ENDPOINTS)
     app.router.add_routes(route_defs(ENDPOINTS))
     add_arena(app, controller)  # the page at / and /arena, and GET /api/v1/timeseries
-    app.cleanup_ctx.append(_storage_ctx(settings.storage.path))
+    app.cleanup_ctx.append(_storage_ctx(live))
     app.cleanup_ctx.append(_broker_ctx)
-    app.cleanup_ctx.append(_experiment_ctx(settings, Path(settings.daemon.report)))
+    app.cleanup_ctx.append(_experiment_ctx(live))
 
     async def end_streams(app: web.Application) -> None:
         await app[BROKER].close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -11,10 +10,10 @@ from chaosd.api.server import HttpStats
 from chaosd.api.sse import Broker
 from chaosd.config.settings import ApiConfig
 from chaosd.daemon.control import Controller
+from chaosd.daemon.lifecycle import FinalReport
 from chaosd.daemon.storage import Storage
 from chaosd.exporters.metrics import MetricsRegistry
 from chaosd.exporters.tracing import Tracing
-from chaosd.views import ReportView
 
 __all__ = [
     "BROKER",
@@ -38,13 +37,6 @@ BROKER = web.AppKey("broker", Broker)
 RUN_ID = web.AppKey("run_id", str)
 STARTED = web.AppKey("started", float)
 STOP = web.AppKey("stop", asyncio.Event)  # ends the pipeline (the last step of shutdown but two)
-
-
-@dataclass
-class FinalReport:
-    """The run's report once the pipeline has stopped cleanly (None until then): set after the app is frozen."""
-
-    report: ReportView | None = None
 
 
 REPORT = web.AppKey("report", FinalReport)

@@ -33,6 +33,7 @@ from chaosd.config.settings import Settings
 from chaosd.core.clock import LoopClock, new_event_loop, unix_time, wall_time
 from chaosd.core.errors import ChaosdError, ConfigError
 from chaosd.daemon.control import Controller
+from chaosd.daemon.lifecycle import LiveRun
 from chaosd.daemon.storage import unwritable
 from chaosd.experiment.report import render_summary
 from chaosd.experiment.runner import Experiment
@@ -188,14 +189,14 @@ class Daemon:
         self.stop = asyncio.Event()
         self.experiment = Experiment(settings, self.clock, warmup=0.0, scenario=None, virtual=False)
         self.controller = Controller(self.experiment)
-        self.run_id = uuid.uuid4().hex[:12]
+        self.live = LiveRun(settings, self.controller, uuid.uuid4().hex[:12])
         self.tracing = Tracing(
             self.clock, unix_time() - self.clock.now(), settings.tracing.sample_every, otlp_exporter_from_env()
         )
         self.tracing.attach(self.experiment)
         if self.tracing.enabled:
             out(f"chaosd: tracing to OTLP, one task in {self.tracing.every} sampled, every fault traced")
-        self.app = build_app(settings, self.controller, self.run_id, self.tracing)
+        self.app = build_app(settings, self.live, self.tracing)
         fds = _raise_fd_limit(settings.api.max_connections + 256)
         if fds < settings.api.max_connections + 64:
             log.warning(
@@ -277,7 +278,7 @@ class Daemon:
         """Say where to look, then wait for the first stop signal."""
         settings = self.settings
         for host, port in self.addresses:
-            self.out(f"chaosd: listening on {_url(host, port)} (run {self.run_id})")
+            self.out(f"chaosd: listening on {_url(host, port)} (run {self.live.run_id})")
         for line in banner(settings, *self.addresses[0]):
             self.out(line)
         self.out(f"chaosd: pipeline running in real time (offered {settings.load.rate:g} tasks/s); Ctrl-C stops")

@@ -28,6 +28,7 @@ from chaosd.api.server import FrontDoor
 from chaosd.config.settings import Settings
 from chaosd.core.clock import LoopClock, new_event_loop
 from chaosd.daemon.control import Controller
+from chaosd.daemon.lifecycle import LiveRun
 from chaosd.experiment.runner import Experiment
 from chaosd.exporters.tracing import Tracing
 from chaosd.telemetry.snapshot import Snapshot
@@ -148,7 +149,7 @@ async def _healthz_during(tmp: Path, breaks: str) -> tuple[dict[str, Any], dict[
     hung = _HungExporter()
     wall = [0.0]
     tracing = Tracing(clock, 0.0, 1000, hung, stall_after=300.0, wall=lambda: wall[0])
-    app = build_app(settings, Controller(exp), "run-health", tracing)
+    app = build_app(settings, LiveRun(settings, Controller(exp), "run-health"), tracing)
     runner = web.AppRunner(app)
     await runner.setup()
     door = FrontDoor(runner, app[LIMITS], app[HTTP_STATS])

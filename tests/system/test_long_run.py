@@ -17,6 +17,7 @@ from chaosd.api.keys import STORAGE
 from chaosd.config.settings import Settings, load_settings
 from chaosd.core.clock import LoopClock, VirtualEventLoop
 from chaosd.daemon.control import Controller
+from chaosd.daemon.lifecycle import LiveRun
 from chaosd.experiment.report import rounded
 from chaosd.experiment.runner import Experiment
 
@@ -64,7 +65,7 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     async def main() -> None:
         exp = Experiment(settings, clock, warmup=0.0, virtual=True)
         ctl = Controller(exp)
-        app = build_app(settings, ctl, "week")
+        app = build_app(settings, LiveRun(settings, ctl, "week"))
         runner = web.AppRunner(app)
         with outside():
             await runner.setup()

@@ -21,6 +21,7 @@ from chaosd.api.table import BEGIN, END, ENDPOINTS, Endpoint, declared, markdown
 from chaosd.config.settings import Settings
 from chaosd.core.clock import LoopClock
 from chaosd.daemon.control import Controller
+from chaosd.daemon.lifecycle import LiveRun
 from chaosd.experiment.runner import Experiment
 from chaosd.views import HealthBody
 
@@ -31,7 +32,7 @@ DOC = ROOT / "docs" / "api.md"
 def _app(tmp: Path) -> web.Application:
     settings = Settings(storage={"path": str(tmp / "db")}, daemon={"report": str(tmp / "r.json")})  # type: ignore[arg-type]
     exp = Experiment(settings, LoopClock(asyncio.get_running_loop()), warmup=0.0, scenario=None, virtual=False)
-    return build_app(settings, Controller(exp), "run-openapi")
+    return build_app(settings, LiveRun(settings, Controller(exp), "run-openapi"))
 
 
 async def _served_document(app: web.Application) -> dict[str, Any]:
