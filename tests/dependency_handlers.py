@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from chaosd.config.handlers import StageContext, StageInfo
+from chaosd.handlers import StageContext, StageInfo
 from chaosd.pipeline import Task
 
 CALLS_VARIABLE = "CHAOSD_TEST_CALLS"

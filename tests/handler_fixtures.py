@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from chaosd.config.handlers import StageContext
+from chaosd.handlers import StageContext
 from chaosd.pipeline import Task
 
 

@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 from dependency_handlers import CALLS_VARIABLE, failing_setup, record, setup, teardown
 
-from chaosd.config.handlers import StageContext
+from chaosd.handlers import StageContext
 from chaosd.pipeline import Task
 
 __all__ = ["CALLS_VARIABLE", "call", "failing_setup", "setup", "teardown"]

@@ -13,7 +13,7 @@ import random
 
 import aiohttp
 
-from chaosd.config.handlers import StageContext, StageInfo
+from chaosd.handlers import StageContext, StageInfo
 from chaosd.pipeline import Task
 
 

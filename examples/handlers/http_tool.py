@@ -10,7 +10,7 @@ import os
 
 import aiohttp
 
-from chaosd.config.handlers import StageContext
+from chaosd.handlers import StageContext
 from chaosd.pipeline import Task
 
 DEFAULT_URL = "http://127.0.0.1:8099/echo"
