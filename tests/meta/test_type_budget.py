@@ -19,8 +19,8 @@ PER_1000_LINES = 5.0
 # The modules whose job is JSON in or out and which may hold a parsed document before it is checked, each
 # with why: anything else that wants ``dict[str, Any]`` has a view or a TypedDict to use instead.
 JSON_BOUNDARY = {
-    "config.py": "the merged TOML file and overlay, before pydantic validates them",
-    "storage.py": "a stored JSON column, read back as the view it was written from",
+    "config/settings.py": "the merged TOML file and overlay, before pydantic validates them",
+    "daemon/storage.py": "a stored JSON column, read back as the view it was written from",
 }
 
 
