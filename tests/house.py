@@ -39,7 +39,6 @@ DEBT_CLASSES: set[str] = {
     "chaosd/pipeline/pipeline.py:Pipeline",
     "chaosd/daemon/control.py:Controller",
     "chaosd/faults/injector.py:Injector",
-    "chaosd/daemon/storage.py:Storage",
     "chaosd/faults/runtime.py:Runtime",
     "chaosd/faults/proxy.py:FaultProxy",
 }
