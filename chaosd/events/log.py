@@ -56,179 +56,6 @@ from chaosd.views import PlanKind
 __all__ = ["Event", "EventKind", "EventLog", "Observers", "fault_data"]
 
 
-# EventLog.record's signature: one overload per payload shape (chaosd.events.kinds), so that mypy checks each call's
-# fields against its kind. Declared here and bound in the class below: one method's typing, not 37 methods.
-@overload
-def _record(
-    self: EventLog, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultInjected]
-) -> Event: ...
-
-
-@overload
-def _record(
-    self: EventLog, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultReverted]
-) -> Event: ...
-
-
-@overload
-def _record(
-    self: EventLog, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultMechanismRecovered]
-) -> Event: ...
-
-
-@overload
-def _record(
-    self: EventLog, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultRecovered]
-) -> Event: ...
-
-
-@overload
-def _record(
-    self: EventLog, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultUnrecovered]
-) -> Event: ...
-
-
-@overload
-def _record(
-    self: EventLog, t: float, kind: Literal["incident"], *, about: object = None, **data: Unpack[IncidentOpened]
-) -> Event: ...
-
-
-@overload
-def _record(
-    self: EventLog, t: float, kind: Literal["incident"], *, about: object = None, **data: Unpack[IncidentRecovered]
-) -> Event: ...
-
-
-@overload
-def _record(
-    self: EventLog, t: float, kind: Literal["incident"], *, about: object = None, **data: Unpack[IncidentUnrecovered]
-) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["lever"], **data: Unpack[LeverPulled]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["lever"], **data: Unpack[LeverReleased]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["leader"], **data: Unpack[LeaderLost]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["leader"], **data: Unpack[LeaderElected]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["agent"], **data: Unpack[AgentDead]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["agent"], **data: Unpack[AgentAlive]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["agent"], **data: Unpack[AgentJoined]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["supervisor"], **data: Unpack[SupervisorGaveUp]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["supervisor"], **data: Unpack[SupervisorRestarted]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["mcp"], **data: Unpack[McpReconnected]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["memory"], **data: Unpack[MemoryRepaired]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["breaker"], **data: Unpack[BreakerChanged]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["dag"], **data: Unpack[DagRerouted]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["backend"], **data: Unpack[BackendConnected]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["backend"], **data: Unpack[BackendReadiness]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["backend"], **data: Unpack[BackendRestarted]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["backend"], **data: Unpack[BackendRestored]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["backend"], **data: Unpack[BackendUnlisted]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["backend"], **data: Unpack[BackendUnreachable]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["backend"], **data: Unpack[BackendReachable]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["run"], **data: Unpack[RunChanged]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["detector"], **data: Unpack[DetectorChanged]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["throttle"], **data: Unpack[ThrottleChanged]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["score"], **data: Unpack[ScoreChanged]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["survival"], **data: Unpack[SurvivalStarted]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["scenario"], **data: Unpack[ScenarioStarted]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: PlanKind, **data: Unpack[PlanEnded]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["window"], **data: Unpack[WindowOpened]) -> Event: ...
-
-
-@overload
-def _record(self: EventLog, t: float, kind: Literal["window"], **data: Unpack[WindowClosed]) -> Event: ...
-
-
-def _record(self: EventLog, t: float, kind: EventKind, *, about: object = None, **data: object) -> Event:
-    """An event of ``kind`` at ``t``: numbered and kept, then handed to each subscriber."""
-    event = self.history.add(t, kind, data, about)
-    self.subscribers.publish(event)
-    return event
-
-
 class EventLog:
     """Keeps the newest ``limit`` events; subscribers see each one as it is recorded.
 
@@ -241,7 +68,139 @@ class EventLog:
         self.observers = Observers()
         self.subscribers = Subscribers(self.observers)
 
-    record = _record  # typed by kind: see _record's overloads above
+    # One overload per payload shape (chaosd.events.kinds): mypy checks each call's fields against its kind.
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultInjected]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultReverted]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultMechanismRecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultRecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["fault"], *, about: object = None, **data: Unpack[FaultUnrecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["incident"], *, about: object = None, **data: Unpack[IncidentOpened]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["incident"], *, about: object = None, **data: Unpack[IncidentRecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(
+        self, t: float, kind: Literal["incident"], *, about: object = None, **data: Unpack[IncidentUnrecovered]
+    ) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["lever"], **data: Unpack[LeverPulled]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["lever"], **data: Unpack[LeverReleased]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["leader"], **data: Unpack[LeaderLost]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["leader"], **data: Unpack[LeaderElected]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["agent"], **data: Unpack[AgentDead]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["agent"], **data: Unpack[AgentAlive]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["agent"], **data: Unpack[AgentJoined]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["supervisor"], **data: Unpack[SupervisorGaveUp]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["supervisor"], **data: Unpack[SupervisorRestarted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["mcp"], **data: Unpack[McpReconnected]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["memory"], **data: Unpack[MemoryRepaired]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["breaker"], **data: Unpack[BreakerChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["dag"], **data: Unpack[DagRerouted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendConnected]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendReadiness]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendRestarted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendRestored]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendUnlisted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendUnreachable]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["backend"], **data: Unpack[BackendReachable]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["run"], **data: Unpack[RunChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["detector"], **data: Unpack[DetectorChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["throttle"], **data: Unpack[ThrottleChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["score"], **data: Unpack[ScoreChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["survival"], **data: Unpack[SurvivalStarted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["scenario"], **data: Unpack[ScenarioStarted]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: PlanKind, **data: Unpack[PlanEnded]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["window"], **data: Unpack[WindowOpened]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["window"], **data: Unpack[WindowClosed]) -> Event: ...
+
+    def record(self, t: float, kind: EventKind, *, about: object = None, **data: object) -> Event:
+        """An event of ``kind`` at ``t``: numbered and kept, then handed to each subscriber."""
+        event = self.history.add(t, kind, data, about)
+        self.subscribers.publish(event)
+        return event
 
     def __len__(self) -> int:
         return len(self.history)

@@ -262,7 +262,8 @@ def _sizes() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
         modules[rel] = len(text.splitlines())
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ClassDef):
-                methods = [b for b in node.body if isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef)]
+                # A method's overloads are its signature, not methods of their own: one name, one method.
+                methods = {b.name for b in node.body if isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef)}
                 classes[f"{rel}:{node.name}"] = len(methods)
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 assert node.end_lineno is not None

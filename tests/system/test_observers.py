@@ -91,7 +91,7 @@ def test_faults_evicted_from_memory_while_recovering_keep_the_daemon_healthy_and
         stored = {f["id"]: f["outcome"] for f in run["faults"]}
         assert all(stored[i] in TERMINAL for i in recovering)
         observer_errors = {k: v for k, v in daemon.scrape().items() if k.startswith("chaosd_observer_errors_total")}
-        assert 'chaosd_observer_errors_total{observer="_experiment.persist"}' in observer_errors
+        assert 'chaosd_observer_errors_total{observer="LiveRun._record_events.persist"}' in observer_errors
         assert set(observer_errors.values()) == {0.0}  # nothing raised: the fix is the cause's, not the guard's
         assert daemon.terminate() == 0
         report = json.loads((tmp_path / "daemon-report.json").read_text())
