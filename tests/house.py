@@ -60,8 +60,6 @@ DEBT_FUNCTIONS: set[str] = {
     "chaosd/experiment/plans.py:survival_plan",
     "chaosd/experiment/plans.py:window_report",
     "chaosd/experiment/report.py:render_summary",
-    "chaosd/experiment/runner.py:_resilience",
-    "chaosd/experiment/runner.py:report",
     "chaosd/experiment/score.py:compute_score",
     "chaosd/exporters/metrics.py:collect",
     "chaosd/faults/injector.py:_observe",
