@@ -38,7 +38,6 @@ TOP_TEST_FILES = 10
 DEBT_CLASSES: set[str] = {
     "chaosd/events/log.py:EventLog",
     "chaosd/pipeline/pipeline.py:Pipeline",
-    "chaosd/daemon/control.py:Controller",
     "chaosd/faults/injector.py:Injector",
     "chaosd/daemon/storage.py:Storage",
     "chaosd/faults/runtime.py:Runtime",
