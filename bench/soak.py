@@ -2,7 +2,7 @@
 
 The daemon's Experiment + Controller (as ``chaosd.cli.serve._serve`` builds them, with its telemetry listeners but
 without the HTTP server) run on the virtual clock with survival mode on. Every simulated hour, after
-``gc.collect()``: the process RSS and ``Controller.sizes()`` (entries held by each long-lived structure).
+``gc.collect()``: the process RSS and ``controller.board.sizes()`` (entries held by each long-lived structure).
 Targets (issue 12): RSS grows ≤ 1 MB per simulated day after the first day, and no structure grows with run
 time. Then, with all that history held, the answers the daemon gives are timed: a telemetry tick, /metrics,
 the report and the survival status (targets: tick ≤ 1 ms, /metrics ≤ 10 ms, any API answer ≤ 50 ms).
