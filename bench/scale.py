@@ -283,7 +283,7 @@ def faults_dim(quick: bool) -> tuple[str, str, list[Step]]:
     def injector(n: int) -> Callable[[VirtualDaemon], str]:
         def inject(daemon: VirtualDaemon) -> str:
             for i in range(n):
-                daemon.call(daemon.controller.inject, "slow_agent", f"producer-{i}", {"factor": 1.0}, 1e6)
+                daemon.call(daemon.controller.faults.inject, "slow_agent", f"producer-{i}", {"factor": 1.0}, 1e6)
             active = len(daemon.exp.injector.active())
             return f"{active} faults active" if n else ""
 

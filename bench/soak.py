@@ -2,7 +2,7 @@
 
 The daemon's Experiment + Controller (as ``chaosd.cli.serve._serve`` builds them, with its telemetry listeners but
 without the HTTP server) run on the virtual clock with survival mode on. Every simulated hour, after
-``gc.collect()``: the process RSS and ``Controller.sizes()`` (entries held by each long-lived structure).
+``gc.collect()``: the process RSS and ``controller.board.sizes()`` (entries held by each long-lived structure).
 Targets (issue 12): RSS grows ≤ 1 MB per simulated day after the first day, and no structure grows with run
 time. Then, with all that history held, the answers the daemon gives are timed: a telemetry tick, /metrics,
 the report and the survival status (targets: tick ≤ 1 ms, /metrics ≤ 10 ms, any API answer ≤ 50 ms).
@@ -120,8 +120,8 @@ def main() -> None:
     rss0 = rss_mb()
     wall0 = time.perf_counter()
     daemon = VirtualDaemon(settings)
-    daemon.call(daemon.controller.start_survival, args.interval, survival_s, None)
-    samples: list[tuple[float, float, dict[str, int]]] = [(0.0, rss_mb(), daemon.controller.sizes())]
+    daemon.call(daemon.controller.plans.start_survival, args.interval, survival_s, None)
+    samples: list[tuple[float, float, dict[str, int]]] = [(0.0, rss_mb(), daemon.controller.board.sizes())]
 
     tick = _Timed(daemon.exp.telemetry.tick)
     daemon.exp.telemetry.tick = tick  # type: ignore[method-assign]  # the ticker reads the attribute each tick
@@ -136,7 +136,7 @@ def main() -> None:
                 on_tick.on = True
         daemon.advance_to(h * HOUR)
         gc.collect()
-        samples.append((h / 24, rss_mb(), daemon.controller.sizes()))
+        samples.append((h / 24, rss_mb(), daemon.controller.board.sizes()))
         if h % 24 == 0:
             print(f"  day {h // 24}: rss {samples[-1][1]:.1f} MB, wall {time.perf_counter() - wall0:.0f} s", flush=True)
     wall = time.perf_counter() - wall0
@@ -248,11 +248,11 @@ def main() -> None:
     results.append(
         (
             "controller.plan_status(survival)  (GET /api/v1/survival)",
-            *daemon.call(_ms, lambda: ctl.plan_status(ctl.survival), 20),
+            *daemon.call(_ms, lambda: ctl.plans.status(ctl.plans.survival), 20),
             API_TARGET,
         )
     )
-    state = ctl.survival.state if ctl.survival is not None else "none"
+    state = ctl.plans.survival.state if ctl.plans.survival is not None else "none"
     width = max(len(r[0]) for r in results)
     for label, med, top, target in results:
         top_s = f"{top:9.3f}" if top else " " * 9

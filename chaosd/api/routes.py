@@ -168,7 +168,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     ctl = request.app[CONTROLLER]
-    problems = _failed_parts(request) + ctl.problems
+    problems = _failed_parts(request) + ctl.plans.problems
     storage = request.app[STORAGE]
     # The storage's health now: a probe write when the last write failed or none committed for a second, never
     # the errors since the start (a freed disk is ready again at the next probe).
@@ -178,7 +178,7 @@ async def readyz(request: web.Request) -> web.Response:
         problems.append(f"storage: {problem}")
     if TRACING in request.app and (failing := request.app[TRACING].failing()) is not None:
         problems.append(failing)
-    problems += ctl.pipeline_problems()
+    problems += ctl.board.pipeline_problems()
     if ctl.stopping:
         problems.append("shutting down")
     body: ReadyBody = {"ready": not problems, "problems": problems}
@@ -196,7 +196,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 async def status(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROLLER].status(request.app[RUN_ID], request.app[STARTED]))
+    return _ok(request.app[CONTROLLER].board.status(request.app[RUN_ID], request.app[STARTED]))
 
 
 async def actions(request: web.Request) -> web.Response:
@@ -209,11 +209,11 @@ async def actions(request: web.Request) -> web.Response:
 
 async def inject(request: web.Request) -> web.Response:
     body = await _body(request, InjectRequest)
-    ctl = request.app[CONTROLLER]
-    record = ctl.inject(body.action, body.target, dict(body.params), body.ttl, dict(body.labels))
+    faults = request.app[CONTROLLER].faults
+    record = faults.inject(body.action, body.target, dict(body.params), body.ttl, dict(body.labels))
 
     async def take_back() -> None:
-        ctl.take_back(record)
+        faults.take_back(record)
 
     _undo(request, take_back)
     response = _ok(record.as_dict(), 201)
@@ -249,7 +249,7 @@ async def faults(request: web.Request) -> web.Response:
         raise HttpError(400, "active", "must be true or false")
     labels, actions, states = _selector(request)
     chosen = None if not active else active in ("true", "1")
-    return _ok(request.app[CONTROLLER].faults(chosen, labels, actions, states))
+    return _ok(request.app[CONTROLLER].faults.select(chosen, labels, actions, states))
 
 
 async def revert_selected(request: web.Request) -> web.Response:
@@ -262,7 +262,7 @@ async def revert_selected(request: web.Request) -> web.Response:
         raise HttpError(
             400, "label", "give a selector (label=key=value or action=…); to revert every fault, pull the lever"
         )
-    reverted = request.app[CONTROLLER].revert_matching(labels, actions)
+    reverted = request.app[CONTROLLER].faults.revert_matching(labels, actions)
     body: RevertedBody = {"reverted": [f.id for f in reverted], "faults": [f.as_dict() for f in reverted]}
     return _ok(body)
 
@@ -291,20 +291,20 @@ def _wait(request: web.Request) -> float:
 async def fault(request: web.Request) -> web.Response:
     """One fault; with ``?wait=30s``, answered as soon as it gets its verdict, or with its state at the deadline."""
     wait = _wait(request)
-    ctl = request.app[CONTROLLER]
+    faults = request.app[CONTROLLER].faults
     fault_id = _path_id(request)
-    if ctl.forgotten(fault_id):
+    if faults.forgotten(fault_id):
         # Older than the faults kept in memory (history.faults): as storage recorded it at its last change.
         stored = await request.app[STORAGE].fault(request.app[RUN_ID], fault_id)
         if stored is not None:
             return _ok(stored)
-    record = ctl.fault(fault_id)  # 404 when there is no such fault
-    await ctl.await_verdicts((record.id,), wait)
+    record = faults.get(fault_id)  # 404 when there is no such fault
+    await faults.await_verdicts((record.id,), wait)
     return _ok(record.as_dict())
 
 
 async def revert(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROLLER].revert(_path_id(request)).as_dict())
+    return _ok(request.app[CONTROLLER].faults.revert(_path_id(request)).as_dict())
 
 
 # --- measurement windows -------------------------------------------------------------------------------
@@ -312,11 +312,11 @@ async def revert(request: web.Request) -> web.Response:
 
 async def open_window(request: web.Request) -> web.Response:
     body = await _body(request, WindowRequest, optional=True)
-    ctl = request.app[CONTROLLER]
-    window = ctl.open_window(body.name)
+    kept = request.app[CONTROLLER].windows
+    window = kept.open(body.name)
 
     async def take_back() -> None:
-        ctl.discard_window(window)
+        kept.discard(window)
 
     _undo(request, take_back)
     response = _ok(window.summary(), 201)
@@ -325,22 +325,22 @@ async def open_window(request: web.Request) -> web.Response:
 
 
 async def windows(request: web.Request) -> web.Response:
-    body: WindowsBody = {"windows": [w.summary() for w in request.app[CONTROLLER].windows.values()]}
+    body: WindowsBody = {"windows": [w.summary() for w in request.app[CONTROLLER].windows]}
     return _ok(body)
 
 
 async def window(request: web.Request) -> web.Response:
-    ctl = request.app[CONTROLLER]
-    return _ok(ctl.window_report(ctl.window(_path_id(request, "window"))))
+    kept = request.app[CONTROLLER].windows
+    return _ok(kept.report(kept.get(_path_id(request, "window"))))
 
 
 async def close_window(request: web.Request) -> web.Response:
-    ctl = request.app[CONTROLLER]
-    window = ctl.window(_path_id(request, "window"))
-    report = ctl.close_window(window.id)
+    kept = request.app[CONTROLLER].windows
+    window = kept.get(_path_id(request, "window"))
+    report = kept.close(window.id)
 
     async def take_back() -> None:
-        ctl.reopen_window(window)
+        kept.reopen(window)
 
     _undo(request, take_back)
     return _ok(report)
@@ -348,17 +348,17 @@ async def close_window(request: web.Request) -> web.Response:
 
 async def pull_lever(request: web.Request) -> web.Response:
     body = await _body(request, LeverRequest, optional=True)
-    answer: LeverBody = {"lever": body.reason, "reverted": request.app[CONTROLLER].pull_lever(body.reason)}
+    answer: LeverBody = {"lever": body.reason, "reverted": request.app[CONTROLLER].faults.pull_lever(body.reason)}
     return _ok(answer)
 
 
 async def release_lever(request: web.Request) -> web.Response:
-    ctl = request.app[CONTROLLER]
-    reason = ctl.lever
-    ctl.release_lever()
+    faults = request.app[CONTROLLER].faults
+    reason = faults.lever
+    faults.release_lever()
 
     async def take_back() -> None:  # pulled again, as it was (no fault got in meanwhile: same request)
-        ctl.restore_lever(reason)
+        faults.restore_lever(reason)
 
     _undo(request, take_back)
     answer: LeverBody = {"lever": None}
@@ -370,29 +370,29 @@ async def release_lever(request: web.Request) -> web.Response:
 
 async def start_survival(request: web.Request) -> web.Response:
     body = await _body(request, SurvivalRequest, optional=True)
-    ctl = request.app[CONTROLLER]
-    previous = ctl.survival
-    run = ctl.start_survival(
+    plans = request.app[CONTROLLER].plans
+    previous = plans.survival
+    run = plans.start_survival(
         body.interval, body.duration, tuple(body.actions) if body.actions else None, overlap=body.overlap
     )
 
     async def take_back() -> None:
         run.reason = "not recorded in storage"
-        await ctl.stop_plan(run, "survival")
-        ctl.survival = previous  # GET /api/v1/survival answers what it did before
+        await plans.stop(run, "survival")
+        plans.survival = previous  # GET /api/v1/survival answers what it did before
 
     _undo(request, take_back)
-    return _ok(ctl.plan_status(run), 201)
+    return _ok(plans.status(run), 201)
 
 
 async def survival_status(request: web.Request) -> web.Response:
-    ctl = request.app[CONTROLLER]
-    return _ok(ctl.plan_status(ctl.survival))
+    plans = request.app[CONTROLLER].plans
+    return _ok(plans.status(plans.survival))
 
 
 async def stop_survival(request: web.Request) -> web.Response:
-    ctl = request.app[CONTROLLER]
-    return _ok(ctl.plan_status(await ctl.stop_plan(ctl.survival, "survival")))
+    plans = request.app[CONTROLLER].plans
+    return _ok(plans.status(await plans.stop(plans.survival, "survival")))
 
 
 def _speed(raw: str | None) -> float:
@@ -411,7 +411,7 @@ _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 
 
 async def run_scenario(request: web.Request) -> web.Response:
-    ctl = request.app[CONTROLLER]
+    plans = request.app[CONTROLLER].plans
     kind = request.content_type
     if kind not in _YAML_TYPES and not _is_json(kind):
         raise _unsupported(
@@ -428,17 +428,17 @@ async def run_scenario(request: web.Request) -> web.Response:
         body = await _body(request, ScenarioRunRequest)
         path = resolve_scenario_name(body.name)  # only a name, only inside the scenario directories
         scenario, source, speed = load_scenario(path), str(path.name), body.speed
-    previous = ctl.scenario
-    run = ctl.start_scenario(scenario, speed, source)
+    previous = plans.scenario
+    run = plans.start_scenario(scenario, speed, source)
 
     async def take_back() -> None:
         run.reason = "not recorded in storage"
-        await ctl.stop_plan(run, "scenario")
-        ctl.revert_faults(run)
-        ctl.scenario = previous
+        await plans.stop(run, "scenario")
+        plans.revert_faults(run)
+        plans.scenario = previous
 
     _undo(request, take_back)
-    return _ok(ctl.plan_status(run), 201)
+    return _ok(plans.status(run), 201)
 
 
 async def scenarios(request: web.Request) -> web.Response:
@@ -447,26 +447,26 @@ async def scenarios(request: web.Request) -> web.Response:
 
 
 async def scenario_status(request: web.Request) -> web.Response:
-    ctl = request.app[CONTROLLER]
-    return _ok(ctl.plan_status(ctl.scenario))
+    plans = request.app[CONTROLLER].plans
+    return _ok(plans.status(plans.scenario))
 
 
 async def stop_scenario(request: web.Request) -> web.Response:
-    ctl = request.app[CONTROLLER]
-    run = await ctl.stop_plan(ctl.scenario, "scenario")
-    ctl.revert_faults(run)
-    return _ok(ctl.plan_status(run))
+    plans = request.app[CONTROLLER].plans
+    run = await plans.stop(plans.scenario, "scenario")
+    plans.revert_faults(run)
+    return _ok(plans.status(run))
 
 
 # --- score, report, history, events ------------------------------------------------------------------
 
 
 async def score(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROLLER].score())
+    return _ok(request.app[CONTROLLER].board.score())
 
 
 async def report(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROLLER].report())
+    return _ok(request.app[CONTROLLER].board.report())
 
 
 async def runs(request: web.Request) -> web.Response:

@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TypeVar
 
-import numpy as np
-import numpy.typing as npt
 from typing_extensions import TypedDict
 
 from chaosd.admission.detector import CollapseDetector, DetectorState
@@ -25,16 +22,18 @@ from chaosd.core.hostwait import CpuWait
 from chaosd.core.rng import Streams
 from chaosd.core.version import __version__
 from chaosd.events.log import EventLog
-from chaosd.experiment.report import latency_block, rounded
-from chaosd.experiment.score import Score, ScoreInputs, ScoreWeights, compute_score, diagnose
+from chaosd.experiment.admission_report import collapse_view, throttle_view
+from chaosd.experiment.measured import Mark, MeasuredSpan, load_view, queue_block, report_tasks
+from chaosd.experiment.report import rounded
+from chaosd.experiment.resilience import diagnostics, faults_summary, runtime_view
+from chaosd.experiment.score import Score, ScoreInputs, ScoreWeights, compute_score
 from chaosd.faults import Injector
 from chaosd.telemetry.engine import Telemetry
 from chaosd.telemetry.snapshot import Snapshot
-from chaosd.telemetry.stages import StageReading, read_stages, stage_table
+from chaosd.telemetry.stages import stage_table
 from chaosd.views import (
     CollapseView,
     DiagnosticView,
-    EpisodeView,
     ExpectationView,
     FaultsSummaryView,
     FaultView,
@@ -44,10 +43,8 @@ from chaosd.views import (
     ReportView,
     RuntimeView,
     ScoreView,
-    ThrottleAction,
     TimelinePoint,
 )
-from chaosd.views.wire import PENDING
 
 __all__ = ["Experiment", "run_offline"]
 
@@ -67,22 +64,6 @@ class _Resilience(TypedDict):
     diagnostics: list[DiagnosticView]
     actions: list[PlanLogEntry]
     expectations: list[ExpectationView]
-
-
-@dataclass(frozen=True, slots=True)
-class _Mark:
-    """Cumulative readings at one instant; the report is the difference between two marks."""
-
-    t: float
-    queue_area: float
-    busy_area: float
-    wait: npt.NDArray[np.int64]
-    wait_sum: float
-    sojourn: npt.NDArray[np.int64]
-    sojourn_sum: float
-    completed: int
-    good: int
-    stages: Mapping[str, StageReading]  # each stage's counters: the report's per-stage table is their difference
 
 
 class Experiment:
@@ -116,7 +97,7 @@ class Experiment:
         self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)
         self._timeline: deque[TimelinePoint] = deque(maxlen=keep.timeline)
         self._next_sample = settings.run.timeline
-        self._warm: _Mark | None = None
+        self._warm: Mark | None = None
         self._warm_seconds: dict[DetectorState, float] | None = None
         self.injector = Injector(
             settings.faults,
@@ -169,21 +150,8 @@ class Experiment:
         m = ledger.measured
         return lost_all, lost_measured, m.accepted - m.completed - m.failed - lost_measured
 
-    def _mark(self) -> _Mark:
-        p = self.pipeline
-        now = self.clock.now()
-        return _Mark(
-            t=now - p.t0,
-            queue_area=p.queue.area_now(),
-            busy_area=p.busy.area_at(now),
-            wait=p.wait.snapshot(),
-            wait_sum=p.wait.sum,
-            sojourn=p.sojourn.snapshot(),
-            sojourn_sum=p.sojourn.sum,
-            completed=p.ledger.total.completed,
-            good=p.ledger.good,
-            stages=read_stages(p.stages, now - p.t0),
-        )
+    def _mark(self) -> Mark:
+        return Mark.read(self.pipeline, self.clock.now())
 
     def _on_tick(self, snap: Snapshot) -> None:
         if self.settings.detector.enabled:
@@ -298,71 +266,9 @@ class Experiment:
         s = self.settings
         p = self.pipeline
         end = self._mark()
-        warm = self._warm or end
-        span = end.t - warm.t
-        measured = p.ledger.measured
-        lost_all, lost_measured, in_flight = self.accounted(fresh=listed is None)
-        workers = s.workers.count
-        mean_service = p.mean_service
-        # What producers offered at most in the measured window: phases (spikes too) times any load_spike surge.
-        surges = [
-            (f.injected_at, f.reverted_at, f.params["factor"]) for f in self.injector.faults if f.action == "load_spike"
-        ]
-        peak = p.shape.peak(warm.t, end.t, surges)
-        # Seconds in each of the detector's states over the measured window.
-        warm_seconds = self._warm_seconds or dict.fromkeys(DetectorState, 0.0)
-        in_state = {k.value: round(v - warm_seconds[k], 6) for k, v in self.detector.seconds.items()}
-        # Rounded before they are summed, so the time alarmed is exactly their sum in the report too (while
-        # every episode is kept: history.entries); an episode still open counts up to the end of the run.
-        detector = self.detector
-        episodes: list[EpisodeView] = [
-            {
-                "detected_at": e.detected_at,
-                "cleared_at": e.cleared_at,
-                "reason": e.reason,
-                "kind": e.kind,
-                "duration_s": round((e.cleared_at if e.cleared_at is not None else end.t) - e.detected_at, 6),
-            }
-            for e in detector.episodes
-        ]
-        last = detector.episodes[-1] if detector.episodes else None
-        still_open = round(end.t - last.detected_at, 6) if last is not None and last.cleared_at is None else 0.0
-        queue = p.queue
-        throttle = self.throttle
-        actions = throttle.actions
-        tasks: ReportTasks = {
-            "offered": measured.offered,
-            "accepted": measured.accepted,
-            "completed": measured.completed,
-            "late": measured.late,
-            "degraded": measured.degraded,
-            "failed": measured.failed,
-            "rejected": measured.rejected,
-            "in_flight": in_flight,
-            "lost": lost_measured,
-            "duplicated": p.audit.measured.count,
-            "rejected_by": dict(sorted(measured.rejected_by.items())),
-            "failed_by": dict(sorted(measured.failed_by.items())),
-            "lost_all_cohorts": lost_all,
-            "retries": p.ledger.retries,
-        }
-        collapse: CollapseView = {
-            "detector": s.detector.enabled,
-            "count": detector.collapse_count,
-            "alarms": detector.episode_count,
-            "stalls": detector.stall_count,
-            "episodes": episodes,
-            "time_alarmed_s": detector.closed_s + still_open,
-            "time_collapsed_s": in_state["collapsed"],
-            "time_overloaded_s": in_state["overload"],
-            "time_stalled_s": in_state["stall"],
-            "failing": detector.failing_count,
-            "time_failing_s": in_state["failing"],
-            "final_state": self.detector.state.value,
-        }
-        throttle_actions: list[ThrottleAction] = [
-            {"at": a.at, "action": a.action, "factor": a.factor, "limit": a.limit} for a in actions
-        ]
+        span = MeasuredSpan(self._warm or end, end)
+        tasks = report_tasks(p, self.accounted(fresh=listed is None))
+        collapse = collapse_view(self.detector, s.detector.enabled, self._warm_seconds, end.t)
         resilience = self._resilience(tasks, collapse, listed)
         report: ReportView = {
             "chaosd_version": __version__,
@@ -370,51 +276,15 @@ class Experiment:
             "seed": s.seed,
             "clock": "virtual" if self.virtual else "real",
             "duration_s": end.t,
-            "warmup_s": warm.t,
-            "load": {
-                "arrival": s.load.arrival,
-                "producers": s.load.producers,
-                "base_rate": s.load.rate,
-                "peak_rate": peak,
-                "workers": workers,
-                "mean_service_s": mean_service,
-                "offered_rho": s.load.rate * mean_service / workers,
-                "peak_rho": peak * mean_service / workers,
-            },
+            "warmup_s": span.warm.t,
+            "load": load_view(s, p, self.injector, span),
             "tasks": tasks,
-            "throughput": {
-                "completed_per_s": (end.completed - warm.completed) / span if span else 0.0,
-                "goodput_per_s": (end.good - warm.good) / span if span else 0.0,
-            },
-            "queue": {
-                "capacity": s.queue.capacity,
-                "when_full": s.queue.when_full,
-                "mean_depth": (end.queue_area - warm.queue_area) / span if span else 0.0,
-                "max_depth": min(queue.max_depth, queue.capacity),
-                "max_over_capacity": max(0, queue.max_depth - queue.capacity),
-                "max_blocked": queue.max_blocked,
-            },
-            "utilisation": (end.busy_area - warm.busy_area) / (span * workers) if span else 0.0,
-            "latency": {
-                "wait": latency_block(end.wait - warm.wait, end.wait_sum - warm.wait_sum),
-                "sojourn": latency_block(end.sojourn - warm.sojourn, end.sojourn_sum - warm.sojourn_sum),
-            },
+            "throughput": span.throughput(),
+            "queue": queue_block(s, p, span),
+            "utilisation": span.utilisation(s.workers.count),
+            "latency": span.latency(),
             "collapse": collapse,
-            "throttle": {
-                "enabled": throttle.policy != "none",
-                "policy": throttle.policy,
-                "target_s": throttle.target,
-                "limit": throttle.limit,
-                "lowest_limit": throttle.lowest_limit,
-                "capacity_per_s": throttle.capacity_rate,
-                "decreases": throttle.decreases,
-                "increases": throttle.increases,
-                "lowest_factor": throttle.lowest_factor,
-                "final_factor": throttle.factor,
-                "refused": measured.rejected_by.get("throttled", 0) + measured.rejected_by.get("shed", 0),
-                "actions": throttle_actions,
-                "actions_truncated": throttle.decreases + throttle.increases + throttle.changes - len(actions),
-            },
+            "throttle": throttle_view(self.throttle, p.ledger.measured),
             "timeline": [],  # filled in after rounding: its points were rounded as they were taken
             "faults": resilience["faults"],
             "incidents": resilience["incidents"],
@@ -424,7 +294,7 @@ class Experiment:
             "diagnostics": resilience["diagnostics"],
             "actions": resilience["actions"],
             "expectations": resilience["expectations"],
-            "stages": stage_table(p.stages, warm.stages, end.stages, self.clock.now()),
+            "stages": stage_table(p.stages, span.warm.stages, end.stages, self.clock.now()),
         }
         result = rounded(report)
         result["timeline"] = list(self._timeline)
@@ -461,72 +331,21 @@ class Experiment:
 
     def _resilience(self, t: ReportTasks, collapse: CollapseView, listed: int | None) -> _Resilience:
         """Faults with their recoveries, the score, diagnostics — all from measurements of this run."""
-        p = self.pipeline
         injector = self.injector
         # The newest history.faults (or ``listed``) faults and incidents; the counts are of all.
         faults = [f.as_dict() for f in _newest(injector.faults, listed)]
-        undetected = sum(store.undetected_reads for store in p.memory.values())
         score = self.live_score((t["lost_all_cohorts"], t["lost"], t["in_flight"]))
-        causes: dict[str, int] = {}
-        for reason, n in t["failed_by"].items():
-            causes[f"failed:{reason}"] = n
-        for reason, n in t["rejected_by"].items():
-            causes[f"refused:{reason}"] = n
-        causes["late"] = t["late"]
-        causes["lost"] = t["lost"]
-        causes["duplicated"] = t["duplicated"]
-        causes["lease_expired"] = p.dispatcher.lease_expired
-        causes["corruption_undetected"] = undetected
-        causes["degraded"] = t["degraded"]  # completed in time without a stage's result: not good
-        causes["faults_failed"] = injector.outcomes["failed"]
-        dead = sorted(a.id for a in p.agents.values() if not a.alive)
-        causes["agents_dead"] = len(dead)
-        causes["collapsed_s"] = round(collapse["time_collapsed_s"])
-        diagnostics: list[DiagnosticView] = [
-            {"cause": c.cause, "count": c.count, "share": c.share} for c in diagnose(causes)
-        ]
-        for d in diagnostics:
-            if d["cause"] == "duplicated":
-                d["examples"] = list(p.audit.measured.examples)  # the audit names the first few task ids
-            elif d["cause"] == "agents_dead":
-                d["agents"] = dead  # still dead at the end: the supervisor is off, or gave up on them
-            elif d["cause"] == "collapsed_s":  # seconds in congestion collapse, and whether it outlived the run
-                d["episodes"], d["final_state"] = len(collapse["episodes"]), collapse["final_state"]
+        found = diagnostics(self.pipeline, injector, t, collapse)
         incidents = [i.as_dict() for i in _newest(injector.incidents, listed)]
         return {
             "faults": faults,
             "incidents": incidents,
-            "faults_summary": {
-                "incidents": injector.incidents.total,
-                "incidents_recovered": injector.book.outcomes["recovered"],
-                "injected": injector.injected,
-                "recovered": injector.outcomes["recovered"],
-                "failed": injector.outcomes["failed"],
-                "unmeasured": injector.outcomes["unmeasured"],
-                "pending": sum(1 for f in injector.in_play if f.outcome in PENDING),
-                # A fault in a shared incident has no time of its own: it is not in its action's mean.
-                "mean_recovery_s_by_action": {
-                    a: s.mean for a, s in sorted(injector.recovery_by_action.items()) if s.mean is not None
-                },
-                # The report lists the newest faults and incidents (history.faults); the counts are of all.
-                "faults_listed": len(faults),
-                "incidents_listed": len(incidents),
-                "baseline": baseline.as_dict() if (baseline := self.injector.baseline()) is not None else None,
-                "slo": {"availability": self.settings.slo.availability, "p95": self.settings.slo.p95},
-                "lever": self.injector.lever,
-            },
-            "runtime": {
-                "elections": p.dispatcher.elections,
-                "redispatched": p.dispatcher.redispatched,
-                "lease_expired": p.dispatcher.lease_expired,
-                "deduplicated": p.ledger.deduplicated,
-                "restarts": p.supervisor.restarts,
-                "gave_up": sorted(p.supervisor.gave_up),
-                "leader": p.dispatcher.leader_id,
-                "route": list(p.route_names or ()),
-            },
+            "faults_summary": faults_summary(
+                self.settings, injector, faults_listed=len(faults), incidents_listed=len(incidents)
+            ),
+            "runtime": runtime_view(self.pipeline),
             "score": score.as_dict(),
-            "diagnostics": diagnostics,
+            "diagnostics": found,
             "actions": list(self.plan_log),
             "expectations": self.expectations,
         }

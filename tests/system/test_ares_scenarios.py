@@ -186,13 +186,13 @@ def _live(script: Any) -> dict[str, Any]:
 def test_expectations_judge_the_scenarios_window_not_what_came_before() -> None:
     async def script(ctl: Controller, clock: LoopClock, out: dict[str, Any]) -> None:
         await clock.sleep(15)
-        ctl.inject("pool_exhaustion", "100%", {}, 20.0)  # an outage before the scenario: not its doing
+        ctl.faults.inject("pool_exhaustion", "100%", {}, 20.0)  # an outage before the scenario: not its doing
         await clock.sleep(40)
         for name, text in (("calm", CALM), ("harsh", HARSH)):
-            run: PlanRun = ctl.start_scenario(parse_scenario(text, name), 1.0, name)
+            run: PlanRun = ctl.plans.start_scenario(parse_scenario(text, name), 1.0, name)
             assert run.task is not None
             await run.task
-            out[name] = ctl.plan_status(run)
+            out[name] = ctl.plans.status(run)
 
     out = _live(script)
     assert out["lifetime"]["score"]["availability"] < 90  # the daemon's whole life includes the outage

@@ -86,7 +86,7 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 out["first"] = first.as_dict()
                 while exp.pipeline.elapsed() < WEEK:
                     await clock.sleep(DAY)
-                    out["sizes"].append(ctl.sizes())
+                    out["sizes"].append(ctl.board.sizes())
                 with outside():
                     for path in (
                         "/api/v1/faults/1",

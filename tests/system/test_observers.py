@@ -34,7 +34,7 @@ def _script(raising: bool) -> Any:
             ctl.exp.telemetry.listen(broken_listener, "broken_listener")  # listen() itself keeps it from the tick
         await clock.sleep(8.0)  # a baseline first
         for _ in range(3):
-            ctl.inject("slow_agent", None, {}, 2.0)
+            ctl.faults.inject("slow_agent", None, {}, 2.0)
             await clock.sleep(12.0)
         out["errors"] = dict(events.observers.errors)
         out["events"] = len(events.events())

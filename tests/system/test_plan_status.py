@@ -142,19 +142,19 @@ def _from_report(ctl: Controller, run: PlanRun) -> dict[str, Any]:
 def test_the_status_window_is_the_one_the_whole_report_gives_at_every_instant() -> None:
     async def script(ctl: Controller, clock: LoopClock, out: dict[str, Any]) -> None:
         await clock.sleep(5)
-        ctl.inject("network_partition", "50%", {}, 5.0)  # lost tasks and an incident before the plan
+        ctl.faults.inject("network_partition", "50%", {}, 5.0)  # lost tasks and an incident before the plan
         await clock.sleep(15)
-        run = ctl.start_survival(6.0, 90.0, None)  # every action, one at a time: incidents are judged
+        run = ctl.plans.start_survival(6.0, 90.0, None)  # every action, one at a time: incidents are judged
         out["run"], out["checks"] = run, []
         await clock.sleep(1)
         while run.state == "running":  # the same instant for all three: nothing awaits between them
-            out["checks"].append((ctl.plan_report(run), _from_report(ctl, run), ctl.plan_status(run)))
+            out["checks"].append((ctl.plans.report(run), _from_report(ctl, run), ctl.plans.status(run)))
             await clock.sleep(7)
         assert run.task is not None
         await run.task
-        out["final"] = (ctl.plan_status(run), ctl.plan_report(run))
+        out["final"] = (ctl.plans.status(run), ctl.plans.report(run))
         await clock.sleep(10)
-        out["later"] = ctl.plan_status(run)
+        out["later"] = ctl.plans.status(run)
 
     out = _live(script)
     assert len(out["checks"]) >= 10
@@ -183,10 +183,10 @@ expect: {max_recovery_s: 0.5s}
 def test_max_recovery_s_judges_the_incidents_of_the_scenarios_faults() -> None:
     async def script(ctl: Controller, clock: LoopClock, out: dict[str, Any]) -> None:
         await clock.sleep(20)  # a baseline to judge recovery against
-        run = ctl.start_scenario(parse_scenario(SLOW_RESTORE, "slow_restore"), 1.0, "slow_restore")
+        run = ctl.plans.start_scenario(parse_scenario(SLOW_RESTORE, "slow_restore"), 1.0, "slow_restore")
         assert run.task is not None
         await run.task
-        out["status"], out["report"] = ctl.plan_status(run), ctl.exp.report()
+        out["status"], out["report"] = ctl.plans.status(run), ctl.exp.report()
 
     out = _live(script, rate=200.0)
     [incident] = [i for i in out["report"]["incidents"] if i["faults"] == [1]]

@@ -151,16 +151,16 @@ def test_a_hung_tool_opens_its_breaker_and_closes_it_after_the_fault() -> None:
         t0 = ctl.exp.pipeline.t0
         await clock.sleep_until(t0 + 5.0)
         out["before"] = ctl.exp.report()["stages"]
-        ctl.inject("tool_timeout", "search", {}, ttl=3.0)
+        ctl.faults.inject("tool_timeout", "search", {}, ttl=3.0)
         await clock.sleep_until(t0 + 5.5)
-        ctl.status("run", 0.0)  # a reading: the next status's window starts here, inside the fault
+        ctl.board.status("run", 0.0)  # a reading: the next status's window starts here, inside the fault
         await clock.sleep_until(t0 + 6.6)
-        out["during"] = ctl.status("run", 0.0)["dag"]["stages"]
+        out["during"] = ctl.board.status("run", 0.0)["dag"]["stages"]
         await clock.sleep_until(t0 + 13.0)
-        ctl.status("run", 0.0)
+        ctl.board.status("run", 0.0)
         await clock.sleep_until(t0 + 15.0)
         out["after"] = ctl.exp.report()["stages"]
-        out["after_status"] = ctl.status("run", 0.0)["dag"]["stages"]
+        out["after_status"] = ctl.board.status("run", 0.0)["dag"]["stages"]
         out["trips"] = ctl.exp.pipeline.stages["search"].trips
 
     out = live(script, settings(_breaker_overlay()))

@@ -20,7 +20,7 @@ def test_the_answer_between_walks_is_what_a_walk_would_give_through_faults_and_a
         faults = {30: "kill_leader", 90: "kill_agent", 150: "drop_messages", 210: "pause_agent"}
         for step in range(300):  # 30 s, every 0.1 s
             if step in faults:
-                ctl.inject(faults[step], None, {}, 2.0)
+                ctl.faults.inject(faults[step], None, {}, 2.0)
             await clock.sleep(0.1)
             before = exp._walked
             got = exp.accounted()

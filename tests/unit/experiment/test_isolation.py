@@ -42,21 +42,21 @@ def _incidents(ctl: Controller) -> list[dict[str, Any]]:
 def test_a_scenario_started_during_a_survivals_open_incident_waits_for_it_and_judges_only_its_own() -> None:
     async def script(ctl: Controller, clock: LoopClock, out: dict[str, Any]) -> None:
         await clock.sleep(20)  # a baseline
-        survival = ctl.start_survival(6.0, 30.0, ("kill_agent", "slow_agent"))
+        survival = ctl.plans.start_survival(6.0, 30.0, ("kill_agent", "slow_agent"))
         assert survival.task is not None
         await survival.task
-        open_now = ctl._open_incident()
+        open_now = ctl.plans._open_incident()
         if open_now is None:  # the survival's last fault may have its verdict already: open one like it
-            ctl.inject("slow_agent", "worker", {}, 2.0)
-            open_now = ctl._open_incident()
+            ctl.faults.inject("slow_agent", "worker", {}, 2.0)
+            open_now = ctl.plans._open_incident()
         assert open_now is not None
         out["open"] = (open_now[0], [m.id for m in open_now[1]])
-        run = ctl.start_scenario(parse_scenario(SHORT, "short"), 1.0, "short")
+        run = ctl.plans.start_scenario(parse_scenario(SHORT, "short"), 1.0, "short")
         await clock.sleep(0.1)
-        out["waiting"] = ctl.plan_status(run)
+        out["waiting"] = ctl.plans.status(run)
         assert run.task is not None
         await run.task
-        out["status"], out["report"], out["incidents"] = ctl.plan_status(run), ctl.plan_report(run), _incidents(ctl)
+        out["status"], out["report"], out["incidents"] = ctl.plans.status(run), ctl.plans.report(run), _incidents(ctl)
         out["steady_at"] = max(
             f.service_recovered_at or f.reverted_at or 0.0 for f in ctl.exp.injector.faults if f.id in out["open"][1]
         )
@@ -85,19 +85,19 @@ def test_a_scenario_started_during_a_survivals_open_incident_waits_for_it_and_ju
 def test_a_survival_started_during_a_scenarios_open_incident_waits_for_it() -> None:
     async def script(ctl: Controller, clock: LoopClock, out: dict[str, Any]) -> None:
         await clock.sleep(20)
-        scenario = ctl.start_scenario(parse_scenario(SHORT, "short"), 1.0, "short")
+        scenario = ctl.plans.start_scenario(parse_scenario(SHORT, "short"), 1.0, "short")
         await clock.sleep(3)  # its kill_agent is active
-        found = ctl._open_incident()
+        found = ctl.plans._open_incident()
         assert found is not None
         out["open"] = (found[0], [m.id for m in found[1]], [m.owner is scenario for m in found[1]])
-        survival = ctl.start_survival(6.0, 24.0, ("slow_agent",))
+        survival = ctl.plans.start_survival(6.0, 24.0, ("slow_agent",))
         await clock.sleep(0.1)
-        out["waiting"] = ctl.plan_status(survival)
+        out["waiting"] = ctl.plans.status(survival)
         assert scenario.task is not None and survival.task is not None
         await scenario.task
         await survival.task
-        out["scenario"], out["survival"] = ctl.plan_report(scenario), ctl.plan_report(survival)
-        out["survival_status"] = ctl.plan_status(survival)
+        out["scenario"], out["survival"] = ctl.plans.report(scenario), ctl.plans.report(survival)
+        out["survival_status"] = ctl.plans.status(survival)
 
     out = _live(script)
     number, members, by_scenario = out["open"]
@@ -115,11 +115,11 @@ def test_leader_assassination_at_speed_10_keeps_its_faults_in_incidents_of_their
 
     async def script(ctl: Controller, clock: LoopClock, out: dict[str, Any]) -> None:
         await clock.sleep(20)
-        run = ctl.start_scenario(storm, 10.0, storm.name)
+        run = ctl.plans.start_scenario(storm, 10.0, storm.name)
         out["planned"] = run.duration
         assert run.task is not None
         await run.task
-        out["status"], out["report"] = ctl.plan_status(run), ctl.plan_report(run)
+        out["status"], out["report"] = ctl.plans.status(run), ctl.plans.report(run)
         out["leader"] = next(f.as_dict() for f in ctl.exp.injector.faults if f.action == "kill_leader")
 
     out = _live(script, rate=200.0)
@@ -156,14 +156,14 @@ def test_a_plan_that_never_sees_steady_state_fails_naming_the_incident_having_in
 
     async def script(ctl: Controller, clock: LoopClock, out: dict[str, Any]) -> None:
         await clock.sleep(20)
-        first = ctl.inject("slow_agent", "worker-0", {}, 3.0)
-        run = ctl.start_scenario(parse_scenario(SHORT, "short"), 1.0, "short")
+        first = ctl.faults.inject("slow_agent", "worker-0", {}, 3.0)
+        run = ctl.plans.start_scenario(parse_scenario(SHORT, "short"), 1.0, "short")
         for k in range(1, 10):  # a fault every 2 s, each overlapping the last: the incident never closes
             await clock.sleep(2)
-            ctl.inject("slow_agent", f"worker-{k % 2}", {}, 3.0)
+            ctl.faults.inject("slow_agent", f"worker-{k % 2}", {}, 3.0)
         assert run.task is not None
         await run.task
-        out["first"], out["status"], out["report"] = first.incident, ctl.plan_status(run), ctl.plan_report(run)
+        out["first"], out["status"], out["report"] = first.incident, ctl.plans.status(run), ctl.plans.report(run)
 
     out = live(script, s)
     status = out["status"]
