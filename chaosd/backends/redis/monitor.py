@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Collection, Iterator, Set
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -25,15 +25,13 @@ from chaosd.backends.redis.queue import RedisQueue, still_cancelled
 from chaosd.backends.redis.replies import Heartbeat, PollReply, StageTotals
 from chaosd.backends.redis.scripts import Keys
 from chaosd.pipeline import Pipeline
+from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import Worker
 from chaosd.views import BreakerState
 
-if TYPE_CHECKING:
-    from chaosd.backends.redis.runtime import RedisRuntime
-
-__all__ = ["Monitor"]
+__all__ = ["Monitor", "Processes"]
 
 _RESULTS_BATCH = 50_000  # results read per poll; more left over means the books are behind
 _SNAPSHOT_EVERY = 1.0  # seconds between full reads of the stream (what the ledger calls held)
@@ -50,13 +48,29 @@ return 1
 """
 
 
+class Processes(Protocol):
+    """The worker and replica processes as the monitor reports on them (the runtime runs them)."""
+
+    def check_processes(self) -> None:
+        """Local processes that exited by themselves are dead (the supervisor's to restart); paused ones stopped."""
+
+    def is_local(self, agent_id: str) -> bool:
+        """A process this daemon started and supervises."""
+
+    def observe_remote(self, agent: Agent, instance: str | None) -> None:
+        """A worker this daemon does not run beat as ``instance`` (None: its heartbeat is gone)."""
+
+    def adopt(self, agent_id: str) -> None:
+        """A worker started elsewhere beats: list it as an agent."""
+
+
 class Monitor:
     """Reads Redis into the pipeline's books and writes the faults in force to it; one pass at a time."""
 
     def __init__(
         self,
         pipeline: Pipeline,
-        runtime: RedisRuntime,
+        runtime: Processes,
         keys: Keys,
         stream: RedisQueue,
         lease: RedisDispatch,
