@@ -25,9 +25,10 @@ from chaosd.pipeline.producer import Admission
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.resources import McpConnection, MemoryStore
 from chaosd.pipeline.routing import Router
-from chaosd.pipeline.stage_controls import StageControls, Surge
+from chaosd.pipeline.stage_controls import StageControls
 from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.supervisor import Supervisor
+from chaosd.pipeline.surge import Surge
 from chaosd.pipeline.switches import Switchboard
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import Walk, Worker
@@ -111,9 +112,7 @@ class Pipeline:
         self.stages, self.memory, self.mcp = built.runners, built.memory, built.mcp
         for runner in self.stages.values():
             runner.on_trip = self._breaker_tripped
-        self.switches = Switchboard()
-        # What a fault switch changed, for a backend whose agents must hear of it (``switch``, the agent ids).
-        self.on_switch = self.switches.listeners
+        self.switches = Switchboard()  # a backend whose agents must hear of a fault switch listens here
         self.router = Router(Dag(settings.stages), self.stages, self.events, self.switches, lambda: self.t0)
         self.dag = self.router.dag
         self.workers = [self.make_worker(Agent(f"worker-{i}", "worker")) for i in range(settings.workers.count)]

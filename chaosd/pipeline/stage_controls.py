@@ -1,5 +1,5 @@
 """What faults do to the pipeline's stages (hang, take the model down, jitter, corrupt memory, drop MCP, break a
-dependency) and to its load: chaosd.faults.runtime.Runtime's stage and load operations."""
+dependency): chaosd.faults.runtime.Runtime's stage operations."""
 
 from __future__ import annotations
 
@@ -10,20 +10,7 @@ from chaosd.pipeline.resources import McpConnection, MemoryStore
 from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.switches import Switchboard
 
-__all__ = ["StageControls", "Surge"]
-
-
-class Surge:
-    """The load-spike multiplier producers apply to their offered rate; spikes stack and unstack exactly."""
-
-    def __init__(self) -> None:
-        self.factor = 1.0
-
-    def spike_load(self, factor: float, on: bool) -> None:
-        if on:
-            self.factor *= factor
-        else:
-            self.factor /= factor
+__all__ = ["StageControls"]
 
 
 class StageControls:

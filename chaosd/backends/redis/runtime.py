@@ -99,7 +99,7 @@ class RedisRuntime:
         self.controls = Controls(pipeline, self._roles)
         self._health = Health(backend.url, pipeline.clock, pipeline.events, pipeline.elapsed)
         self.monitor = Monitor(pipeline, self, keys, stream, lease, busy, self.controls, self._health)
-        pipeline.on_switch.append(self._switched)
+        pipeline.switches.listeners.append(self._switched)
 
     # --- agents are processes ----------------------------------------------------------------------
 
