@@ -36,8 +36,8 @@ from chaosd.pipeline.worker import Walk, Worker
 __all__ = ["Backend", "Pipeline"]
 
 
-class _Factor:
-    """A shared multiplier: admission when nobody throttles."""
+class _Unthrottled:
+    """Admission when nobody throttles: producers submit every task they offer."""
 
     def __init__(self) -> None:
         self.factor = 1.0
@@ -100,7 +100,7 @@ class Pipeline:
         self.ledger = Ledger(settings.load.deadline, settings.sink.idempotent, self.audit)
         self.wait = LogHistogram()
         self.sojourn = LogHistogram()
-        self.admission: Admission = admission if admission is not None else _Factor()
+        self.admission: Admission = admission if admission is not None else _Unthrottled()
         self.surge = Surge()
         parts = backend(self._core(measure_from))
         self.queue = parts.queue
