@@ -5,27 +5,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING
 
 from chaosd.core.rng import Streams
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.dispatch import Dispatcher
-from chaosd.pipeline.parts import Core, Parts, orchestrators, producers
+from chaosd.pipeline.parts import Assembly, Core, Parts, orchestrators, producers
 from chaosd.pipeline.producer import Producer
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.supervisor import Supervisor
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.worker import BusyMeter, Worker
-
-if TYPE_CHECKING:
-    from chaosd.pipeline.pipeline import Pipeline
+from chaosd.pipeline.worker import BusyMeter, Routing, Worker
 
 __all__ = ["AgentTasks", "InProcess", "Runner", "in_memory", "revive", "stop_task", "worker_for"]
 
 Runner = Callable[[], Coroutine[object, None, None]]
 
 
-def in_memory(core: Core) -> Parts:
+def in_memory(core: Core) -> Parts[Assembly]:
     """The parts of the in-memory runtime: one queue, the replicas' dispatcher, producers and workers on them."""
     settings, clock = core.settings, core.clock
     queue = IngressQueue(settings.queue.capacity, settings.queue.when_full, clock)
@@ -36,26 +32,27 @@ def in_memory(core: Core) -> Parts:
         busy=busy,
         dispatcher=dispatcher,
         producers=producers(Producer, core, queue),
-        worker=lambda pipeline, agent: worker_for(pipeline, agent, queue, dispatcher, busy),
+        worker=lambda agent, routing: worker_for(core, agent, routing, queue, dispatcher, busy),
         host=lambda pipeline: InProcess(pipeline, dispatcher),
     )
 
 
 def worker_for(
-    pipeline: Pipeline, agent: Agent, queue: IngressQueue, dispatcher: Dispatcher | None, busy: BusyMeter
+    core: Core, agent: Agent, routing: Routing, queue: IngressQueue, dispatcher: Dispatcher | None, busy: BusyMeter
 ) -> Worker:
-    """A worker for ``agent`` on this queue and dispatch, the pipeline's books and route; its own network stream."""
+    """A worker for ``agent`` on this queue and dispatch, the core's books, walking the route ``routing`` holds;
+    its own network stream."""
     return Worker(
         agent=agent,
-        routing=pipeline,
+        routing=routing,
         queue=queue,
-        ledger=pipeline.ledger,
+        ledger=core.ledger,
         dispatcher=dispatcher,
-        clock=pipeline.clock,
+        clock=core.clock,
         busy=busy,
-        wait=pipeline.wait,
-        sojourn=pipeline.sojourn,
-        rng=Streams(pipeline.settings.seed).stream(f"network:{agent.id}"),
+        wait=core.wait,
+        sojourn=core.sojourn,
+        rng=Streams(core.settings.seed).stream(f"network:{agent.id}"),
     )
 
 
@@ -116,7 +113,7 @@ class InProcess:
     loss_needs_fault = True
     remote_stages = False
 
-    def __init__(self, pipeline: Pipeline, dispatcher: Dispatcher) -> None:
+    def __init__(self, pipeline: Assembly, dispatcher: Dispatcher) -> None:
         self._p = pipeline
         self._dispatcher = dispatcher
         dispatcher.on_tick.append(pipeline.heartbeat)

@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from chaosd.config.settings import Settings
 from chaosd.core.clock import Clock
@@ -22,15 +22,16 @@ from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.producer import Admission, Producer
 from chaosd.pipeline.queue import IngressQueue
+from chaosd.pipeline.resources import McpConnection
+from chaosd.pipeline.supervisor import Supervisor
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.worker import BusyMeter, Worker
+from chaosd.pipeline.worker import BusyMeter, Routing, Worker
 
-if TYPE_CHECKING:
-    from chaosd.pipeline.pipeline import Pipeline
-
-__all__ = ["Backend", "Core", "Host", "Leadership", "Parts", "orchestrators", "producers"]
+__all__ = ["Assembly", "Core", "Host", "Leadership", "Parts", "orchestrators", "producers"]
 
 P = TypeVar("P", bound=Producer)
+# What a backend's host is built on: the ``Assembly`` in memory; Redis's runtime takes the whole pipeline.
+A_contra = TypeVar("A_contra", contravariant=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,20 +110,35 @@ class Host(Protocol):
         """Run the agents for the body; stop them all after."""
 
 
+class Assembly(Protocol):
+    """The pipeline once built, as a host runs it: its agents, who restarts them, and the leader's beat."""
+
+    events: EventLog
+    queue: IngressQueue
+    workers: list[Worker]
+    producers: list[Producer]
+    agents: dict[str, Agent]
+    mcp: dict[str, McpConnection]
+    supervisor: Supervisor
+
+    def elapsed(self) -> float:
+        """Seconds since the pipeline started."""
+
+    def heartbeat(self, now: float) -> None:
+        """The leader's beat: steer around open breakers, reroute a changed DAG, repair memory stores."""
+
+
 @dataclass(frozen=True, slots=True)
-class Parts:
-    """What one backend supplies; ``worker`` and ``host`` are called once the pipeline holds the rest."""
+class Parts(Generic[A_contra]):
+    """What one backend supplies; ``worker`` and ``host`` are called once the pipeline holds the rest (a worker
+    walks the route ``Routing`` holds; the host is handed the pipeline, seen as ``A_contra``)."""
 
     queue: IngressQueue
     busy: BusyMeter
     dispatcher: Leadership
     producers: Sequence[Producer]
-    worker: Callable[[Pipeline, Agent], Worker]
-    host: Callable[[Pipeline], Host]
-
-
-# A backend: the parts it makes from the core (``chaosd.pipeline.in_memory.in_memory`` is the default).
-Backend = Callable[[Core], Parts]
+    worker: Callable[[Agent, Routing], Worker]
+    host: Callable[[A_contra], Host]
 
 
 def orchestrators(settings: Settings) -> list[Agent]:

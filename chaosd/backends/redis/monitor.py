@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Collection, Iterator, Set
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline as Commands
 from redis.exceptions import RedisError
 
 from chaosd.backends.redis.books import Books, RemoteBusy
@@ -25,15 +26,13 @@ from chaosd.backends.redis.queue import RedisQueue, still_cancelled
 from chaosd.backends.redis.replies import Heartbeat, PollReply, StageTotals
 from chaosd.backends.redis.scripts import Keys
 from chaosd.pipeline import Pipeline
+from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.stages import StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.worker import Worker
 from chaosd.views import BreakerState
 
-if TYPE_CHECKING:
-    from chaosd.backends.redis.runtime import RedisRuntime
-
-__all__ = ["Monitor"]
+__all__ = ["Monitor", "Processes"]
 
 _RESULTS_BATCH = 50_000  # results read per poll; more left over means the books are behind
 _SNAPSHOT_EVERY = 1.0  # seconds between full reads of the stream (what the ledger calls held)
@@ -50,13 +49,29 @@ return 1
 """
 
 
+class Processes(Protocol):
+    """The worker and replica processes as the monitor reports on them (the runtime runs them)."""
+
+    def check_processes(self) -> None:
+        """Local processes that exited by themselves are dead (the supervisor's to restart); paused ones stopped."""
+
+    def is_local(self, agent_id: str) -> bool:
+        """A process this daemon started and supervises."""
+
+    def observe_remote(self, agent: Agent, instance: str | None) -> None:
+        """A worker this daemon does not run beat as ``instance`` (None: its heartbeat is gone)."""
+
+    def adopt(self, agent_id: str) -> None:
+        """A worker started elsewhere beats: list it as an agent."""
+
+
 class Monitor:
     """Reads Redis into the pipeline's books and writes the faults in force to it; one pass at a time."""
 
     def __init__(
         self,
         pipeline: Pipeline,
-        runtime: RedisRuntime,
+        runtime: Processes,
         keys: Keys,
         stream: RedisQueue,
         lease: RedisDispatch,
@@ -160,39 +175,18 @@ class Monitor:
         client = self.client
         if client is None:
             return
-        keys = self._keys
         queue = self._stream
         health = self._health
         controls = self._controls
         if health.ask_server and not await self._ask_server(client):
             return
         pipe = client.pipeline(transaction=False)
-        pipe.get(keys.run)  # the marker: gone when Redis lost this run's data
         recent = queue.recent
         if snapshot:
             queue.recent = set()
             self._reading = recent  # held still while the pass is out: a report read meanwhile counts them
-            pipe.xrange(keys.stream)
-        pipe.xread({keys.results: self.books.last}, count=_RESULTS_BATCH)
-        pipe.xlen(keys.stream)
-        pipe.xpending(keys.stream, keys.group)
-        head = f"({self._last_delivered}" if self._last_delivered else "-"
-        pipe.xrange(keys.stream, min=head, count=1)
-        pipe.xinfo_groups(keys.stream)
-        pipe.get(keys.lease)
-        pipe.hgetall(keys.stats)
-        pipe.hgetall(keys.stage_stats)
-        pipe.smembers(keys.members)
         workers = list(self._p.workers)
-        for w in workers:
-            pipe.hgetall(keys.heartbeat(w.agent.id))
-        control = controls.control_docs()
-        changed = {a: doc for a, doc in control.items() if controls.written.get(a) != doc}
-        for agent_id, doc in changed.items():
-            pipe.hset(keys.control(agent_id), items=flat(doc))
-        stage_doc = controls.stages_doc()
-        if stage_doc != controls.stages_written:
-            pipe.set(keys.stage_control, stage_doc)
+        changed, stage_doc = self._ask(pipe, workers, snapshot=snapshot)
         try:
             replies = await pipe.execute(raise_on_error=False)
         except (RedisError, OSError) as exc:
@@ -209,16 +203,7 @@ class Monitor:
         if isinstance(marker, Exception) or marker is None:
             if snapshot:
                 queue.recent |= recent
-            if isinstance(marker, Exception):  # loading its data, say: it answers, but cannot serve yet
-                health.unreachable(marker)
-                return
-            # Redis came back empty (it restarted between two passes, or was flushed): nothing read in this
-            # pass is booked; what the processes read is written back, and the next pass reads on.
-            self._restarted()
-            with contextlib.suppress(RedisError, OSError):
-                health.server = await server_id(client)  # the process that answers now, for the next outage
-            if await self._restore(client, lost=True):
-                health.reachable()
+            await self._no_marker(client, marker)
             return
         health.reachable()
         reply = PollReply.from_replies(replies[1:], snapshot=snapshot, workers=len(workers), batch=_RESULTS_BATCH)
@@ -226,6 +211,50 @@ class Monitor:
             controls.written.update(changed)
             controls.stages_written = stage_doc
         self._read(reply, workers, snapshot=snapshot, recent=recent)
+
+    def _ask(self, pipe: Commands, workers: list[Worker], *, snapshot: bool) -> tuple[dict[str, dict[str, str]], str]:
+        """One pass's commands, in the order ``PollReply`` reads their replies: the run marker, the stream (all of
+        it for a snapshot), the results, the lease, the counters, the members and heartbeats; then the control
+        documents that changed since last written (returned, with the stage document, to be marked written)."""
+        keys = self._keys
+        controls = self._controls
+        pipe.get(keys.run)  # the marker: gone when Redis lost this run's data
+        if snapshot:
+            pipe.xrange(keys.stream)
+        pipe.xread({keys.results: self.books.last}, count=_RESULTS_BATCH)
+        pipe.xlen(keys.stream)
+        pipe.xpending(keys.stream, keys.group)
+        head = f"({self._last_delivered}" if self._last_delivered else "-"
+        pipe.xrange(keys.stream, min=head, count=1)
+        pipe.xinfo_groups(keys.stream)
+        pipe.get(keys.lease)
+        pipe.hgetall(keys.stats)
+        pipe.hgetall(keys.stage_stats)
+        pipe.smembers(keys.members)
+        for w in workers:
+            pipe.hgetall(keys.heartbeat(w.agent.id))
+        control = controls.control_docs()
+        changed = {a: doc for a, doc in control.items() if controls.written.get(a) != doc}
+        for agent_id, doc in changed.items():
+            pipe.hset(keys.control(agent_id), items=flat(doc))
+        stage_doc = controls.stages_doc()
+        if stage_doc != controls.stages_written:
+            pipe.set(keys.stage_control, stage_doc)
+        return changed, stage_doc
+
+    async def _no_marker(self, client: Redis, marker: object) -> None:
+        """The run marker did not come back: Redis cannot serve yet (an error), or it lost this run's data."""
+        health = self._health
+        if isinstance(marker, Exception):  # loading its data, say: it answers, but cannot serve yet
+            health.unreachable(marker)
+            return
+        # Redis came back empty (it restarted between two passes, or was flushed): nothing read in this
+        # pass is booked; what the processes read is written back, and the next pass reads on.
+        self._restarted()
+        with contextlib.suppress(RedisError, OSError):
+            health.server = await server_id(client)  # the process that answers now, for the next outage
+        if await self._restore(client, lost=True):
+            health.reachable()
 
     def _read(self, reply: PollReply, workers: list[Worker], *, snapshot: bool, recent: set[int]) -> None:
         p = self._p

@@ -42,7 +42,7 @@ _SHUTDOWN_GRACE = 3.0  # seconds local processes get to exit on SIGTERM
 _READY_TIMEOUT = 30.0  # seconds the local processes get to start before producers start anyway
 
 
-def redis_backend(core: Core) -> Parts:
+def redis_backend(core: Core) -> Parts[Pipeline]:
     """The parts of the Redis runtime: the stream, the lease as the daemon reads it, producers offering to the
     stream, workers that stand for the processes, and the runtime that runs those."""
     settings = core.settings
@@ -58,7 +58,7 @@ def redis_backend(core: Core) -> Parts:
         busy=busy,
         dispatcher=lease,
         producers=feeders,
-        worker=lambda pipeline, agent: worker_for(pipeline, agent, stream, None, busy),
+        worker=lambda agent, routing: worker_for(core, agent, routing, stream, None, busy),
         host=lambda pipeline: RedisRuntime(pipeline, keys, stream, lease, busy, feeders),
     )
 
@@ -99,7 +99,7 @@ class RedisRuntime:
         self.controls = Controls(pipeline, self._roles)
         self._health = Health(backend.url, pipeline.clock, pipeline.events, pipeline.elapsed)
         self.monitor = Monitor(pipeline, self, keys, stream, lease, busy, self.controls, self._health)
-        pipeline.on_switch.append(self._switched)
+        pipeline.switches.listeners.append(self._switched)
 
     # --- agents are processes ----------------------------------------------------------------------
 

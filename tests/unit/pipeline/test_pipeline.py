@@ -20,7 +20,7 @@ from chaosd.pipeline.dag import Dag
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.in_memory import InProcess, worker_for
 from chaosd.pipeline.load import LoadShape
-from chaosd.pipeline.parts import Core, Parts, orchestrators, producers
+from chaosd.pipeline.parts import Assembly, Core, Parts, orchestrators, producers
 from chaosd.pipeline.producer import Producer
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.stages import make_sampler
@@ -249,7 +249,7 @@ def test_a_task_handed_to_a_worker_that_has_not_resumed_is_not_counted_lost() ->
 
 def test_producers_stages_and_workers_run_on_the_queue_their_backend_supplies() -> None:
     # The settings ask for a queue of 1000; the backend hands over one of 2 (and otherwise the in-memory parts).
-    def tiny_queue(core: Core) -> Parts:
+    def tiny_queue(core: Core) -> Parts[Assembly]:
         queue = IngressQueue(2, "reject", core.clock)
         busy = BusyMeter(core.t0)
         replicas = orchestrators(core.settings)
@@ -259,7 +259,7 @@ def test_producers_stages_and_workers_run_on_the_queue_their_backend_supplies() 
             busy=busy,
             dispatcher=dispatcher,
             producers=producers(Producer, core, queue),
-            worker=lambda p, agent: worker_for(p, agent, queue, dispatcher, busy),
+            worker=lambda agent, routing: worker_for(core, agent, routing, queue, dispatcher, busy),
             host=lambda p: InProcess(p, dispatcher),
         )
 
