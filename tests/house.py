@@ -41,7 +41,6 @@ DEBT_CLASSES: set[str] = {
     "chaosd/daemon/control.py:Controller",
     "chaosd/faults/injector.py:Injector",
     "chaosd/daemon/storage.py:Storage",
-    "chaosd/faults/runtime.py:Runtime",
     "chaosd/faults/proxy.py:FaultProxy",
 }
 DEBT_MODULES: set[str] = {"chaosd/views/__init__.py", "chaosd/cli/client.py"}
