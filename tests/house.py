@@ -39,7 +39,6 @@ DEBT_CLASSES: set[str] = {
     "chaosd/events/log.py:EventLog",
     "chaosd/pipeline/pipeline.py:Pipeline",
     "chaosd/daemon/control.py:Controller",
-    "chaosd/faults/injector.py:Injector",
     "chaosd/daemon/storage.py:Storage",
     "chaosd/faults/proxy.py:FaultProxy",
 }
@@ -63,8 +62,6 @@ DEBT_FUNCTIONS: set[str] = {
     "chaosd/experiment/runner.py:report",
     "chaosd/experiment/score.py:compute_score",
     "chaosd/exporters/metrics.py:collect",
-    "chaosd/faults/injector.py:_observe",
-    "chaosd/faults/injector.py:on_tick",
     "chaosd/pipeline/pipeline.py:__init__",
     "chaosd/pipeline/producer.py:run",
     "chaosd/pipeline/stages.py:__init__",
