@@ -6,8 +6,8 @@ released; stop conditions that pull it. Recovery is observed on what users feel:
 *service* recovered when goodput, error rate, p95 sojourn and queue depth stayed within tolerance of
 the steady-state baseline (or within the configured SLO) for the confirmation window, a stretch that
 reaches past the mechanism's recovery; its start is dated back to where the trailing window's figures came
-back (see :meth:`~chaosd.faults.recovery.Recoveries.came_back`), and each recovery's phases and fluid-model prediction are kept in its
-:class:`~chaosd.faults.record.Trace`. The baseline is fed only while no fault is active or
+back (see :meth:`~chaosd.faults.recovery.Recoveries.came_back`), and each recovery's phases and fluid-model
+prediction are kept in its :class:`~chaosd.faults.record.Trace`. The baseline is fed only while no fault is active or
 recovering (nor while the collapse detector says failing: failures are no steady state), and counts only
 once it covers ``recovery.baseline_min``; a fault with neither a baseline
 nor an SLO to judge against is ``unmeasured``, never recovered. Two clocks: faults a mechanism heals
