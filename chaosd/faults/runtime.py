@@ -269,7 +269,7 @@ class Dependencies(Protocol):
 
     def dependency_fault(self, stage: str, dependency: str, action: str, fields: Mapping[str, float] | None) -> None:
         """Set what ``action`` does to the stage's calls to the dependency (fields of
-        ``chaosd.faults.proxy.DependencyFaults``), or lift it (None); other actions on the pair stay."""
+        ``chaosd.faults.dependency.DependencyFaults``), or lift it (None); other actions on the pair stay."""
 
 
 class Load(Protocol):

@@ -49,6 +49,10 @@ class _Candidate:
         self.signals += [signal for signal in outside if signal not in self.signals]
         self.ticks += 1
 
+    def skip(self) -> None:
+        """A tick it counted which the baseline did not take."""
+        self.unfed += 1
+
 
 class UnplannedWatch:
     """Watches the service while nothing is in play, opens an unplanned incident, and judges its own verdict."""
@@ -107,7 +111,7 @@ class UnplannedWatch:
         """A tick the baseline did not take (the detector called it failing): it still counts towards a candidate,
         which gives it back to the baseline only if it was fed (see :meth:`_watch`)."""
         if self._candidate is not None and not perturbed:
-            self._candidate.unfed += 1
+            self._candidate.skip()
 
     def _watch(self, s: ServiceView, perturbed: bool) -> None:
         """No fault in play: open an unplanned incident once the service stays out of tolerance long enough.
