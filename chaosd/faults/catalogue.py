@@ -1,8 +1,8 @@
 """The fault catalogue: twenty-two reversible actions, each with its targets, parameters and recovery check.
 
 An action resolves its target (an id, a kind, ``random`` or a percentage of its default kind),
-applies itself through the :class:`~chaosd.faults.runtime.Runtime` interface (never the pipeline's
-internals), and can say when the runtime's own mechanism has healed the damage. Actions whose damage
+applies itself through the part of the :class:`~chaosd.faults.runtime.Runtime` interface it acts on (never the
+pipeline's internals), and can say when the runtime's own mechanism has healed the damage. Actions whose damage
 nothing heals but their end (a pause, a partition, jitter) report the mechanism as recovered when
 they are reverted.
 """
@@ -19,7 +19,7 @@ from chaosd.config.problems import closest
 from chaosd.core.durations import parse_duration
 from chaosd.core.errors import Conflict, FaultError
 from chaosd.faults.record import Memo, MemoValue
-from chaosd.faults.runtime import AgentState, Runtime
+from chaosd.faults.runtime import Agents, AgentState, Dependencies, Load, Runtime, Stages, Workflow
 from chaosd.views import ActionView
 
 __all__ = ["CATALOGUE", "Action", "Param", "target_problem"]
@@ -160,7 +160,7 @@ class Action:
 
 
 def _resolve_agents(
-    rt: Runtime, target: str, kinds: tuple[str, ...], default_kind: str, rng: random.Random
+    rt: Agents, target: str, kinds: tuple[str, ...], default_kind: str, rng: random.Random
 ) -> tuple[str, ...]:
     everyone = rt.agents
     agents = [a for a in everyone.values() if a.kind in kinds]
@@ -194,7 +194,7 @@ def _resolve_agents(
     )
 
 
-def _agents(rt: Runtime, targets: tuple[str, ...]) -> list[AgentState]:
+def _agents(rt: Agents, targets: tuple[str, ...]) -> list[AgentState]:
     agents = rt.agents
     return [agents[t] for t in targets]
 
@@ -239,7 +239,7 @@ class KillOrchestrator(KillLeader):
     description = "Kill orchestrator replicas (the leader among them triggers an election)."
     default_target = "orchestrator"
 
-    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
+    def resolve(self, rt: Agents, target: str, rng: random.Random) -> tuple[str, ...]:
         return _resolve_agents(rt, target, self.kinds, "orchestrator", rng)
 
     def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
@@ -255,18 +255,18 @@ class KillAgent(Action):
     def group(self) -> str:
         return "kill"
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for agent in _agents(rt, targets):
             if agent.alive:
                 rt.kill_agent(agent.id)
         return {"served": {t: rt.agents[t].served for t in targets}}
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Agents, targets: tuple[str, ...], memo: Memo) -> bool:
         # Resurrected and working: alive again, and has done something since.
         served = _counts(memo, "served")
         return all(a.alive and a.served > served[a.id] for a in _agents(rt, targets))
 
-    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Agents, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)
 
 
@@ -276,14 +276,14 @@ class PauseAgent(Action):
     # Nothing in the runtime heals a pause: it is endured, and timed from when it is lifted (the TTL,
     # or an operator's resume_agent, whichever comes first).
 
-    def lifted(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def lifted(self, rt: Agents, targets: tuple[str, ...], memo: Memo) -> bool:
         return all(not a.paused for a in _agents(rt, targets))
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         rt.pause(targets, True)
         return {}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         rt.pause(targets, False)
 
 
@@ -291,17 +291,17 @@ class ResumeAgent(Action):
     name = "resume_agent"
     description = "Resume paused agents now; their pause_agent faults still end (as no-ops) at their TTL."
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         rt.pause(targets, False)
         return {}
 
-    def conflict(self, rt: Runtime, targets: tuple[str, ...], busy: set[tuple[str, str]]) -> str | None:
+    def conflict(self, rt: Agents, targets: tuple[str, ...], busy: set[tuple[str, str]]) -> str | None:
         for agent in _agents(rt, targets):
             if not agent.paused:
                 return f"{agent.id} is not paused"
         return None
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Agents, targets: tuple[str, ...], memo: Memo) -> bool:
         return all(not a.paused for a in _agents(rt, targets))
 
     heals_itself = True
@@ -312,11 +312,11 @@ class SlowAgent(Action):
     description = "Slow workers (service × factor) or producers (rate ÷ factor)."
     params = {"factor": Param(5.0, 1.0, 1000.0, "slowdown factor")}
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         rt.slow(targets, params["factor"])
         return {}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         rt.slow(targets, 1.0)
 
 
@@ -324,21 +324,21 @@ class NetworkPartition(Action):
     name = "network_partition"
     description = "Cut workers or producers off: no dispatch, outcomes and offers lost; task leases expire."
 
-    def heals(self, rt: Runtime, targets: tuple[str, ...]) -> bool:
+    def heals(self, rt: Agents, targets: tuple[str, ...]) -> bool:
         # Cut-off workers: task leases expire and other workers take their tasks over (time to heal).
         # Nothing reconnects a cut-off producer: its offers are lost until the partition is lifted.
         return all(a.kind == "worker" for a in _agents(rt, targets))
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         held = rt.held_tasks(targets)
         rt.partition(targets, True)
         return {"held": held, "expired": rt.lease_expired()}
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Agents, targets: tuple[str, ...], memo: Memo) -> bool:
         # The tasks the cut-off workers held have been taken back (their leases expired).
         return bool(rt.lease_expired() - _count(memo, "expired") >= _count(memo, "held"))
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         rt.partition(targets, False)
 
 
@@ -348,11 +348,11 @@ class PoolExhaustion(Action):
     kinds = ("worker",)
     default_target = "75%"
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         rt.exhaust(targets, True)
         return {}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         rt.exhaust(targets, False)
 
 
@@ -364,19 +364,19 @@ class DropMessages(Action):
     params = {"probability": Param(0.3, 0.0, 1.0, "share of dispatches lost")}
     heals_itself = True
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         rt.drop_dispatches(targets, params["probability"])
         return {"expired": rt.lease_expired(), "dropped": rt.dropped(targets)}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         rt.drop_dispatches(targets, 0.0)
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Agents, targets: tuple[str, ...], memo: Memo) -> bool:
         # Redelivery works: something was lost, and as many leases expired since as dispatches were lost.
         dropped = rt.dropped(targets) - _count(memo, "dropped")
         return bool(dropped > 0 and rt.lease_expired() - _count(memo, "expired") >= dropped)
 
-    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Agents, targets: tuple[str, ...], memo: Memo) -> bool:
         dropped = rt.dropped(targets) - _count(memo, "dropped")
         return bool(rt.lease_expired() - _count(memo, "expired") >= dropped)
 
@@ -390,7 +390,7 @@ class StageAction(Action):
     kinds: tuple[str, ...] = ("compute", "tool", "llm", "memory", "mcp", "python")
     default_target = "random"
 
-    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
+    def resolve(self, rt: Stages, target: str, rng: random.Random) -> tuple[str, ...]:
         stages = rt.stages
         if target in stages:
             if stages[target].kind not in self.kinds:
@@ -429,20 +429,20 @@ class RemoveNode(StageAction):
     description = "Remove a stage from the DAG; the leader reroutes around it where an alternate path exists."
     heals_itself = True
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Workflow, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for name in targets:
             rt.remove_node(name, True)
         return {}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Workflow, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
             rt.remove_node(name, False)
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Workflow, targets: tuple[str, ...], memo: Memo) -> bool:
         route = rt.settled_route()
         return route is not None and not set(route) & set(targets)
 
-    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Workflow, targets: tuple[str, ...], memo: Memo) -> bool:
         # No alternate path: the damage ends when the node is back and the leader has rerouted.
         return rt.settled_route() is not None
 
@@ -454,7 +454,7 @@ class RemoveEdge(Action):
     default_target = "random"
     heals_itself = True
 
-    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
+    def resolve(self, rt: Workflow, target: str, rng: random.Random) -> tuple[str, ...]:
         known = rt.edges()
         edges = sorted(f"{a}->{b}" for a, b in known)
         if target == "random":
@@ -466,25 +466,25 @@ class RemoveEdge(Action):
             raise FaultError("target", f"unknown edge {target!r} (edges: {', '.join(edges)}; or random)")
         return (f"{a.strip()}->{b.strip()}",)
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Workflow, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for edge in targets:
             a, _, b = edge.partition("->")
             rt.remove_edge(a, b, True)
         return {}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Workflow, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for edge in targets:
             a, _, b = edge.partition("->")
             rt.remove_edge(a, b, False)
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Workflow, targets: tuple[str, ...], memo: Memo) -> bool:
         route = rt.settled_route()
         if route is None:
             return False
         used = set(itertools.pairwise(route))
         return not any(tuple(e.split("->")) in used for e in targets)
 
-    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Workflow, targets: tuple[str, ...], memo: Memo) -> bool:
         return rt.settled_route() is not None
 
 
@@ -496,7 +496,7 @@ class ToolTimeout(StageAction):
     params = {"timeout": Param(0.0, 0.0, 60.0, "seconds a hung call waits (0 = the stage's timeout)", seconds=True)}
     heals_itself = True
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Stages, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         memo: Memo = {}
         for name in targets:
             stage = rt.stages[name]
@@ -504,11 +504,11 @@ class ToolTimeout(StageAction):
             rt.hang(name, True, params["timeout"] or stage.hang_timeout)
         return memo
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Stages, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
             rt.hang(name, False, _hung(memo, name)[0])
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Stages, targets: tuple[str, ...], memo: Memo) -> bool:
         # Degrading (or succeeding) keeps tasks moving through the hung tool.
         stages = rt.stages
         return all(stages[n].degraded + stages[n].successes > _hung(memo, n)[1] for n in targets)
@@ -521,23 +521,23 @@ class LlmFailure(StageAction):
     default_target = "llm"
     heals_itself = True
 
-    def heals(self, rt: Runtime, targets: tuple[str, ...]) -> bool:
+    def heals(self, rt: Stages, targets: tuple[str, ...]) -> bool:
         # A python stage has no fallback model: nothing but the fault's end heals it.
         stages = rt.stages
         return all(stages[n].kind == "llm" for n in targets)
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Stages, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         memo: Memo = {}
         for name in targets:
             memo[name] = rt.stages[name].fallback_served
             rt.llm_down(name, True)
         return memo
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Stages, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
             rt.llm_down(name, False)
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Stages, targets: tuple[str, ...], memo: Memo) -> bool:
         stages = rt.stages
         return all(stages[n].fallback_served > _count(memo, n) for n in targets)
 
@@ -550,13 +550,13 @@ class MemoryCorrupt(StageAction):
     params = {"entries": Param(10, 1, 1_000_000, "entries to corrupt", integer=True)}
     heals_itself = True
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Stages, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         return {name: rt.corrupt_memory(name, int(params["entries"])) for name in targets}
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Stages, targets: tuple[str, ...], memo: Memo) -> bool:
         return all(not set(_entries(memo, n)) & rt.corrupted(n) for n in targets)
 
-    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Stages, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)  # corruption outlives the fault until repaired
 
 
@@ -575,19 +575,19 @@ class McpDisconnect(StageAction):
     }
     heals_itself = True
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Stages, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for name in targets:
             rt.mcp_drop(name, params["outage"])
         return {}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Stages, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
             rt.mcp_restore(name)
 
-    def healed(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def healed(self, rt: Stages, targets: tuple[str, ...], memo: Memo) -> bool:
         return all(rt.mcp_connected(n) for n in targets)
 
-    def restored(self, rt: Runtime, targets: tuple[str, ...], memo: Memo) -> bool:
+    def restored(self, rt: Stages, targets: tuple[str, ...], memo: Memo) -> bool:
         return self.healed(rt, targets, memo)
 
 
@@ -597,12 +597,12 @@ class LatencyJitter(StageAction):
     default_target = "all"
     params = {"jitter": Param(0.02, 0.0, 60.0, "largest extra delay, seconds", seconds=True)}
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Stages, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         for name in targets:
             rt.jitter(name, params["jitter"])
         return {}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Stages, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for name in targets:
             rt.jitter(name, 0.0)
 
@@ -626,7 +626,7 @@ class DependencyAction(Action):
     def fields(self, params: Mapping[str, float]) -> dict[str, float]:
         raise NotImplementedError
 
-    def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
+    def resolve(self, rt: Stages, target: str, rng: random.Random) -> tuple[str, ...]:
         pairs = [
             (stage, dep, kind)
             for stage, state in sorted(rt.stages.items())
@@ -655,14 +655,14 @@ class DependencyAction(Action):
                 raise Conflict("target", f"{self.name} acts on HTTP dependencies; {raw[0]} is raw TCP")
         return tuple(f"{s}/{d}" for s, d, _ in picked)
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Dependencies, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         fields = self.fields(params)
         for pair in targets:
             stage, _, dep = pair.partition("/")
             rt.dependency_fault(stage, dep, self.name, fields)
         return {}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Dependencies, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         for pair in targets:
             stage, _, dep = pair.partition("/")
             rt.dependency_fault(stage, dep, self.name, None)
@@ -737,11 +737,11 @@ class LoadSpike(Action):
             raise FaultError("target", f"load_spike targets the pipeline (got {target!r})")
         return ("pipeline",)
 
-    def apply(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
+    def apply(self, rt: Load, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         rt.spike_load(params["factor"], True)
         return {}
 
-    def revert(self, rt: Runtime, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
+    def revert(self, rt: Load, targets: tuple[str, ...], params: dict[str, float], memo: Memo) -> None:
         rt.spike_load(params["factor"], False)
 
 

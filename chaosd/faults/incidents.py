@@ -20,15 +20,17 @@ from chaosd.core.history import Sum
 from chaosd.faults.record import (
     IMPACT_KINDS,
     Baseline,
+    CameBack,
     FaultRecord,
+    Streak,
     TaskImpact,
     Trace,
     impact_between,
     phases,
     prediction,
 )
-from chaosd.views import FailReason, IncidentCause, IncidentView, PhasesView, PredictionView
-from chaosd.views.wire import PENDING, FaultState, IncidentOutcome
+from chaosd.views import FailReason, IncidentCause, IncidentView, PhasesView, PredictionView, ServiceSignal
+from chaosd.views.wire import PENDING, FaultState, IncidentOutcome, Verdict
 
 # IMPACT_KINDS, TaskImpact and impact_between live in chaosd.faults.record; imported from here too.
 __all__ = ["IMPACT_KINDS", "Incident", "IncidentBook", "TaskImpact", "Unplanned", "impact_between"]
@@ -52,12 +54,35 @@ class Unplanned:
     outcome: FaultState = "recovering"
     back: float | None = None  # the service's recovery: the start of the confirming stretch
     stalled_s: float = 0.0
-    streak_from: float | None = None
-    back_from: float | None = None  # where the streak's service came back (its windowed figures dated back)
-    streak_paused: float = 0.0
-    last_judged_within: bool | None = None
-    last_judged_at: float = float("-inf")
+    streak: Streak = field(default_factory=Streak)  # the stretch within tolerance its verdict waits on
     trace: Trace = field(default_factory=Trace)  # its phases, from its first tick out (judged as healed then)
+
+    def blame(self, cause: IncidentCause) -> None:
+        """What it is put down to now (the stage failing most since it began)."""
+        self.cause = cause
+
+    def stall(self, seconds: float) -> None:
+        self.stalled_s += seconds
+
+    def see(
+        self, t: float, outside: list[ServiceSignal], perturbed: float, depth: float, arrival: float, capacity: float
+    ) -> None:
+        """A tick's figures for its trace (``depth``: the queue's above the baseline's), as healed at its start."""
+        self.trace.see(t, outside, not outside or not perturbed, self.started_at, depth, arrival, capacity)
+
+    def judge(self, t: float, within: bool, perturbed: float, came_back: CameBack) -> bool:
+        """A tick judged against the steady state before it; True when the service was out of tolerance."""
+        return self.streak.see(t, within, perturbed, came_back) and not within
+
+    def recover(self, t: float) -> None:
+        """Recovered: the service came back where its confirming stretch began."""
+        self.back = self.streak.start
+        self.trace.confirm(t)
+        self.outcome = "recovered"
+
+    def settle(self, outcome: Verdict) -> None:
+        """A verdict other than recovered: failed, or unmeasured."""
+        self.outcome = outcome
 
 
 @dataclass(slots=True)
@@ -69,6 +94,23 @@ class Incident:
     tally_from: tuple[int, ...] = ()  # the task tally when it began
     stalled_s: float = 0.0  # seconds, while open, that the daemon's own process was paused (the host's)
     unplanned: Unplanned | None = None  # opened with no fault in play: its own verdict beside its members'
+
+    def join(self, record: FaultRecord) -> None:
+        """A fault injected while it is open: every member's recovery is the incident's from now on."""
+        self.members.append(record)
+        for member in self.members:
+            member.share()
+
+    def count_impact(self, tally: tuple[int, ...]) -> None:
+        """What users felt from its start to ``tally``."""
+        self.tasks = impact_between(self.tally_from, tally)
+
+    def felt(self, seconds: float) -> None:
+        """Seconds out of tolerance while open (overlapping members counted once)."""
+        self.impact_s += seconds
+
+    def stall(self, seconds: float) -> None:
+        self.stalled_s += seconds
 
     @property
     def consistent(self) -> bool:

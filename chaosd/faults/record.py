@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import cast
 
 from chaosd.core.errors import FaultError
 from chaosd.views import BaselineView, FaultView, PhaseName, PhasesView, PredictionView, ServiceSignal
-from chaosd.views.wire import FaultClock, FaultState, RevertCause
+from chaosd.views.wire import FaultClock, FaultState, RevertCause, Verdict
 
 __all__ = [
     "IMPACT_KINDS",
     "MAX_LABELS",
     "PHASES",
     "Baseline",
+    "CameBack",
     "FaultRecord",
     "Memo",
     "MemoValue",
+    "Streak",
     "TaskImpact",
     "Trace",
     "check_labels",
@@ -164,6 +168,59 @@ class Trace:
         return min(t, max(t - window, queue, not_before))
 
 
+# Where a stretch within tolerance starting at a tick came back, given that tick and whether the judged tick before
+# it was out of tolerance (see ``Recoveries.came_back``).
+CameBack = Callable[[float, bool], float]
+
+
+@dataclass(slots=True)
+class Streak:
+    """A recovery's confirming stretch: the run of judged ticks within tolerance its verdict waits on.
+
+    A tick out of tolerance that the host perturbed neither breaks the stretch nor counts towards its hold."""
+
+    since: float | None = None  # the stretch's first tick; None while out of tolerance
+    back: float | None = None  # where its service came back (its windowed figures dated back)
+    paused: float = 0.0  # of the stretch: seconds that could not count towards the hold (a stall's)
+    last_within: bool | None = None  # the newest verdict on a tick the host did not perturb
+    last_at: float = -math.inf  # and when
+
+    def see(self, t: float, within: bool, perturbed: float, came_back: CameBack) -> bool:
+        """One tick (``perturbed``: its seconds, if the host's stall shows in it, else 0); True if it is judged."""
+        if not within and perturbed:
+            if self.since is not None:
+                self.paused += perturbed
+            return False
+        was_out = self.last_within is False
+        self.last_within, self.last_at = within, t
+        if not within:
+            self.since = None
+            self.paused = 0.0
+        elif self.since is None:
+            self.since = t
+            self.back = came_back(t, was_out)
+        return True
+
+    def held(self, t: float, hold: float) -> bool:
+        """The stretch has lasted ``hold`` seconds that count by ``t``."""
+        return self.since is not None and t - self.since - self.paused >= hold
+
+    @property
+    def start(self) -> float:
+        """Where the service came back: the stretch's dated start, or its first tick."""
+        assert self.since is not None
+        return self.back if self.back is not None else self.since
+
+    @property
+    def held_up(self) -> bool:
+        """The host's stalls paused the stretch, or none is running."""
+        return self.paused > 0 or self.since is None
+
+    def seen_out(self, since: float = -math.inf) -> bool:
+        """The newest judged tick, at or after ``since``, was out of tolerance."""
+        return self.last_within is False and self.last_at >= since
+
+
 def _moment(at: float | None, start: float) -> float | None:
     return None if at is None else at - start
 
@@ -225,7 +282,7 @@ def prediction(trace: Trace, start: float, healed_at: float | None) -> Predictio
 
 @dataclass(slots=True)
 class FaultRecord:
-    """One fault, from injection to verdict; the injector updates it as the fault ends and its recovery shows."""
+    """One fault, from injection to verdict; it changes through its methods as the fault ends and its recovery shows."""
 
     id: int
     action: str
@@ -252,15 +309,71 @@ class FaultRecord:
     shared: bool = False  # its incident has other faults: the recovery is the incident's, not its own
     stalled_s: float = 0.0  # seconds before its verdict the daemon's process was paused (or its window showed it)
     trace: Trace = field(default_factory=Trace)  # its phases and the fluid model's inputs, as they were seen
-    _streak_from: float | None = None
-    _back_from: float | None = None  # where the streak's service came back (its windowed figures dated back)
-    _streak_paused: float = 0.0  # of the streak: seconds that could not count towards the hold (a stall's)
-    _last_judged_within: bool | None = None  # the newest verdict on a tick the host did not perturb
-    _last_judged_at: float = float("-inf")  # and when
+    streak: Streak = field(default_factory=Streak)  # the stretch within tolerance its verdict waits on
 
     @property
     def active(self) -> bool:
         return self.reverted_at is None
+
+    # --- transitions ----------------------------------------------------------------------------------------
+
+    def end(self, at: float, by: RevertCause) -> None:
+        """Reverted at ``at``: recovering, unless its verdict came while it was active."""
+        self.reverted_at = at
+        self.reverted_by = by
+        if self.outcome == "active":
+            self.outcome = "recovering"
+
+    def join(self, incident: int) -> None:
+        self.incident = incident
+
+    def share(self) -> None:
+        """Its incident holds other faults now: the recovery is the incident's (see :attr:`recovery_s`)."""
+        self.shared = True
+
+    def count_impact(self, tally: tuple[int, ...]) -> None:
+        """What users felt from its injection to ``tally``, while it is active (after, it is its incident's)."""
+        if self.active:
+            self.impact_tasks = impact_between(self.tally_from, tally)
+
+    def stall(self, seconds: float) -> None:
+        """Seconds before its verdict that the daemon's own process was paused (the host's, not the fault's)."""
+        self.stalled_s += seconds
+
+    def lift(self, at: float) -> None:
+        """Something ended it before its TTL (a resume ends a pause): its restore clock starts."""
+        self.lifted_at = at
+
+    def heal(self, at: float) -> None:
+        """Its mechanism recovered: the runtime healed it, or its damage is gone since it ended."""
+        self.mechanism_recovered_at = at
+
+    def see(
+        self, t: float, outside: list[ServiceSignal], perturbed: float, depth: float, arrival: float, capacity: float
+    ) -> None:
+        """A tick's figures for its trace (``depth``: the queue's above the baseline's)."""
+        judged = not outside or not perturbed
+        self.trace.see(t, outside, judged, self.mechanism_recovered_at, depth, arrival, capacity)
+
+    def judge(self, t: float, within: bool, perturbed: float, came_back: CameBack, tick: float) -> bool:
+        """A tick judged against the steady state; True (and ``tick`` seconds of impact) when the service was out
+        of tolerance while the fault was active."""
+        if not self.streak.see(t, within, perturbed, came_back):
+            return False
+        felt = self.active and not within
+        if felt:
+            self.impact_s += tick
+        return felt
+
+    def recover(self, t: float) -> None:
+        """Recovered: the service came back where its confirming stretch began (never before its injection)."""
+        self.service_recovered_at = max(self.streak.start, self.injected_at)
+        self.trace.confirm(t)
+        self.outcome = "recovered"
+
+    def settle(self, outcome: Verdict) -> None:
+        """A verdict other than recovered: failed, or unmeasured."""
+        self.outcome = outcome
 
     @property
     def recovery_s(self) -> float | None:

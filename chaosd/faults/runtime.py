@@ -15,13 +15,20 @@ from chaosd.views import FailReason
 
 __all__ = [
     "AgentState",
+    "Agents",
+    "Dependencies",
     "DuplicateCount",
     "EffectAudit",
+    "Leadership",
+    "Load",
     "MemoryState",
+    "Readings",
     "Runtime",
     "StageState",
+    "Stages",
     "TaskCounts",
     "TaskLedger",
+    "Workflow",
 ]
 
 
@@ -137,14 +144,8 @@ class MemoryState(Protocol):
         """Reads that served a corrupt entry unnoticed; only ever grows."""
 
 
-class Runtime(Protocol):
-    """What the fault catalogue breaks and watches, and what the injector reads to time and weigh a fault.
-
-    A change takes effect at once. Setting a switch (``on``, a factor, a probability) twice is setting it
-    once; only :meth:`spike_load` stacks. Targets (ids, names, edges) are ones the runtime listed.
-    """
-
-    # --- time, and what users felt (the injector times faults and counts their impact) -------------
+class Readings(Protocol):
+    """What the injector reads to time a fault and weigh what users felt (and a tick's queue slack)."""
 
     def elapsed(self) -> float:
         """Seconds since the runtime started, on its clock (virtual or real); never goes back."""
@@ -165,7 +166,13 @@ class Runtime(Protocol):
     def workers(self) -> Collection[object]:
         """Every worker listed, local or remote; only their number is read (a task of queue slack each)."""
 
-    # --- agents ----------------------------------------------------------------------------------
+    @property
+    def stages(self) -> Mapping[str, StageState]:
+        """Every stage by name (their failed attempts date an incident nobody injected); the names never change."""
+
+
+class Agents(Protocol):
+    """The workers, producers and orchestrators a fault kills, pauses, cuts off or slows, and their task leases."""
 
     @property
     def agents(self) -> Mapping[str, AgentState]:
@@ -195,7 +202,12 @@ class Runtime(Protocol):
     def held_tasks(self, ids: Collection[str]) -> int:
         """Tasks these workers hold in service right now."""
 
-    # --- leadership ------------------------------------------------------------------------------
+    def lease_expired(self) -> int:
+        """Task leases that ran out, their tasks taken back; only ever grows."""
+
+
+class Leadership(Protocol):
+    """Who holds the dispatch lease: what a leader's death and its election show in."""
 
     def leader(self) -> str | None:
         """The id of the orchestrator holding the dispatch lease; None while nobody holds it."""
@@ -203,10 +215,9 @@ class Runtime(Protocol):
     def elections(self) -> int:
         """Leader elections won so far; only ever grows."""
 
-    def lease_expired(self) -> int:
-        """Task leases that ran out, their tasks taken back; only ever grows."""
 
-    # --- the workflow DAG --------------------------------------------------------------------------
+class Workflow(Protocol):
+    """The workflow DAG a fault takes nodes and edges out of, and the route the leader settles on."""
 
     def edges(self) -> Sequence[tuple[str, str]]:
         """The configured edges ``(a, b)``, removed ones included; they never change."""
@@ -220,7 +231,9 @@ class Runtime(Protocol):
     def settled_route(self) -> tuple[str, ...] | None:
         """The stages tasks walk now; None while a DAG change awaits its reroute, or when no path is left."""
 
-    # --- stages ----------------------------------------------------------------------------------
+
+class Stages(Protocol):
+    """The stages a fault hangs, fails, delays, corrupts or disconnects."""
 
     @property
     def stages(self) -> Mapping[str, StageState]:
@@ -250,11 +263,26 @@ class Runtime(Protocol):
     def mcp_connected(self, name: str) -> bool:
         """Whether the MCP stage's client holds a connection now."""
 
+
+class Dependencies(Protocol):
+    """A python stage's calls to its dependencies, through their fault proxies (the stages list them)."""
+
     def dependency_fault(self, stage: str, dependency: str, action: str, fields: Mapping[str, float] | None) -> None:
         """Set what ``action`` does to the stage's calls to the dependency (fields of
-        ``chaosd.faults.proxy.DependencyFaults``), or lift it (None); other actions on the pair stay."""
+        ``chaosd.faults.dependency.DependencyFaults``), or lift it (None); other actions on the pair stay."""
 
-    # --- load ------------------------------------------------------------------------------------
+
+class Load(Protocol):
+    """The load the producers offer."""
 
     def spike_load(self, factor: float, on: bool) -> None:
         """Multiply the offered load by ``factor`` (``on``), or divide it back (spikes stack and unstack exactly)."""
+
+
+class Runtime(Readings, Agents, Leadership, Workflow, Stages, Dependencies, Load, Protocol):
+    """What the fault catalogue breaks and watches, and what the injector reads to time and weigh a fault: each
+    part above, by what a fault acts on; an action asks for the part it uses where one is enough.
+
+    A change takes effect at once. Setting a switch (``on``, a factor, a probability) twice is setting it
+    once; only :meth:`spike_load` stacks. Targets (ids, names, edges) are ones the runtime listed.
+    """

@@ -1,0 +1,115 @@
+"""The steady state a service is judged against: a window of fault-free ticks, and which figures of a tick are out
+of tolerance of it (or of the SLO)."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Protocol
+
+from chaosd.config.settings import RecoveryConfig, SloConfig
+from chaosd.faults.record import Baseline
+from chaosd.faults.runtime import Readings
+from chaosd.views import ServiceSignal
+
+__all__ = ["ServiceView", "SteadyState"]
+
+_ERROR_SLACK = 0.05  # the error rate may exceed the baseline's by 5 points (noise of a 1 s window)
+
+
+class ServiceView(Protocol):
+    """What the injector reads from each telemetry snapshot."""
+
+    @property
+    def t(self) -> float: ...
+    @property
+    def throughput(self) -> float: ...
+    @property
+    def goodput(self) -> float: ...
+    @property
+    def arrival_rate(self) -> float: ...
+    @property
+    def error_rate(self) -> float: ...
+    @property
+    def sojourn_p95(self) -> float: ...
+    @property
+    def queue_depth(self) -> int: ...
+    @property
+    def lateness(self) -> float: ...
+    @property
+    def cpu_wait(self) -> float: ...
+    @property
+    def mean_service(self) -> float: ...
+    @property
+    def capacity_rate(self) -> float: ...
+    @property
+    def admitted_rate(self) -> float: ...
+
+
+class SteadyState:
+    """The fault-free ticks of the last ``recovery.baseline_window`` (fed only while nothing is in play), their
+    baseline once they cover ``recovery.baseline_min``, and the tolerance a tick is judged with."""
+
+    def __init__(self, recovery: RecoveryConfig, slo: SloConfig, tick: float, runtime: Readings) -> None:
+        self._recovery = recovery
+        self._slo = slo
+        self._tick = tick
+        self._rt = runtime
+        self._min = max(1, round(recovery.baseline_min / tick))
+        self._window: deque[ServiceView] = deque(maxlen=max(1, round(recovery.baseline_window / tick)))
+
+    def __len__(self) -> int:
+        return len(self._window)
+
+    def feed(self, s: ServiceView) -> None:
+        self._window.append(s)
+
+    def forget(self, ticks: int) -> None:
+        """Take the newest ``ticks`` back out: they were an incident's, not the steady state's."""
+        for _ in range(ticks):
+            self._window.pop()
+
+    def baseline(self) -> Baseline | None:
+        """The fault-free steady state, or None until it covers ``recovery.baseline_min``."""
+        window = self._window
+        n = len(window)
+        if n < self._min:
+            return None
+        return Baseline(
+            goodput=sum(s.goodput for s in window) / n,
+            error_rate=sum(s.error_rate for s in window) / n,
+            sojourn_p95=sorted(s.sojourn_p95 for s in window)[n // 2],
+            queue_depth=sum(s.queue_depth for s in window) / n,
+            seconds=n * self._tick,
+        )
+
+    def offered(self) -> float:
+        """The window's mean offered rate (0 when empty)."""
+        window = self._window
+        return sum(s.arrival_rate for s in window) / len(window) if window else 0.0
+
+    def outside(self, s: ServiceView, b: Baseline | None, offered: float = 0.0) -> list[ServiceSignal] | None:
+        """The figures out of tolerance of the steady state (or the SLO), none when it is as good; None with
+        nothing to judge by. ``offered``: the baseline's offered rate, to scale its goodput to less load."""
+        slo = self._slo
+        if b is None and slo.availability is None and slo.p95 is None:
+            return None
+        tol = self._recovery.tolerance
+        out: list[ServiceSignal] = []
+        if slo.availability is not None:  # goodput over offered: refusals and failures both count
+            if s.arrival_rate > 0 and s.goodput / s.arrival_rate < slo.availability:
+                out.append("availability")
+        elif b is not None:
+            load = s.arrival_rate / offered if 0 < s.arrival_rate < offered else 1.0
+            if s.goodput < (1 - tol) * b.goodput * load:
+                out.append("goodput")
+            if s.error_rate > b.error_rate + _ERROR_SLACK:
+                out.append("error_rate")
+        slack = 4 * s.mean_service  # tiny baselines (an idle queue) need an absolute margin
+        if slo.p95 is not None:
+            if s.sojourn_p95 > slo.p95:
+                out.append("p95")
+        elif b is not None and s.sojourn_p95 > (1 + tol) * b.sojourn_p95 + slack:
+            out.append("p95")
+        if b is not None and s.queue_depth > (1 + tol) * b.queue_depth + len(self._rt.workers):
+            out.append("queue")
+        return out

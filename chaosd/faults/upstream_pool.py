@@ -1,0 +1,82 @@
+"""A fault proxy's connections to its upstream: opened (over TLS for https), kept idle for reuse, and a warning when
+the upstream cannot be reached."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from dataclasses import dataclass
+
+from chaosd.core.urls import Upstream
+
+__all__ = ["HEAD_LIMIT", "Conn", "UpstreamPool"]
+
+_log = logging.getLogger(__name__)
+
+HEAD_LIMIT = 256 * 1024  # the longest message head read (and the streams' buffer limit)
+_POOL = 32  # idle upstream connections kept
+_CONNECT_TIMEOUT = 10.0
+
+
+@dataclass(slots=True)
+class Conn:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    def usable(self) -> bool:
+        return not self.writer.is_closing() and not self.reader.at_eof()
+
+    def close(self) -> None:
+        self.writer.transport.abort()
+
+
+class UpstreamPool:
+    """Connections to one upstream for one proxy; ``errors`` counts the calls it could not be reached for."""
+
+    def __init__(self, name: str, upstream: Upstream) -> None:
+        self.name = name
+        self.upstream = upstream
+        self.errors = 0
+        self._idle: list[Conn] = []
+        self._failing = False  # the last call found the upstream unreachable
+        self._ssl: ssl.SSLContext | None = ssl.create_default_context() if upstream.scheme == "https" else None
+
+    async def connect(self) -> Conn:
+        up = self.upstream
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                up.host, up.port, ssl=self._ssl, server_hostname=up.host if self._ssl else None, limit=HEAD_LIMIT
+            ),
+            _CONNECT_TIMEOUT,
+        )
+        return Conn(reader, writer)
+
+    def take(self, reuse: bool) -> Conn | None:
+        """An idle connection still usable, if ``reuse`` and one is left (those the upstream closed are let go)."""
+        while self._idle and not self._idle[-1].usable():
+            self._idle.pop().close()
+        return self._idle.pop() if reuse and self._idle else None
+
+    def give_back(self, conn: Conn, reusable: bool) -> None:
+        """Keep the connection for the next call, if it can serve one and the pool has room; else close it."""
+        if not reusable or len(self._idle) >= _POOL or not conn.usable():
+            conn.close()
+        else:
+            self._idle.append(conn)
+
+    def close_idle(self) -> None:
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
+
+    def reached(self) -> None:
+        self._failing = False
+
+    def unreachable(self, reason: str) -> None:
+        """A call found the upstream unreachable. A warning when calls start failing, not one per call: a handler
+        may call a dead upstream 1,000 times/s."""
+        self.errors += 1
+        level = logging.DEBUG if self._failing else logging.WARNING
+        self._failing = True
+        _log.log(level, "dependency %s: upstream %s unreachable: %s", self.name, self.upstream.display(), reason)
