@@ -1,13 +1,12 @@
 // Agent cards: orchestrator replicas (the leader marked), workers and producers, updated in place.
 import { el, setAttr, setText, toggle } from "./dom.js";
-
-const ORDER = ["orchestrator", "worker", "producer"];
+import { AGENT_KINDS } from "./vocabulary.js";
 
 export class AgentCards {
   constructor(parent) {
     this.groups = new Map();
     this.cards = new Map();
-    for (const kind of ORDER) {
+    for (const kind of AGENT_KINDS) {
       const list = el("ul", { class: "cards", "aria-label": `${kind}s` });
       parent.append(el("div", { class: "card-group" }, el("h3", {}, `${kind}s`), list));
       this.groups.set(kind, list);

@@ -3,9 +3,7 @@
 import { getJSON, hasToken, send, setToken } from "./api.js";
 import { el, setAttr, setText } from "./dom.js";
 import { fmtSeconds, humanAction } from "./format.js";
-
-const AGENT_KINDS = ["orchestrator", "worker", "producer"];
-const ARES_COUNT = 13; // the catalogue lists the 13 ARES actions first, then the queue faults
+import { ACTION_GROUPS, AGENT_KINDS } from "./vocabulary.js";
 
 function uniq(list) {
   return [...new Set(list.filter((x) => x !== null && x !== undefined && x !== ""))];
@@ -71,17 +69,15 @@ export class Controls {
     this.showsSurvival = false;
     const usable = actions.filter((a) => applies(a, stageKinds, status));
     // The dependency faults need a python stage that lists dependencies: without any they are not shown at all.
-    const skipped = actions.filter((a) => !usable.includes(a) && !(a.targets || []).includes("dependency"));
+    const skipped = actions.filter((a) => !usable.includes(a) && ACTION_GROUPS[a.action] !== "dependency");
     root.append(this._tokenBox(), this._leverBox(), this._survivalBox(usable), this._scenarioBox());
     const ares = el("div", { class: "fault-list", role: "group", "aria-label": "ARES actions" });
     const queue = el("div", { class: "fault-list", role: "group", "aria-label": "Queue faults" });
     const calls = el("div", { class: "fault-list", role: "group", "aria-label": "Dependency faults" });
-    actions.forEach((action, i) => {
-      if (!usable.includes(action)) return;
-      if ((action.targets || []).includes("dependency")) return calls.append(this._faultRow(action));
-      const group = action.group ? action.group === "queue" : i >= ARES_COUNT;
-      (group ? queue : ares).append(this._faultRow(action));
-    });
+    for (const action of usable) {
+      const group = ACTION_GROUPS[action.action];
+      (group === "dependency" ? calls : group === "ares" ? ares : queue).append(this._faultRow(action));
+    }
     root.append(el("h3", {}, "ARES actions"), ares, el("h3", {}, "Queue faults"), queue);
     if (calls.childElementCount) root.append(el("h3", {}, "Dependency faults"), calls);
     if (skipped.length) {

@@ -1,4 +1,5 @@
 // How numbers, durations and action names read on the page.
+import { HEAL_TIMERS } from "./vocabulary.js";
 
 export function fmtNum(value, digits = 1) {
   if (value === null || value === undefined || Number.isNaN(value)) return "–";
@@ -26,16 +27,6 @@ export function fmtClock(seconds) {
   const rest = s - m * 60;
   return `${m}:${rest < 10 ? "0" : ""}${rest.toFixed(1)}`;
 }
-
-// The setting whose timer paces each healing mechanism (as in the text summary).
-const HEAL_TIMERS = {
-  kill_leader: "orchestrator.lease_ttl",
-  kill_orchestrator: "orchestrator.lease_ttl",
-  kill_agent: "supervisor.backoff",
-  network_partition: "orchestrator.task_lease",
-  drop_messages: "orchestrator.task_lease",
-  mcp_disconnect: "the stage's reconnect backoff",
-};
 
 // Where a recovery's time went (its `phases` and `prediction`): the longest phase, and what would shorten it.
 const PHASE_WHY = {

@@ -1,6 +1,7 @@
 // Events told in plain words: "✗ kill_leader → orchestrator-0 killed", "✓ orchestrator-1 elected leader (0.48 s)".
 import { fmtNum, fmtSeconds, recoveryWhy } from "./format.js";
 import { reasonText, stallLateMs, toneOf } from "./states.js";
+import { ACTION_VERBS } from "./vocabulary.js";
 
 // The log's filter groups, in the order of their check boxes.
 export const GROUPS = {
@@ -28,26 +29,6 @@ export function groupOf(kind, data) {
   if (kind === "throttle" && data && (data.action === "increase" || data.action === "decrease")) return "throttle steps";
   return GROUPS[kind] || "other";
 }
-
-const VERBS = {
-  kill_leader: "killed",
-  kill_orchestrator: "killed",
-  kill_agent: "killed",
-  remove_node: "removed",
-  remove_edge: "removed",
-  pause_agent: "paused",
-  resume_agent: "resumed",
-  slow_agent: "slowed",
-  network_partition: "cut off",
-  tool_timeout: "hanging",
-  memory_corrupt: "corrupted",
-  mcp_disconnect: "disconnected",
-  llm_failure: "failing",
-  load_spike: "flooded",
-  latency_jitter: "jittered",
-  drop_messages: "dropping messages",
-  pool_exhaustion: "exhausted",
-};
 
 // One line per state change of the detector, in the state's own tone (a stall is never told as an alarm).
 function narrateDetector(d) {
@@ -137,7 +118,7 @@ export function narrate(kind, d, ctx) {
         case "injected":
           ctx.faults.set(d.id, d.t);
           (ctx.targets ??= new Map()).set(d.id, list(d.targets));
-          return ["bad", `✗ ${d.action} → ${list(d.targets)} ${VERBS[d.action] || "hit"} (fault #${d.id})`];
+          return ["bad", `✗ ${d.action} → ${list(d.targets)} ${ACTION_VERBS[d.action] || "hit"} (fault #${d.id})`];
         case "mechanism_recovered": {
           // What the runtime's healing did, not that the fault is over: a hung tool still hangs while tasks go on.
           const on = ctx.targets?.get(d.id) || "";

@@ -1,11 +1,10 @@
 // The detector's states and admission control in words, so the banner, the top bar and the log agree.
 import { fmtNum, fmtSeconds } from "./format.js";
+import { DETECTOR_TONES } from "./vocabulary.js";
 
-// Each state's tone, which is its colour: a collapse and failing tasks are red, an overload amber, a stall blue-grey.
-export const TONES = { healthy: "good", warning: "warn", overload: "warn", collapsed: "bad", failing: "bad", stall: "stall", recovering: "info" };
-
+// Each state's tone, which is its colour (chaosd/arena/vocabulary.py).
 export function toneOf(state) {
-  return TONES[state] || "info";
+  return DETECTOR_TONES[state] || "info";
 }
 
 // The detector's reasons (GET /api/v1/events, kind detector) in plain words.

@@ -1,10 +1,9 @@
 // The event stream: EventSource with Last-Event-ID resume, de-duplication by id, run changes, and
 // batching: frames are queued as they come and handed over at most once per animation frame.
+import { EVENT_KINDS } from "./vocabulary.js";
 
-const KINDS = [
-  "fault", "incident", "leader", "agent", "detector", "throttle", "lever", "score", "survival", "scenario", "window",
-  "breaker", "supervisor", "dag", "mcp", "memory", "run", "gap", "overflow", "close",
-];
+// The recorder's events, and the stream's own notices (chaosd/api/sse.py: a gap in the ids, an overflow, shutdown).
+const KINDS = [...EVENT_KINDS, "gap", "overflow", "close"];
 const REPLAY = 200; // a fresh page shows the recent past
 const RESTART_REPLAY = 1000; // a restarted daemon: everything its new run has said so far
 

@@ -4,9 +4,10 @@
 import { el, setAttr, setText, toggle } from "./dom.js";
 import { fmtSeconds } from "./format.js";
 import { ScoreRing } from "./ring.js";
-import { TONES, admissionText, bannerFor, stallLateMs, toneOf } from "./states.js";
+import { admissionText, bannerFor, stallLateMs, toneOf } from "./states.js";
+import { DETECTOR_TONES } from "./vocabulary.js";
 
-const TONE_CLASSES = [...new Set(Object.values(TONES))];
+const TONE_CLASSES = [...new Set(Object.values(DETECTOR_TONES))];
 // A tick this late counts as the stall's own measure (the detector calls 50 ms a stall by default; a running
 // loop is late by well under a millisecond).
 const LATE_MS = 20;
