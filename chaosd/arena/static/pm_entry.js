@@ -1,5 +1,6 @@
+// @ts-check
 // The offline post-mortem file's entry point: its report is the JSON block embedded in the page.
+import { byId } from "./dom.js";
 import { renderPostmortem } from "./postmortem.js";
 
-const pmData = document.getElementById("report-data");
-renderPostmortem(document.getElementById("postmortem"), JSON.parse(pmData.textContent), document.title);
+renderPostmortem(byId("postmortem"), JSON.parse(byId("report-data").textContent ?? ""), document.title);
