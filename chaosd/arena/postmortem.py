@@ -1,8 +1,9 @@
 """The post-mortem: a run report as one self-contained HTML file (the page's own modules, inlined, and the data).
 
 The file opens from disk with no server and no network, so its script cannot load the modules by URL (a browser
-refuses module scripts from ``file:``): :func:`_inline_modules` puts the modules the entry point needs into one
-``<script type="module">``, dependencies first.
+refuses module scripts from ``file:``), and inline modules cannot import one another (they have no URL; data: URLs
+in an import map would break their relative imports). So :func:`_inline_modules` puts the modules the entry point
+needs into one ``<script type="module">``, dependencies first: the simplest form that keeps them the served files.
 """
 
 from __future__ import annotations

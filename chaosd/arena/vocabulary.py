@@ -11,11 +11,11 @@ import json
 from typing import Literal, get_args
 
 from chaosd.admission.detector import DetectorState
-from chaosd.experiment.report import _HEAL_TIMERS as HEAL_TIMERS  # the text summary's, shared
+from chaosd.experiment.report import _HEAL_TIMERS  # the text summary's own table, shared
 from chaosd.faults.catalogue import CATALOGUE
 from chaosd.views import AgentKind, EventKind
 
-__all__ = ["ACTION_VERBS", "ARES_ACTIONS", "DETECTOR_TONES", "HEAL_TIMERS", "vocabulary", "vocabulary_module"]
+__all__ = ["ACTION_VERBS", "ARES_ACTIONS", "DETECTOR_TONES", "vocabulary", "vocabulary_module"]
 
 ActionGroup = Literal["ares", "queue", "dependency"]
 Tone = Literal["good", "warn", "bad", "stall", "info"]
@@ -88,7 +88,7 @@ def vocabulary() -> dict[str, object]:
         "AGENT_KINDS": sorted(kinds, key=lambda k: k != "orchestrator"),
         "DETECTOR_TONES": {state.value: tone for state, tone in DETECTOR_TONES.items()},
         "EVENT_KINDS": list(get_args(EventKind)),
-        "HEAL_TIMERS": HEAL_TIMERS,
+        "HEAL_TIMERS": _HEAL_TIMERS,
     }
 
 
