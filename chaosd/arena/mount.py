@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from chaosd.arena.assets import static_files
 from chaosd.arena.series import Series
-from chaosd.arena.web import arena_routes, static_files
+from chaosd.arena.web import arena_routes
 from chaosd.daemon.control import Controller
 from chaosd.telemetry.snapshot import Snapshot
 

@@ -1,18 +1,21 @@
-"""The post-mortem: a run report as one self-contained HTML file (the page's own code, inlined, and the data).
+"""The post-mortem: a run report as one self-contained HTML file (the page's own modules, inlined, and the data).
 
-No build step: the page's ES modules are joined in order, their ``import`` lines dropped and ``export``
-keywords removed, inside one function scope, so the file opens from disk with no server and no network.
+The file opens from disk with no server and no network, so its script cannot load the modules by URL (a browser
+refuses module scripts from ``file:``), and inline modules cannot import one another (they have no URL; data: URLs
+in an import map would break their relative imports). So :func:`_inline_modules` puts the modules the entry point
+needs into one ``<script type="module">``, dependencies first: the simplest form that keeps them the served files.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from chaosd.arena.assets import static_files
 from chaosd.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -20,26 +23,64 @@ if TYPE_CHECKING:
 
 __all__ = ["embed_json", "load_report", "render_html", "write_postmortem"]
 
-# In dependency order; their top-level names must not collide (they share one scope once joined).
-_MODULES = ("dom.js", "format.js", "ring.js", "charts.js", "chartdefs.js", "postmortem.js", "pm_entry.js")
+_ENTRY = "pm_entry.js"
+_IMPORT = re.compile(r'import \{[^}]*\} from "\./([\w.]+)";')
+_DECLARED = re.compile(r"^(?:export )?(?:async )?(?:function\*?|class|const|let|var) (\w+)", re.MULTILINE)
 
 
-def _static(name: str) -> str:
-    return (resources.files("chaosd.arena") / "static" / name).read_text(encoding="utf-8")
+def _imports(name: str, code: str) -> list[str]:
+    """The modules ``code`` imports; an import is on one line and names its module ``./name.js``."""
+    found = []
+    for line in code.splitlines():
+        if line.startswith("import "):
+            match = _IMPORT.fullmatch(line)
+            if match is None:
+                raise ValueError(f"{name}: an import the post-mortem cannot inline: {line}")
+            found.append(match[1])
+    return found
 
 
-def _bundle() -> str:
-    lines = ['"use strict";']
-    for name in _MODULES:
+def _in_order(files: Mapping[str, str], entry: str) -> list[str]:
+    """``entry`` and every module it imports, each after the modules it imports."""
+    order: list[str] = []
+    entered: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        if name in entered:
+            raise ValueError(f"{name}: an import cycle")
+        entered.add(name)
+        for dep in _imports(name, files[name]):
+            visit(dep)
+        order.append(name)
+
+    visit(entry)
+    return order
+
+
+def _inline_modules() -> str:
+    """The modules the post-mortem needs, as one module: each as it is served, less its ``import`` lines and its
+    ``export`` keywords, dependencies first.
+
+    Not a bundler: nothing is renamed, wrapped or rewritten, so the rule is that these modules import on single
+    lines and no two of them declare the same top-level name (checked here, as they then share one scope).
+    """
+    files = {name: body.decode("utf-8") for name, body in static_files().items() if name.endswith(".js")}
+    lines = []
+    owner: dict[str, str] = {}
+    for name in _in_order(files, _ENTRY):
+        code = files[name]
+        for declared in _DECLARED.findall(code):
+            if declared in owner:
+                raise ValueError(f"{name} and {owner[declared]} both declare {declared}")
+            owner[declared] = name
         lines.append(f"// --- {name}")
-        for line in _static(name).splitlines():
-            if line.startswith("import "):
-                continue
-            lines.append(line.removeprefix("export "))
+        lines.extend(line.removeprefix("export ") for line in code.splitlines() if not line.startswith("import "))
     code = "\n".join(lines)
     if "</" in code:  # would end the inline <script> early
         raise ValueError("the post-mortem script must not contain '</'")
-    return f"(() => {{\n{code}\n}})();"
+    return code
 
 
 def embed_json(data: object) -> str:
@@ -50,7 +91,7 @@ def embed_json(data: object) -> str:
 
 
 def render_html(report: Mapping[str, object], title: str) -> str:
-    css = _static("arena.css")
+    css = static_files()["arena.css"].decode("utf-8")
     if "</" in css:
         raise ValueError("the stylesheet must not contain '</'")
     return (
@@ -62,7 +103,7 @@ def render_html(report: Mapping[str, object], title: str) -> str:
         f"<style>\n{css}\n</style>\n</head>\n<body>\n"
         '<main class="pm-main"><section id="postmortem" class="panel postmortem"></section></main>\n'
         f'<script type="application/json" id="report-data">{embed_json(report)}</script>\n'
-        f"<script>\n{_bundle()}\n</script>\n</body>\n</html>\n"
+        f'<script type="module">\n{_inline_modules()}\n</script>\n</body>\n</html>\n'
     )
 
 

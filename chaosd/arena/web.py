@@ -4,44 +4,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from importlib import resources
 
 from aiohttp import web
 
+from chaosd.arena.assets import CONTENT_TYPES
 from chaosd.arena.series import Series
 from chaosd.experiment.report import rounded
 from chaosd.faults import Injector
 from chaosd.views import TimeseriesBody
 
-__all__ = ["CSP", "arena_routes", "static_files"]
+__all__ = ["CSP", "arena_routes"]
 
 # No inline script, nothing from another origin: data rendered as text cannot turn into code.
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
-_TYPES = {
-    ".html": "text/html; charset=utf-8",
-    ".js": "text/javascript; charset=utf-8",
-    ".css": "text/css; charset=utf-8",
-    ".png": "image/png",
-    ".svg": "image/svg+xml",
-}
 _HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
 
 
-def static_files() -> dict[str, bytes]:
-    """Every file shipped in ``chaosd/arena/static``, read once: only these names are ever served."""
-    root = resources.files("chaosd.arena") / "static"
-    return {
-        entry.name: entry.read_bytes()
-        for entry in root.iterdir()
-        if entry.is_file() and any(entry.name.endswith(ext) for ext in _TYPES)
-    }
-
-
 def _file(name: str, body: bytes) -> web.Response:
-    kind = _TYPES[name[name.rindex(".") :]]
+    kind = CONTENT_TYPES[name[name.rindex(".") :]]
     return web.Response(body=body, headers={**_HEADERS, "Content-Type": kind})
 
 

@@ -21,9 +21,12 @@ import pytest
 from daemon_harness import ROOT, TOKEN, Daemon, wait_for
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
+from chaosd.admission.detector import DetectorState
 from chaosd.arena.postmortem import embed_json, render_html
 from chaosd.arena.series import Series
+from chaosd.arena.vocabulary import ACTION_VERBS, ARES_ACTIONS, DETECTOR_TONES, vocabulary, vocabulary_module
 from chaosd.cli.main import main as cli_main
+from chaosd.faults.catalogue import CATALOGUE
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -160,7 +163,7 @@ def _settled(daemon: Daemon) -> None:
 
 
 def test_page_is_served_with_a_strict_policy(daemon: Daemon) -> None:
-    for path in ("/", "/arena", "/arena/static/main.js", "/arena/static/states.js", "/arena/static/arena.css"):
+    for path in ("/", "/arena", "/arena/static/main.js", "/arena/static/vocabulary.js", "/arena/static/arena.css"):
         with urllib.request.urlopen(daemon.base + path, timeout=10) as resp:
             assert resp.status == 200
             assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
@@ -572,6 +575,33 @@ def test_report_command_refuses_a_missing_or_invalid_file(tmp_path: Path, capsys
 def test_embedded_json_cannot_end_its_script_block() -> None:
     text = embed_json({"a": "</script><!--<script>&"})
     assert "<" not in text and ">" not in text and json.loads(text) == {"a": "</script><!--<script>&"}
+
+
+def test_the_page_names_only_what_python_has() -> None:
+    """The vocabulary the page imports names catalogue actions and detector states, every one of the states."""
+    assert set(ARES_ACTIONS) <= set(CATALOGUE) and len(ARES_ACTIONS) == 13
+    assert set(ACTION_VERBS) <= set(CATALOGUE)
+    assert set(DETECTOR_TONES) == set(DetectorState)
+    groups = vocabulary()["ACTION_GROUPS"]
+    assert isinstance(groups, dict) and list(groups) == list(CATALOGUE)
+    assert [a for a, g in groups.items() if g == "dependency"] == [a for a in CATALOGUE if a.startswith("dependency_")]
+
+
+def test_the_vocabulary_module_and_its_declarations_name_the_same_constants() -> None:
+    declared = (ROOT / "chaosd/arena/static/vocabulary.d.ts").read_text(encoding="utf-8")
+    names = re.findall(r"^export const (\w+)", declared, re.MULTILINE)
+    assert names == list(vocabulary()) == re.findall(r"^export const (\w+)", vocabulary_module(), re.MULTILINE)
+
+
+def test_the_post_mortem_inlines_each_module_after_those_it_imports() -> None:
+    """postmortem.js needs narrate.js (an unplanned incident's cause), which needs states.js and the vocabulary."""
+    page = render_html({"timeline": []}, "empty")
+    script = page.split('<script type="module">\n')[1]
+    order = re.findall(r"^// --- (\S+)$", script, re.MULTILINE)
+    assert order[-2:] == ["postmortem.js", "pm_entry.js"]
+    for first, then in (("vocabulary.js", "states.js"), ("states.js", "narrate.js"), ("narrate.js", "postmortem.js")):
+        assert order.index(first) < order.index(then)
+    assert not re.search(r"^(import|export) ", script, re.MULTILINE)
 
 
 def test_the_series_stays_bounded_however_long_the_daemon_runs() -> None:

@@ -1,11 +1,14 @@
+// @ts-check
 // Talking to the daemon: reads are open; every change carries the bearer token, kept in sessionStorage only.
 
 const TOKEN_KEY = "chaosd.token";
 
+/** @returns {boolean} */
 export function hasToken() {
   return Boolean(sessionStorage.getItem(TOKEN_KEY));
 }
 
+/** @param {string} token */
 export function setToken(token) {
   if (token) sessionStorage.setItem(TOKEN_KEY, token);
   else sessionStorage.removeItem(TOKEN_KEY);
@@ -13,6 +16,11 @@ export function setToken(token) {
 
 // A read that failed: the daemon did not answer (status 0), refused it, or sent no JSON.
 export class RequestError extends Error {
+  /**
+   * @param {string} path
+   * @param {number} status 0: the daemon did not answer
+   * @param {string} why
+   */
   constructor(path, status, why) {
     super(`${path}: ${why}`);
     this.name = "RequestError";
@@ -20,6 +28,10 @@ export class RequestError extends Error {
   }
 }
 
+/**
+ * @param {string} path
+ * @returns {Promise<any>} the body: its shape is the route's (chaosd/views)
+ */
 export async function getJSON(path) {
   let response;
   try {
@@ -35,11 +47,21 @@ export async function getJSON(path) {
   }
 }
 
+/** @typedef {{ok: boolean, status: number, body: any, message: string}} SendResult */
+
 // A change: resolves to {ok, status, body, message}; message is the API's own error text when refused.
+/**
+ * @param {"POST" | "DELETE"} method
+ * @param {string} path
+ * @param {object} [body]
+ * @returns {Promise<SendResult>}
+ */
 export async function send(method, path, body) {
+  /** @type {Record<string, string>} */
   const headers = { Accept: "application/json" };
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = `Bearer ${token}`;
+  /** @type {RequestInit} */
   const init = { method, headers, cache: "no-store" };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";

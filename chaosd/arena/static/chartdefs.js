@@ -1,7 +1,9 @@
+// @ts-check
 // The charts, defined once for the live page and the post-mortem: titles, series, labels and colours, keyed by
 // the report timeline's names. Each page turns its own points into that vocabulary (chartPointsFromSeries for
 // the live telemetry series, chartPointsFromTimeline for a report's timeline).
 
+/** @type {import('./charts.js').ChartSpec[]} */
 export const CHARTS = [
   { id: "queue_depth", title: "Queue depth (tasks)", series: [{ key: "queue_depth", label: "depth", cls: "s1" }], digits: 0 },
   { id: "queue_slope", title: "dQ/dt (tasks/s)", series: [{ key: "queue_slope", label: "dQ/dt", cls: "s2" }] },
@@ -18,10 +20,16 @@ export const CHARTS = [
 ];
 
 // Only aimd moves the factor; the capacity policy bounds the queue instead.
+/** @type {import('./charts.js').ChartSpec} */
 export const THROTTLE_CHART = { id: "throttle", title: "Throttle factor (aimd)", series: [{ key: "throttle_factor", label: "factor", cls: "s2" }], digits: 2 };
 
 // The admission chart: aimd's factor, or what was refused (offered − admitted) under another policy. A report
 // has no admitted rate, so the post-mortem draws the factor's chart only (refused: false).
+/**
+ * @param {string | undefined} policy
+ * @param {{refused?: boolean}} [options]
+ * @returns {import('./charts.js').ChartSpec | null}
+ */
 export function admissionChart(policy, { refused = true } = {}) {
   if (policy === "aimd" || (!refused && policy === undefined)) return THROTTLE_CHART;
   if (!refused) return null;
@@ -33,6 +41,10 @@ export function admissionChart(policy, { refused = true } = {}) {
 }
 
 // The live telemetry series (GET /api/v1/timeseries) in the charts' vocabulary.
+/**
+ * @param {import('./wire').SeriesPoint[]} points
+ * @returns {import('./charts.js').ChartPoint[]}
+ */
 export function chartPointsFromSeries(points) {
   return points.map((p) => ({
     t: p.t,
@@ -49,6 +61,10 @@ export function chartPointsFromSeries(points) {
 
 // A report's timeline in the charts' vocabulary: its own names, plus dQ/dt from the queue depths (the change
 // between a point and the one before, per second).
+/**
+ * @param {import('./wire').TimelinePoint[]} timeline
+ * @returns {import('./charts.js').ChartPoint[]}
+ */
 export function chartPointsFromTimeline(timeline) {
   return timeline.map((p, i) => {
     const prev = timeline[i - 1];

@@ -1,13 +1,26 @@
+// @ts-check
 // Line charts drawn as SVG paths: one per measure, updated in place (the path's d), with fault bands.
 // The viewBox follows the chart's rendered width (one unit = one CSS pixel), so the axis labels keep their
 // stylesheet size however wide the chart is drawn; a ResizeObserver redraws the last data on a resize.
 import { el, setAttr, setText, svgEl } from "./dom.js";
 import { fmtNum } from "./format.js";
 
+/** @typedef {{key: string, label: string, cls?: string}} SeriesSpec */
+/** @typedef {{id: string, title: string, series: SeriesSpec[], digits?: number}} ChartSpec */
+/** @typedef {{t: number, [key: string]: unknown}} ChartPoint */
+/** @typedef {{from: number, to: number, label: string, cls?: string}} Mark */
+
 const CHART_W = 600; // until the chart is laid out
 const CHART_H = 150;
 const PAD = { left: 50, right: 10, top: 8, bottom: 22 };
 
+/**
+ * @param {number} lo
+ * @param {number} hi
+ * @param {number} a
+ * @param {number} b
+ * @returns {(v: number) => number}
+ */
 function scaleFor(lo, hi, a, b) {
   const span = hi - lo || 1;
   return (v) => a + ((v - lo) / span) * (b - a);
@@ -15,10 +28,15 @@ function scaleFor(lo, hi, a, b) {
 
 export class LineChart {
   // series: [{key, label, cls}]; values are read from points[key].
+  /**
+   * @param {Element} parent
+   * @param {ChartSpec} spec
+   */
   constructor(parent, { id, title, series, digits = 1 }) {
     this.series = series;
     this.digits = digits;
     this.width = CHART_W;
+    /** @type {[ChartPoint[], Mark[]] | null} */
     this.last = null; // [points, marks]: redrawn when the width changes
     this.paths = series.map((s) => svgEl("path", { class: `line ${s.cls || ""}`, "data-series": s.key, d: "" }));
     this.bands = svgEl("g", { class: "bands" });
@@ -60,6 +78,10 @@ export class LineChart {
   }
 
   // marks: [{from, to, label, cls}] drawn as bands behind the lines.
+  /**
+   * @param {ChartPoint[]} points
+   * @param {Mark[]} [marks]
+   */
   update(points, marks = []) {
     this.last = [points, marks];
     this._fit();

@@ -1,16 +1,28 @@
+// @ts-check
 // The controls: the token, one button per catalogue action (target, parameters, TTL), the lever,
 // survival and scenarios. A refused action shows the API's message next to its button.
 import { getJSON, hasToken, send, setToken } from "./api.js";
 import { el, setAttr, setText } from "./dom.js";
 import { fmtSeconds, humanAction } from "./format.js";
+import { ACTION_GROUPS, AGENT_KINDS } from "./vocabulary.js";
 
-const AGENT_KINDS = ["orchestrator", "worker", "producer"];
-const ARES_COUNT = 13; // the catalogue lists the 13 ARES actions first, then the queue faults
+/** @typedef {import('./wire').ActionView} ActionView */
+/** @typedef {import('./wire').StatusBody} StatusBody */
+/** @typedef {import('./api.js').SendResult} SendResult */
 
+/**
+ * @param {(string | null | undefined)[]} list
+ * @returns {string[]}
+ */
 function uniq(list) {
-  return [...new Set(list.filter((x) => x !== null && x !== undefined && x !== ""))];
+  return [...new Set(list.filter((x) => x !== null && x !== undefined && x !== ""))].map(String);
 }
 
+/**
+ * @param {ActionView} action
+ * @param {StatusBody} status
+ * @returns {string[]}
+ */
 function targetOptions(action, status) {
   const kinds = action.targets || [];
   const dag = status.dag || { nodes: [], removed_nodes: [], edges: [], removed_edges: [] };
@@ -31,11 +43,18 @@ function targetOptions(action, status) {
 
 // Whether an action applies to this daemon: a stage action needs a stage of one of its kinds (memory_corrupt a
 // memory stage, mcp_disconnect an mcp stage), an edge action an edge. stageKinds: {stage: kind}, null if unknown.
+/**
+ * @param {ActionView} action
+ * @param {Record<string, string> | null | undefined} stageKinds
+ * @param {StatusBody | null} status
+ * @returns {boolean}
+ */
 export function applies(action, stageKinds, status) {
   const kinds = action.targets || [];
   if (!stageKinds || !kinds.length || kinds.includes("pipeline")) return true;
   if (kinds.some((k) => AGENT_KINDS.includes(k))) return true;
   if (kinds.includes("edge")) {
+    /** @type {Partial<import('./wire').DagView>} */
     const dag = (status && status.dag) || {};
     return Boolean((dag.edges || []).length + (dag.removed_edges || []).length) || !status;
   }
@@ -44,12 +63,19 @@ export function applies(action, stageKinds, status) {
 }
 
 // A button that sends a change and says how it went beside itself.
+/**
+ * @param {string} label
+ * @param {import('./dom.js').Attrs} attrs
+ * @param {() => Promise<SendResult | {ok: boolean, message: string}>} run
+ * @returns {{button: HTMLButtonElement, note: HTMLSpanElement}}
+ */
 function actionButton(label, attrs, run) {
   const note = el("span", { class: "note", role: "status", "aria-live": "polite" });
   const button = el("button", { type: "button", ...attrs }, label);
   button.addEventListener("click", async () => {
     note.classList.remove("error");
     setText(note, "…");
+    /** @type {{ok: boolean, message: string}} */
     let result;
     try {
       result = await run();
@@ -63,29 +89,48 @@ function actionButton(label, attrs, run) {
 }
 
 export class Controls {
+  /** @type {HTMLSpanElement} */ leverState;
+  /** @type {HTMLButtonElement} */ leverButton;
+  /** @type {string | null} */ lever = null;
+  /** @type {HTMLSpanElement} */ survivalState;
+  /** @type {HTMLProgressElement} */ survivalBar;
+  /** @type {HTMLSpanElement} */ survivalText;
+  /** @type {HTMLDivElement} */ survivalPanel;
+  /** @type {HTMLSpanElement} */ scenarioState;
+
+  /**
+   * @param {HTMLElement} root
+   * @param {ActionView[]} actions the catalogue (GET /api/v1/actions)
+   * @param {Record<string, string> | null | undefined} stageKinds each stage's kind (null: not known)
+   * @param {() => void} refresh polls the status and the series at once
+   * @param {StatusBody | null} [status] the first status, if it came
+   */
   constructor(root, actions, stageKinds, refresh, status = null) {
     this.refresh = refresh;
+    /** @type {HTMLButtonElement[]} */
     this.blockable = [];
+    /** @type {{action: ActionView, select: HTMLSelectElement, key: string}[]} */
     this.pickers = [];
     this.root = root;
     this.showsSurvival = false;
     const usable = actions.filter((a) => applies(a, stageKinds, status));
     // The dependency faults need a python stage that lists dependencies: without any they are not shown at all.
-    const skipped = actions.filter((a) => !usable.includes(a) && !(a.targets || []).includes("dependency"));
+    const skipped = actions.filter((a) => !usable.includes(a) && ACTION_GROUPS[a.action] !== "dependency");
     root.append(this._tokenBox(), this._leverBox(), this._survivalBox(usable), this._scenarioBox());
     const ares = el("div", { class: "fault-list", role: "group", "aria-label": "ARES actions" });
     const queue = el("div", { class: "fault-list", role: "group", "aria-label": "Queue faults" });
     const calls = el("div", { class: "fault-list", role: "group", "aria-label": "Dependency faults" });
-    actions.forEach((action, i) => {
-      if (!usable.includes(action)) return;
-      if ((action.targets || []).includes("dependency")) return calls.append(this._faultRow(action));
-      const group = action.group ? action.group === "queue" : i >= ARES_COUNT;
-      (group ? queue : ares).append(this._faultRow(action));
-    });
+    for (const action of usable) {
+      const group = ACTION_GROUPS[action.action];
+      (group === "dependency" ? calls : group === "ares" ? ares : queue).append(this._faultRow(action));
+    }
     root.append(el("h3", {}, "ARES actions"), ares, el("h3", {}, "Queue faults"), queue);
     if (calls.childElementCount) root.append(el("h3", {}, "Dependency faults"), calls);
     if (skipped.length) {
-      const why = skipped.map((a) => `${a.action} (needs ${a.targets.includes("edge") ? "an edge" : `a ${a.targets.join(" or ")} stage`})`);
+      const why = skipped.map((a) => {
+        const kinds = a.targets || [];
+        return `${a.action} (needs ${kinds.includes("edge") ? "an edge" : `a ${kinds.join(" or ")} stage`})`;
+      });
       root.append(el("p", { class: "skipped", id: "skipped-actions" }, `Not offered (nothing in this DAG for them): ${why.join(", ")}.`));
     }
   }
@@ -117,10 +162,12 @@ export class Controls {
     return el("div", { class: "lever-box" }, button, this.leverState, note);
   }
 
+  /** @param {ActionView} action */
   _faultRow(action) {
     const id = action.action;
     const target = el("select", { id: `target-${id}`, "data-role": "target" });
     const ttl = el("input", { id: `ttl-${id}`, type: "number", min: 0.1, step: "any", value: 10, "data-role": "ttl" });
+    /** @type {Record<string, HTMLInputElement>} */
     const params = {};
     const paramEls = Object.entries(action.params || {}).map(([name, p]) => {
       params[name] = el("input", { id: `param-${id}-${name}`, type: "number", min: p.min, max: p.max, step: "any", value: p.default, title: p.description });
@@ -130,7 +177,9 @@ export class Controls {
       humanAction(id),
       { "data-action": id, "aria-describedby": `desc-${id}` },
       async () => {
+        /** @type {{action: string, target: string, ttl: number, params?: Record<string, number>}} */
         const body = { action: id, target: target.value, ttl: Number(ttl.value) };
+        /** @type {Record<string, number>} */
         const values = {};
         for (const [name, input] of Object.entries(params)) values[name] = Number(input.value);
         if (Object.keys(values).length) body.params = values;
@@ -153,11 +202,13 @@ export class Controls {
     );
   }
 
+  /** @param {ActionView[]} actions those that apply */
   _survivalBox(actions) {
     const interval = el("input", { id: "survival-interval", type: "number", min: 1, step: "any", value: 10 });
     const duration = el("input", { id: "survival-duration", type: "number", min: 1, step: "any", value: 600 });
     const chosen = el("select", { id: "survival-actions", multiple: true, size: 4 }, ...actions.map((a) => el("option", { value: a.action }, a.action)));
     const start = actionButton("Start survival", { id: "survival-start" }, async () => {
+      /** @type {{interval: number, duration: number, actions?: string[]}} */
       const body = { interval: Number(interval.value), duration: Number(duration.value) };
       const picked = [...chosen.selectedOptions].map((o) => o.value);
       if (picked.length) body.actions = picked;
@@ -192,6 +243,10 @@ export class Controls {
   }
 
   // plan: GET /api/v1/survival (null: none to show); faults: every fault in memory, for the verdicts.
+  /**
+   * @param {import('./wire').PlanStatus | null} plan
+   * @param {import('./wire').FaultView[]} faults
+   */
   survivalProgress(plan, faults) {
     this.showsSurvival = Boolean(plan && plan.state === "running");
     if (!plan || plan.state === "idle" || plan.started_at === undefined) return;
@@ -200,6 +255,7 @@ export class Controls {
     const from = Number(plan.started_at);
     const to = plan.ended_at === null || plan.ended_at === undefined ? Infinity : Number(plan.ended_at);
     const mine = faults.filter((f) => Number(f.injected_at) >= from && Number(f.injected_at) <= to);
+    /** @param {string} outcome */
     const count = (outcome) => mine.filter((f) => f.outcome === outcome).length;
     const pending = count("active") + count("recovering");
     setAttr(this.survivalBar, "max", String(duration || 1));
@@ -248,6 +304,7 @@ export class Controls {
     );
   }
 
+  /** @param {StatusBody} status */
   update(status) {
     this.lever = status.lever ?? null;
     const pulled = this.lever !== null;

@@ -1,3 +1,4 @@
+// @ts-check
 // The DAG, left to right: stages by depth, the current route, removed stages and edges, open breakers,
 // each stage's attempt rate, p95 and error share over the telemetry window, and the active faults written on
 // what they hit. Everything ever seen keeps its place, removed or not.
@@ -10,6 +11,10 @@ const NODE_H = 44;
 const MARGIN = 14;
 
 // A stage's figures on one line: "212/s · p95 9.1 ms · 3% err" (no attempts in the window: "idle").
+/**
+ * @param {import('./wire').StageNowView | undefined} st
+ * @returns {string}
+ */
 export function stageLine(st) {
   if (!st || !(st.attempts_per_s > 0)) return "idle";
   const rate = st.attempts_per_s >= 10 ? st.attempts_per_s.toFixed(0) : st.attempts_per_s.toFixed(1);
@@ -20,16 +25,29 @@ export function stageLine(st) {
   return `${rate}/s · p95 ${p95} · ${err}% err`;
 }
 
+/** @typedef {{root: SVGGElement, note: SVGTextElement, stats: SVGTextElement}} NodeEls */
+/** @typedef {{path: SVGPathElement, note: SVGTextElement}} EdgeEls */
+
 export class DagView {
+  /** @param {SVGSVGElement} svg */
   constructor(svg) {
     this.svg = svg;
+    /** @type {Set<string>} */
     this.nodes = new Set();
+    /** @type {Set<string>} */
     this.edges = new Set();
     this.shape = "";
+    /** @type {Map<string, NodeEls>} */
     this.nodeEls = new Map();
+    /** @type {Map<string, EdgeEls>} */
     this.edgeEls = new Map();
   }
 
+  /**
+   * @param {import('./wire').DagView} dag
+   * @param {string[]} route
+   * @param {import('./wire').FaultView[]} faults the active ones
+   */
   update(dag, route, faults) {
     let grew = false;
     for (const n of [...dag.nodes, ...dag.removed_nodes]) if (!this.nodes.has(n)) (this.nodes.add(n), (grew = true));
@@ -43,11 +61,11 @@ export class DagView {
     const stages = dag.stages || {};
     const onRoute = new Set(route);
     const routeEdges = new Set(route.slice(1).map((b, i) => `${route[i]}->${b}`));
+    /** @type {Map<string, string[]>} */
     const hits = new Map();
     for (const f of faults) {
       for (const target of f.targets || []) {
-        if (!hits.has(target)) hits.set(target, []);
-        hits.get(target).push(f.action);
+        hits.set(target, [...(hits.get(target) || []), f.action]);
       }
     }
     for (const [name, g] of this.nodeEls) {
@@ -57,7 +75,8 @@ export class DagView {
       toggle(g.root, "breaker", open.has(name));
       toggle(g.root, "faulted", hits.has(name));
       setAttr(g.root, "data-state", removed ? "removed" : open.has(name) ? "breaker-open" : onRoute.has(name) ? "route" : "idle");
-      setText(g.note, hits.has(name) ? `⚡ ${hits.get(name).join(", ")}` : open.has(name) ? "breaker open" : "");
+      const hit = hits.get(name);
+      setText(g.note, hit ? `⚡ ${hit.join(", ")}` : open.has(name) ? "breaker open" : "");
       const st = stages[name];
       setText(g.stats, stageLine(st));
       setAttr(g.root, "data-breaker", st ? st.breaker : "closed");
@@ -73,27 +92,32 @@ export class DagView {
       toggle(e.path, "route", routeEdges.has(key));
       toggle(e.path, "faulted", hits.has(key));
       setAttr(e.path, "data-state", removed ? "removed" : routeEdges.has(key) ? "route" : "idle");
-      setText(e.note, hits.has(key) ? `⚡ ${hits.get(key).join(", ")}` : "");
+      const hit = hits.get(key);
+      setText(e.note, hit ? `⚡ ${hit.join(", ")}` : "");
     }
     setAttr(this.svg, "data-route", route.join(" "));
   }
 
   _layout() {
+    /** @type {Map<string, string[]>} */
     const incoming = new Map([...this.nodes].map((n) => [n, []]));
     for (const e of this.edges) {
       const [a, b] = e.split("->");
-      if (!incoming.has(b)) incoming.set(b, []);
-      incoming.get(b).push(a);
+      incoming.set(b, [...(incoming.get(b) || []), a]);
     }
+    /** @type {Map<string, number>} */
     const depth = new Map();
+    /** @type {(n: string, seen: Set<string>) => number} */
     const depthOf = (n, seen) => {
-      if (depth.has(n)) return depth.get(n);
+      const known = depth.get(n);
+      if (known !== undefined) return known;
       if (seen.has(n)) return 0; // a cycle: should not happen in a DAG, but never loop
       seen.add(n);
       const d = Math.max(-1, ...(incoming.get(n) || []).map((p) => depthOf(p, seen))) + 1;
       depth.set(n, d);
       return d;
     };
+    /** @type {string[][]} */
     const columns = [];
     for (const n of [...this.nodes].sort()) {
       const d = depthOf(n, new Set());

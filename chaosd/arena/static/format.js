@@ -1,5 +1,12 @@
+// @ts-check
 // How numbers, durations and action names read on the page.
+import { HEAL_TIMERS } from "./vocabulary.js";
 
+/**
+ * @param {unknown} value
+ * @param {number} [digits]
+ * @returns {string}
+ */
 export function fmtNum(value, digits = 1) {
   if (value === null || value === undefined || Number.isNaN(value)) return "–";
   const n = Number(value);
@@ -7,6 +14,10 @@ export function fmtNum(value, digits = 1) {
   return n.toFixed(digits);
 }
 
+/**
+ * @param {unknown} value
+ * @returns {string}
+ */
 export function fmtSeconds(value) {
   if (value === null || value === undefined) return "–";
   const s = Number(value);
@@ -15,11 +26,19 @@ export function fmtSeconds(value) {
   return `${(s / 60).toFixed(1)} min`;
 }
 
+/**
+ * @param {string} action
+ * @returns {string}
+ */
 export function humanAction(action) {
   const words = String(action).split("_").join(" ");
   return words.charAt(0).toUpperCase() + words.slice(1);
 }
 
+/**
+ * @param {unknown} seconds
+ * @returns {string}
+ */
 export function fmtClock(seconds) {
   const s = Math.max(0, Number(seconds) || 0);
   const m = Math.floor(s / 60);
@@ -27,17 +46,8 @@ export function fmtClock(seconds) {
   return `${m}:${rest < 10 ? "0" : ""}${rest.toFixed(1)}`;
 }
 
-// The setting whose timer paces each healing mechanism (as in the text summary).
-const HEAL_TIMERS = {
-  kill_leader: "orchestrator.lease_ttl",
-  kill_orchestrator: "orchestrator.lease_ttl",
-  kill_agent: "supervisor.backoff",
-  network_partition: "orchestrator.task_lease",
-  drop_messages: "orchestrator.task_lease",
-  mcp_disconnect: "the stage's reconnect backoff",
-};
-
 // Where a recovery's time went (its `phases` and `prediction`): the longest phase, and what would shorten it.
+/** @type {Record<string, (span: string, p: import('./wire').PredictionView | null | undefined, actions: string[], cause: import('./wire').IncidentCause | null | undefined) => string>} */
 const PHASE_WHY = {
   detection: (span) => `${span} before it showed; telemetry.window and recovery.tolerance set how soon`,
   heal: (span, p, actions, cause) => {
@@ -54,6 +64,10 @@ const PHASE_WHY = {
   settle: (span) => `${span} for p95, goodput and errors to settle once the queue drained`,
 };
 
+/**
+ * @param {import('./wire').Recovery | null | undefined} v
+ * @returns {string}
+ */
 export function recoveryWhy(v) {
   const phases = v && v.phases;
   const dominant = phases && phases.dominant;

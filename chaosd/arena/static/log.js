@@ -1,3 +1,4 @@
+// @ts-check
 // The event log: one line per event, newest at the top, at most MAX_LINES in the DOM, filterable by group.
 import { el } from "./dom.js";
 import { fmtClock } from "./format.js";
@@ -6,9 +7,15 @@ import { GROUPS, QUIET_GROUPS, groupOf, narrate } from "./narrate.js";
 const MAX_LINES = 500;
 
 export class EventLog {
+  /**
+   * @param {HTMLElement} list the log's <ol>
+   * @param {HTMLElement} filters the <fieldset> of its check boxes
+   */
   constructor(list, filters) {
     this.list = list;
+    /** @type {import('./narrate.js').NarrationContext} */
     this.ctx = { leaderLostAt: null, faults: new Map(), throttleRun: null, throttleFactor: null };
+    /** @type {{key: string, line: HTMLLIElement} | null} */
     this.run = null; // the line a run of throttle steps is told on: {key, line}
     // Narratives by default; the score's lines and aimd's steps only when their boxes are ticked.
     const groups = [...new Set([...Object.values(GROUPS), "throttle steps", "other"])];
@@ -22,12 +29,15 @@ export class EventLog {
     }
   }
 
+  /** @param {import('./wire').StreamEvent[]} batch */
   add(batch) {
     // In a storm only the newest lines can be kept anyway: every event is told (the story needs them
     // all), but no more than the cap become DOM nodes.
     const from = Math.max(0, batch.length - MAX_LINES);
+    /** @type {HTMLLIElement[]} */
     const lines = [];
     batch.forEach(({ id, kind, data }, i) => {
+      /** @type {import('./narrate.js').Told} */
       let told;
       try {
         told = narrate(kind, data, this.ctx);
@@ -49,9 +59,10 @@ export class EventLog {
       if (key) this.run = { key, line };
     });
     this.list.prepend(...lines.reverse());
-    while (this.list.childElementCount > MAX_LINES) this.list.lastElementChild.remove();
+    while (this.list.childElementCount > MAX_LINES) this.list.lastElementChild?.remove();
   }
 
+  /** @param {string} text */
   marker(text) {
     // A new run: its throttle starts afresh.
     Object.assign(this.ctx, { throttleRun: null, throttleFactor: null });
@@ -59,6 +70,13 @@ export class EventLog {
     this.list.prepend(this._line(null, "marker", null, ["warn", text]));
   }
 
+  /**
+   * @param {number | null} id
+   * @param {string} kind
+   * @param {import('./wire').EventData | null} data
+   * @param {import('./narrate.js').Told} told
+   * @returns {HTMLLIElement}
+   */
   _line(id, kind, data, [tone, text]) {
     const t = data ? data.t : null;
     const group = groupOf(kind, data).replace(/\W/g, "");

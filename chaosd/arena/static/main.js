@@ -1,3 +1,4 @@
+// @ts-check
 // The Arena, live: polls the status, the active faults and the telemetry series; follows the event stream.
 import { AgentCards } from "./agents.js";
 import { RequestError, getJSON } from "./api.js";
@@ -5,7 +6,7 @@ import { CHARTS, admissionChart, chartPointsFromSeries } from "./chartdefs.js";
 import { LineChart } from "./charts.js";
 import { Controls } from "./controls.js";
 import { DagView } from "./dag.js";
-import { el } from "./dom.js";
+import { byId, el } from "./dom.js";
 import { EventLog } from "./log.js";
 import { renderPostmortem } from "./postmortem.js";
 import { clearProblem, reportProblem, watchProblems } from "./problems.js";
@@ -14,6 +15,11 @@ import { TopBar } from "./top.js";
 
 // Each fault's interval on the charts: from its injection to the service's recovery (or its end; still open:
 // the chart's right edge). A failed fault is red.
+/**
+ * @param {import('./wire').FaultView[]} faults
+ * @param {number} now
+ * @returns {import('./charts.js').Mark[]}
+ */
 export function faultMarks(faults, now) {
   return faults.map((f) => {
     const end = f.service_recovered_at ?? (f.outcome === "active" || f.outcome === "recovering" ? null : f.reverted_at);
@@ -29,10 +35,17 @@ export function faultMarks(faults, now) {
 // Runs ``task`` every ``ms`` with never two in flight; ``now()`` runs it at once (debounced). A request that
 // fails is the connection line's to tell (the next round tries again); anything else went wrong drawing the
 // page, and is shown in the problems banner under ``name`` until a round succeeds.
+/**
+ * @param {string} name
+ * @param {() => Promise<void>} task
+ * @param {number} ms
+ * @returns {{start: () => Promise<void>, now: () => Promise<void>}}
+ */
 function poller(name, task, ms) {
   let busy = false;
   let again = false;
-  let timer = null;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let timer;
   const run = async () => {
     clearTimeout(timer);
     if (busy) {
@@ -55,26 +68,34 @@ function poller(name, task, ms) {
 }
 
 async function boot() {
-  const top = new TopBar(document.getElementById("top"));
-  const dag = new DagView(document.getElementById("dag"));
-  const agents = new AgentCards(document.getElementById("agents"));
-  const log = new EventLog(document.getElementById("log"), document.getElementById("log-filter"));
-  const chartsRoot = document.getElementById("charts");
+  const top = new TopBar(byId("top"));
+  const dag = new DagView(byId("dag", SVGSVGElement));
+  const agents = new AgentCards(byId("agents"));
+  const log = new EventLog(byId("log"), byId("log-filter"));
+  const chartsRoot = byId("charts");
   const charts = CHARTS.map((spec) => new LineChart(chartsRoot, spec));
+  /** @type {LineChart | null} */
   let admission = null; // drawn once the first status names the policy
+  /** @type {import('./charts.js').ChartPoint[]} */
   let points = [];
+  /** @type {Controls | null} */
   let controls = null;
+  /** @type {import('./wire').StatusBody | null} */
   let status = null;
+  /** @type {import('./wire').FaultView[]} */
   let active = [];
+  /** @type {import('./wire').FaultView[]} */
   let faults = []; // every fault still in memory: the charts' bands, the survival's verdicts
 
   const statusPoll = poller("status", async () => {
+    /** @type {[import('./wire').StatusBody, {faults?: import('./wire').FaultView[]}]} */
     const [s, f] = await Promise.all([getJSON("/api/v1/status"), getJSON("/api/v1/faults?active=true")]);
     status = s;
     active = f.faults || [];
     top.status(s);
-    if (admission === null && s.admission) {
-      admission = new LineChart(chartsRoot, admissionChart(s.admission.policy));
+    const spec = admission === null && s.admission ? admissionChart(s.admission.policy) : null;
+    if (spec) {
+      admission = new LineChart(chartsRoot, spec);
       admission.update(points, faultMarks(faults, points.length ? points[points.length - 1].t : 0));
     }
     dag.update(s.dag, s.route || [], active);
@@ -107,7 +128,7 @@ async function boot() {
     statusPoll.now();
     seriesPoll.now();
   };
-  controls = new Controls(document.getElementById("controls"), actions.actions, kinds, refresh, first);
+  controls = new Controls(byId("controls"), actions.actions, kinds, refresh, first);
   statusPoll.start();
   seriesPoll.start();
 
@@ -130,20 +151,22 @@ async function boot() {
 }
 
 async function listRuns() {
-  const select = document.getElementById("runs");
+  const select = byId("runs", HTMLSelectElement);
+  /** @type {{runs?: import('./wire').RunSummary[]}} */
   const body = await getJSON("/api/v1/runs").catch(() => ({ runs: [] }));
   const runs = body.runs || [];
   select.replaceChildren(
     el("option", { value: "" }, runs.length ? "choose a run…" : "no runs stored"),
     ...runs.map((r) => el("option", { value: r.id }, `${r.id} — ${r.status}${r.score && r.score.grade ? ` (${r.score.grade})` : ""}`)),
   );
-  document.getElementById("runs-open").addEventListener("click", () => {
+  byId("runs-open").addEventListener("click", () => {
     if (select.value) location.hash = `run=${encodeURIComponent(select.value)}`;
   });
 }
 
+/** @param {string} hash */
 async function openRun(hash) {
-  const root = document.getElementById("postmortem");
+  const root = byId("postmortem");
   const id = decodeURIComponent(hash.slice("#run=".length));
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) return;
   try {

@@ -1,8 +1,24 @@
+// @ts-check
 // Events told in plain words: "✗ kill_leader → orchestrator-0 killed", "✓ orchestrator-1 elected leader (0.48 s)".
 import { fmtNum, fmtSeconds, recoveryWhy } from "./format.js";
 import { reasonText, stallLateMs, toneOf } from "./states.js";
+import { ACTION_VERBS } from "./vocabulary.js";
+
+/** @typedef {import('./wire').EventData} EventData */
+/** @typedef {[tone: string, text: string, run?: string]} Told a line's tone, its text, and the run of lines it rewrites */
+/**
+ * What a later event needs of earlier ones: when the leader was lost, each fault's injection time and targets, the
+ * throttle's run of steps and its last factor.
+ * @typedef {object} NarrationContext
+ * @property {number | null} leaderLostAt
+ * @property {Map<number, number>} faults
+ * @property {Map<number, string>} [targets]
+ * @property {{action: string, steps: number, from: number | null | undefined} | null} throttleRun
+ * @property {number | null} throttleFactor
+ */
 
 // The log's filter groups, in the order of their check boxes.
+/** @type {Record<string, string>} */
 export const GROUPS = {
   fault: "faults",
   incident: "incidents",
@@ -24,32 +40,21 @@ export const QUIET_GROUPS = ["score", "throttle steps"];
 
 // A throttle event is a step of aimd (increase, decrease: told on one line per run, but many) or a change of
 // the capacity policy's bound (rare, one line each: admission).
+/**
+ * @param {string} kind
+ * @param {EventData | null} data
+ * @returns {string}
+ */
 export function groupOf(kind, data) {
   if (kind === "throttle" && data && (data.action === "increase" || data.action === "decrease")) return "throttle steps";
   return GROUPS[kind] || "other";
 }
 
-const VERBS = {
-  kill_leader: "killed",
-  kill_orchestrator: "killed",
-  kill_agent: "killed",
-  remove_node: "removed",
-  remove_edge: "removed",
-  pause_agent: "paused",
-  resume_agent: "resumed",
-  slow_agent: "slowed",
-  network_partition: "cut off",
-  tool_timeout: "hanging",
-  memory_corrupt: "corrupted",
-  mcp_disconnect: "disconnected",
-  llm_failure: "failing",
-  load_spike: "flooded",
-  latency_jitter: "jittered",
-  drop_messages: "dropping messages",
-  pool_exhaustion: "exhausted",
-};
-
 // One line per state change of the detector, in the state's own tone (a stall is never told as an alarm).
+/**
+ * @param {EventData} d
+ * @returns {Told}
+ */
 function narrateDetector(d) {
   const from = `(${d.old} → ${d.new})`;
   if (d.old === "stall") return ["info", `▶ stall over: judged afresh, ${d.new} ${from}`];
@@ -78,7 +83,13 @@ function narrateDetector(d) {
 
 // Admission control's changes. capacity: "standing" / "bound", rare, one line each. aimd: a run of steps in one
 // direction is one line, rewritten at each step (the third element: the run it belongs to).
+/**
+ * @param {EventData} d
+ * @param {NarrationContext} ctx
+ * @returns {Told}
+ */
 function narrateThrottle(d, ctx) {
+  /** @param {number} f */
   const pct = (f) => `${fmtNum(100 * f, 0)} %`;
   if (d.action === "standing") {
     ctx.throttleRun = null;
@@ -104,6 +115,7 @@ function narrateThrottle(d, ctx) {
 }
 
 // What each fault's healing mechanism did once it is seen to work (the fault itself may still be in force).
+/** @type {Record<string, (on: string) => string>} */
 const HEALED = {
   kill_leader: () => "a standby holds the dispatch lease",
   kill_orchestrator: () => "the replicas are serving again",
@@ -120,6 +132,10 @@ const HEALED = {
 
 // An unplanned incident's cause: "answer · error, 2900 failed attempts" (a python stage adds its exception), or
 // the figures that left tolerance when no stage failed ("p95, queue out of tolerance").
+/**
+ * @param {import('./wire').IncidentCause | null | undefined} cause
+ * @returns {string}
+ */
 export function causeText(cause) {
   if (!cause) return "";
   const signals = (cause.signals || []).join(", ");
@@ -129,7 +145,14 @@ export function causeText(cause) {
 }
 
 // ctx keeps what a later event needs: when the leader was lost, each fault's injection time, the throttle's run.
+/**
+ * @param {string} kind
+ * @param {EventData} d
+ * @param {NarrationContext} ctx
+ * @returns {Told}
+ */
 export function narrate(kind, d, ctx) {
+  /** @param {unknown} v */
   const list = (v) => (Array.isArray(v) ? v.join(", ") : String(v ?? ""));
   switch (kind) {
     case "fault":
@@ -137,7 +160,7 @@ export function narrate(kind, d, ctx) {
         case "injected":
           ctx.faults.set(d.id, d.t);
           (ctx.targets ??= new Map()).set(d.id, list(d.targets));
-          return ["bad", `✗ ${d.action} → ${list(d.targets)} ${VERBS[d.action] || "hit"} (fault #${d.id})`];
+          return ["bad", `✗ ${d.action} → ${list(d.targets)} ${ACTION_VERBS[d.action] || "hit"} (fault #${d.id})`];
         case "mechanism_recovered": {
           // What the runtime's healing did, not that the fault is over: a hung tool still hangs while tasks go on.
           const on = ctx.targets?.get(d.id) || "";

@@ -1,3 +1,6 @@
+// @ts-check
 // The offline post-mortem file's entry point: its report is the JSON block embedded in the page.
-const pmData = document.getElementById("report-data");
-renderPostmortem(document.getElementById("postmortem"), JSON.parse(pmData.textContent), document.title);
+import { byId } from "./dom.js";
+import { renderPostmortem } from "./postmortem.js";
+
+renderPostmortem(byId("postmortem"), JSON.parse(byId("report-data").textContent ?? ""), document.title);

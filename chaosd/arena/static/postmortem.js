@@ -1,3 +1,4 @@
+// @ts-check
 // The post-mortem of a finished run: its score, its timeline with the faults and the detector's alarms marked
 // (overload amber, collapse and failing red), admission control, its verdicts.
 import { CHARTS, admissionChart, chartPointsFromTimeline } from "./chartdefs.js";
@@ -7,13 +8,23 @@ import { fmtNum, fmtSeconds, recoveryWhy } from "./format.js";
 import { causeText } from "./narrate.js";
 import { ScoreRing } from "./ring.js";
 
+/** @typedef {import('./wire').ReportView} ReportView */
+
 // The charts of a report: the shared ones, and the throttle factor's when the run used aimd (or a report too
 // old to say).
+/**
+ * @param {ReportView} report
+ * @returns {import('./charts.js').ChartSpec[]}
+ */
 export function pmCharts(report) {
   const admission = admissionChart((report.throttle || {}).policy, { refused: false });
   return admission ? [...CHARTS, admission] : CHARTS;
 }
 
+/**
+ * @param {ReportView} report
+ * @returns {string}
+ */
 function pmAdmission(report) {
   const th = report.throttle;
   if (!th) return "–";
@@ -30,6 +41,10 @@ function pmAdmission(report) {
   }
 }
 
+/**
+ * @param {ReportView} report
+ * @returns {string}
+ */
 function pmDetector(report) {
   const c = report.collapse;
   if (!c) return "–";
@@ -41,17 +56,27 @@ function pmDetector(report) {
 }
 
 // p95 of sorted numbers by nearest rank, ceil(0.95·n) in integers (as the text summary's): an observed value.
+/**
+ * @param {number[]} sorted
+ * @returns {number | null}
+ */
 function pmP95(sorted) {
   if (!sorted.length) return null;
   return sorted[Math.floor((95 * sorted.length + 99) / 100) - 1];
 }
 
 // One row per action, by name (as in the text summary): faults, recovered, mean and p95 recovery time.
+/**
+ * @param {import('./wire').FaultView[]} faults
+ * @returns {{action: string, faults: number, recovered: number, mean: number | null, p95: number | null}[]}
+ */
 export function actionSummary(faults) {
+  /** @type {Map<string, import('./wire').FaultView[]>} */
   const by = new Map();
   for (const f of faults) {
-    if (!by.has(f.action)) by.set(f.action, []);
-    by.get(f.action).push(f);
+    let list = by.get(f.action);
+    if (!list) by.set(f.action, (list = []));
+    list.push(f);
   }
   return [...by].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([action, list]) => {
     const times = list.map((f) => f.recovery_s).filter((v) => v !== null && v !== undefined).map(Number).sort((a, b) => a - b);
@@ -61,6 +86,10 @@ export function actionSummary(faults) {
 }
 
 // A long run's report lists only its newest faults: the tables say so.
+/**
+ * @param {ReportView} report
+ * @returns {HTMLElement[]}
+ */
 function pmListed(report) {
   const fs = report.faults_summary || {};
   const listed = fs.faults_listed ?? (report.faults || []).length;
@@ -68,6 +97,12 @@ function pmListed(report) {
   return listed < injected ? [el("p", { class: "pm-note", id: "pm-listed" }, `The newest ${listed} of ${injected} faults.`)] : [];
 }
 
+/**
+ * @param {string[]} headers
+ * @param {string[][]} rows
+ * @param {string} id
+ * @returns {HTMLTableElement}
+ */
 function pmTable(headers, rows, id) {
   return el(
     "table",
@@ -77,6 +112,10 @@ function pmTable(headers, rows, id) {
   );
 }
 
+/**
+ * @param {ReportView} report
+ * @returns {import('./charts.js').Mark[]}
+ */
 function pmMarks(report) {
   const end = Number(report.duration_s) || 0;
   const marks = [];
@@ -92,6 +131,11 @@ function pmMarks(report) {
   return marks;
 }
 
+/**
+ * @param {HTMLElement} root
+ * @param {ReportView} report
+ * @param {string} [title]
+ */
 export function renderPostmortem(root, report, title) {
   const score = report.score || {};
   const head = el("header", { class: "pm-head" });

@@ -1,18 +1,28 @@
+// @ts-check
 // What went wrong in the page itself (a part that failed to draw, a script error): told in the problems banner
 // and on the console, never dropped. One line per part, so a poll failing every second stays one line.
 import { el, setText } from "./dom.js";
 
+/** @type {Map<string, HTMLLIElement>} */
 const lines = new Map(); // part → its <li>
 
 function banner() {
   return document.getElementById("problems");
 }
 
+/**
+ * @param {unknown} err
+ * @returns {string}
+ */
 function describe(err) {
   if (err instanceof Error) return err.message || err.name;
   return String(err);
 }
 
+/**
+ * @param {string} part
+ * @param {unknown} err
+ */
 export function reportProblem(part, err) {
   const text = `${part}: ${describe(err)}`;
   const root = banner();
@@ -23,12 +33,13 @@ export function reportProblem(part, err) {
   if (!line) {
     line = el("li", { "data-part": part });
     lines.set(part, line);
-    root.querySelector("ul").append(line);
+    root.querySelector("ul")?.append(line);
   }
   setText(line, text);
   root.hidden = false;
 }
 
+/** @param {string} part */
 export function clearProblem(part) {
   const line = lines.get(part);
   if (!line) return;

@@ -1,3 +1,4 @@
+// @ts-check
 // The score ring: the total as an arc, the grade in the middle, and the three components beside it.
 import { el, setAttr, setText, svgEl } from "./dom.js";
 import { fmtNum } from "./format.js";
@@ -6,6 +7,10 @@ const RADIUS = 42;
 const CIRCUMFERENCE = 2 * Math.PI * RADIUS;
 
 // The ring's colour follows the grade: A+ and A green, B and C amber, D and F red (none: muted).
+/**
+ * @param {string | null | undefined} grade
+ * @returns {"good" | "warn" | "bad" | "none"}
+ */
 export function gradeTone(grade) {
   const letter = String(grade ?? "").charAt(0);
   if (letter === "A") return "good";
@@ -15,6 +20,7 @@ export function gradeTone(grade) {
 }
 
 export class ScoreRing {
+  /** @param {Element} parent */
   constructor(parent) {
     this.arc = svgEl("circle", { class: "ring-arc", cx: 50, cy: 50, r: RADIUS, transform: "rotate(-90 50 50)" });
     this.grade = svgEl("text", { class: "ring-grade", x: 50, y: 50, "text-anchor": "middle" });
@@ -27,6 +33,7 @@ export class ScoreRing {
       this.grade,
       this.total,
     );
+    /** @type {Record<string, HTMLElement>} */
     this.parts = {};
     const list = el("dl", { class: "ring-parts" });
     for (const [key, label] of [
@@ -42,6 +49,7 @@ export class ScoreRing {
     this.update({});
   }
 
+  /** @param {import('./wire').ScoreView} score */
   update(score) {
     const total = score.total ?? null;
     const share = total === null ? 0 : Math.max(0, Math.min(100, total)) / 100;
@@ -52,6 +60,6 @@ export class ScoreRing {
     setAttr(this.svg, "data-total", total === null ? "" : String(total));
     setAttr(this.svg, "data-grade", score.grade ?? "");
     setAttr(this.svg, "data-tone", gradeTone(score.grade));
-    for (const [key, node] of Object.entries(this.parts)) setText(node, fmtNum(score[key]));
+    for (const [key, node] of Object.entries(this.parts)) setText(node, fmtNum(score[/** @type {keyof import('./wire').ScoreView} */ (key)]));
   }
 }

@@ -1,14 +1,19 @@
+// @ts-check
 // The detector's states and admission control in words, so the banner, the top bar and the log agree.
 import { fmtNum, fmtSeconds } from "./format.js";
+import { DETECTOR_TONES } from "./vocabulary.js";
 
-// Each state's tone, which is its colour: a collapse and failing tasks are red, an overload amber, a stall blue-grey.
-export const TONES = { healthy: "good", warning: "warn", overload: "warn", collapsed: "bad", failing: "bad", stall: "stall", recovering: "info" };
-
+// Each state's tone, which is its colour (chaosd/arena/vocabulary.py).
+/**
+ * @param {string | null | undefined} state
+ * @returns {import('./vocabulary').Tone}
+ */
 export function toneOf(state) {
-  return TONES[state] || "info";
+  return (state && DETECTOR_TONES[state]) || "info";
 }
 
 // The detector's reasons (GET /api/v1/events, kind detector) in plain words.
+/** @type {Record<string, string>} */
 const REASONS = {
   shedding: "shedding: admission or a full queue refuses work",
   queue_full: "the queue is full",
@@ -28,11 +33,19 @@ const REASONS = {
   "stall over": "the stall is over",
 };
 
+/**
+ * @param {string | null | undefined} reason
+ * @returns {string}
+ */
 export function reasonText(reason) {
-  return REASONS[reason] || String(reason ?? "");
+  return (reason && REASONS[reason]) || String(reason ?? "");
 }
 
 // Tasks per second: whole numbers, one decimal under 10.
+/**
+ * @param {unknown} value
+ * @returns {string}
+ */
 export function fmtRate(value) {
   const n = Number(value);
   if (!Number.isFinite(n)) return "–";
@@ -40,12 +53,20 @@ export function fmtRate(value) {
 }
 
 // How late the daemon's event loop ran, in ms, from a stall's reason ("tick 312 ms late"); 0 when unknown.
+/**
+ * @param {unknown} reason
+ * @returns {number}
+ */
 export function stallLateMs(reason) {
   const m = /(\d+(?:\.\d+)?) ms late/.exec(String(reason ?? ""));
   return m ? Number(m[1]) : 0;
 }
 
 // The admission control in force and what it does now (GET /api/v1/status: admission, throttle_factor).
+/**
+ * @param {import('./wire').StatusBody} s
+ * @returns {string}
+ */
 export function admissionText(s) {
   const a = s.admission || {};
   switch (a.policy) {
@@ -62,6 +83,10 @@ export function admissionText(s) {
   }
 }
 
+/**
+ * @param {import('./wire').StatusBody} s
+ * @returns {string}
+ */
 function overloadText(s) {
   const t = s.telemetry || {};
   const a = s.admission || {};
@@ -88,6 +113,10 @@ function overloadText(s) {
 }
 
 // Failing: what share of the tasks ending is not good, and why admission control leaves it alone.
+/**
+ * @param {import('./wire').SnapshotView} t
+ * @returns {string}
+ */
 function failingText(t) {
   const ending = Number(t.throughput) || 0;
   const good = Number(t.goodput) || 0;
@@ -100,6 +129,11 @@ function failingText(t) {
 
 // The banner for a status, or null when there is no alarm to raise (healthy, warning, recovering).
 // stallMs: how late the event loop ran during this stall (0: not known).
+/**
+ * @param {import('./wire').StatusBody} s
+ * @param {number} [stallMs]
+ * @returns {{cls: string, text: string} | null}
+ */
 export function bannerFor(s, stallMs = 0) {
   const t = s.telemetry || {};
   const a = s.admission || {};

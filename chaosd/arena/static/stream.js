@@ -1,26 +1,37 @@
+// @ts-check
 // The event stream: EventSource with Last-Event-ID resume, de-duplication by id, run changes, and
 // batching: frames are queued as they come and handed over at most once per animation frame.
+import { EVENT_KINDS } from "./vocabulary.js";
 
-const KINDS = [
-  "fault", "incident", "leader", "agent", "detector", "throttle", "lever", "score", "survival", "scenario", "window",
-  "breaker", "supervisor", "dag", "mcp", "memory", "run", "gap", "overflow", "close",
-];
+// The recorder's events, and the stream's own notices (chaosd/api/sse.py: a gap in the ids, an overflow, shutdown).
+const KINDS = [...EVENT_KINDS, "gap", "overflow", "close"];
 const REPLAY = 200; // a fresh page shows the recent past
 const RESTART_REPLAY = 1000; // a restarted daemon: everything its new run has said so far
 
+/**
+ * @typedef {object} StreamHandlers
+ * @property {(batch: import('./wire').StreamEvent[]) => void} onEvents
+ * @property {(state: "connecting" | "live" | "reconnecting") => void} onState
+ * @property {(oldId: string, newId: string) => void} onRunChange
+ * @property {() => Promise<string>} checkRun the run id (from /api/v1/status)
+ */
+
 export class Stream {
-  // handlers: onEvents(batch), onState("connecting"|"live"|"reconnecting"), onRunChange(oldId, newId),
-  // checkRun(): Promise<run id> (from /api/v1/status).
+  /** @param {StreamHandlers} handlers */
   constructor(handlers) {
     this.h = handlers;
     this.lastId = 0;
+    /** @type {string | null} */
     this.runId = null;
+    /** @type {import('./wire').StreamEvent[]} */
     this.pending = [];
     this.checking = false;
     this.scheduled = false;
+    /** @type {EventSource | null} */
     this.es = null;
     this.backoff = 1000;
-    this.timer = null;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    this.timer = undefined;
   }
 
   start() {
@@ -28,6 +39,7 @@ export class Stream {
     this._open(`/api/v1/events?replay=${REPLAY}`);
   }
 
+  /** @param {string} url */
   _open(url) {
     const es = new EventSource(url);
     this.es = es;
@@ -50,8 +62,10 @@ export class Stream {
     this.backoff = Math.min(this.backoff * 2, 5000);
   }
 
+  /** @param {EventSource} es */
   async _opened(es) {
     this.checking = true;
+    /** @type {string} */
     let runId;
     try {
       runId = await this.h.checkRun();
@@ -78,8 +92,14 @@ export class Stream {
     this._schedule();
   }
 
+  /**
+   * @param {EventSource} es
+   * @param {string} kind
+   * @param {MessageEvent<string>} message
+   */
   _frame(es, kind, message) {
     if (es !== this.es) return;
+    /** @type {import('./wire').EventData} */
     let data = {};
     try {
       data = JSON.parse(message.data);

@@ -1,19 +1,23 @@
+// @ts-check
 // The top bar: score ring, fault counters, the detector, admission control, the lever, the connection; and the
 // banner under it while the detector raises an alarm (collapse and failing: red, overload: amber) or the daemon
 // stalled.
 import { el, setAttr, setText, toggle } from "./dom.js";
 import { fmtSeconds } from "./format.js";
 import { ScoreRing } from "./ring.js";
-import { TONES, admissionText, bannerFor, stallLateMs, toneOf } from "./states.js";
+import { admissionText, bannerFor, stallLateMs, toneOf } from "./states.js";
+import { DETECTOR_TONES } from "./vocabulary.js";
 
-const TONE_CLASSES = [...new Set(Object.values(TONES))];
+const TONE_CLASSES = [...new Set(Object.values(DETECTOR_TONES))];
 // A tick this late counts as the stall's own measure (the detector calls 50 ms a stall by default; a running
 // loop is late by well under a millisecond).
 const LATE_MS = 20;
 
 export class TopBar {
+  /** @param {HTMLElement} root the <header>; the banner goes right after it */
   constructor(root) {
     this.ring = new ScoreRing(root);
+    /** @type {Record<string, HTMLElement>} */
     this.counters = {};
     const list = el("dl", { class: "counters" });
     for (const [key, label] of [
@@ -38,15 +42,18 @@ export class TopBar {
     this.connection = el("p", { id: "connection", role: "status", "aria-live": "polite" }, "connecting…");
     this.banner = el("p", { id: "banner", class: "banner", role: "alert", "data-state": "", hidden: true });
     root.append(list, this.connection);
-    root.parentNode.insertBefore(this.banner, root.nextSibling);
+    root.after(this.banner);
+    /** @type {import('./wire').EventData | null} */
     this.lastDetector = null; // the newest detector event: a stall's reason says how late the loop ran
     this.stallMs = 0;
   }
 
+  /** @param {import('./wire').EventData} d a detector event */
   detectorEvent(d) {
     this.lastDetector = d;
   }
 
+  /** @param {import('./wire').StatusBody} s */
   status(s) {
     this.ring.update(s.score || {});
     const state = s.detector;
@@ -60,6 +67,7 @@ export class TopBar {
     this._banner(s);
   }
 
+  /** @param {import('./wire').StatusBody} s */
   _banner(s) {
     if (s.detector === "stall") {
       // The tick that ran late is rarely the one a poll sees: keep the worst lateness of this stall.
@@ -78,6 +86,7 @@ export class TopBar {
     setText(this.banner, banner ? banner.text : "");
   }
 
+  /** @param {import('./wire').FaultTally} tally */
   faults(tally) {
     setText(this.counters.injected, tally.injected);
     setText(this.counters.recovered, tally.recovered);
@@ -85,8 +94,9 @@ export class TopBar {
     setText(this.counters.mean_recovery_s, fmtSeconds(tally.mean_recovery_s));
   }
 
+  /** @param {string} state */
   connectionState(state) {
-    const text = { connecting: "connecting…", live: "● live", reconnecting: "reconnecting…" }[state] || state;
+    const text = /** @type {Record<string, string>} */ ({ connecting: "connecting…", live: "● live", reconnecting: "reconnecting…" })[state] || state;
     setText(this.connection, text);
     this.connection.setAttribute("data-state", state);
   }

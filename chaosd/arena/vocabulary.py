@@ -1,0 +1,100 @@
+"""The names the page shares with Python (actions, agent kinds, detector states, event kinds), written as one ES module.
+
+The page imports ``./vocabulary.js``; no such file is in ``static/``: :func:`vocabulary_module` writes it from the
+tables here when the page is served (and when a post-mortem is written), so the page never holds a copy of them.
+``static/vocabulary.d.ts`` gives its constants' types to the type checker.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal, get_args
+
+from chaosd.admission.detector import DetectorState
+from chaosd.experiment.report import _HEAL_TIMERS  # the text summary's own table, shared
+from chaosd.faults.catalogue import CATALOGUE
+from chaosd.views import AgentKind, EventKind
+
+__all__ = ["ACTION_VERBS", "ARES_ACTIONS", "DETECTOR_TONES", "vocabulary", "vocabulary_module"]
+
+ActionGroup = Literal["ares", "queue", "dependency"]
+Tone = Literal["good", "warn", "bad", "stall", "info"]
+
+# The ARES Arena's own actions; the rest of the catalogue is chaosd's queue faults and dependency faults.
+ARES_ACTIONS = (
+    "kill_leader",
+    "kill_orchestrator",
+    "kill_agent",
+    "remove_node",
+    "remove_edge",
+    "pause_agent",
+    "resume_agent",
+    "slow_agent",
+    "network_partition",
+    "tool_timeout",
+    "memory_corrupt",
+    "mcp_disconnect",
+    "llm_failure",
+)
+
+# What an injected fault does to its targets, in the event log: "✗ kill_agent → worker-3 killed" (others: "hit").
+ACTION_VERBS = {
+    "kill_leader": "killed",
+    "kill_orchestrator": "killed",
+    "kill_agent": "killed",
+    "remove_node": "removed",
+    "remove_edge": "removed",
+    "pause_agent": "paused",
+    "resume_agent": "resumed",
+    "slow_agent": "slowed",
+    "network_partition": "cut off",
+    "tool_timeout": "hanging",
+    "memory_corrupt": "corrupted",
+    "mcp_disconnect": "disconnected",
+    "llm_failure": "failing",
+    "load_spike": "flooded",
+    "latency_jitter": "jittered",
+    "drop_messages": "dropping messages",
+    "pool_exhaustion": "exhausted",
+}
+
+# Each detector state's tone, which is its colour: a collapse and failing tasks are red, an overload amber, a stall
+# blue-grey.
+DETECTOR_TONES: dict[DetectorState, Tone] = {
+    DetectorState.HEALTHY: "good",
+    DetectorState.WARNING: "warn",
+    DetectorState.OVERLOAD: "warn",
+    DetectorState.COLLAPSED: "bad",
+    DetectorState.FAILING: "bad",
+    DetectorState.STALL: "stall",
+    DetectorState.RECOVERING: "info",
+}
+
+
+def _group(name: str) -> ActionGroup:
+    if "dependency" in CATALOGUE[name].kinds:
+        return "dependency"
+    return "ares" if name in ARES_ACTIONS else "queue"
+
+
+def vocabulary() -> dict[str, object]:
+    """Each constant of the module by its name."""
+    kinds: tuple[AgentKind, ...] = get_args(AgentKind)
+    return {
+        # In catalogue order, which is the order of the page's buttons.
+        "ACTION_GROUPS": {name: _group(name) for name in CATALOGUE},
+        "ACTION_VERBS": ACTION_VERBS,
+        # Orchestrators first: the replicas, one of them the leader, head the agent cards.
+        "AGENT_KINDS": sorted(kinds, key=lambda k: k != "orchestrator"),
+        "DETECTOR_TONES": {state.value: tone for state, tone in DETECTOR_TONES.items()},
+        "EVENT_KINDS": list(get_args(EventKind)),
+        "HEAL_TIMERS": _HEAL_TIMERS,
+    }
+
+
+def vocabulary_module() -> str:
+    """The ES module ``vocabulary.js``: one exported constant per table."""
+    lines = ["// Written by chaosd/arena/vocabulary.py from Python's tables when the page is served."]
+    for name, value in vocabulary().items():
+        lines.append(f"export const {name} = {json.dumps(value, ensure_ascii=False)};")
+    return "\n".join(lines) + "\n"
