@@ -17,7 +17,7 @@ import pytest
 
 __all__ = ["in_ci", "missing", "module", "program"]
 
-DEBIAN = "apt-get install prometheus prometheus-alertmanager docker-compose chromium redis-server"
+DEBIAN = "apt-get install prometheus prometheus-alertmanager docker-compose chromium redis-server npm"
 TEST_EXTRA = "python3 -m pip install -e '.[test]'"
 
 

@@ -40,3 +40,23 @@ def test_the_arena_scripts_type_check() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_type_error_fails_the_check(tmp_path: Path) -> None:
+    # Negative control: the same scripts and config, one of them given a wrong type, must not pass.
+    copy = tmp_path / "static"
+    copy.mkdir()
+    for path in STATIC.iterdir():
+        if path.is_file():
+            (copy / path.name).write_bytes(path.read_bytes())
+    broken = copy / "format.js"
+    broken.write_text(broken.read_text(encoding="utf-8") + "\n/** @type {number} */\nexport const wrong = 'text';\n")
+    done = subprocess.run(
+        [str(_tsc()), "--noEmit", "--pretty", "false", "-p", str(copy)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode != 0 and "format.js" in done.stdout, done.stdout + done.stderr
