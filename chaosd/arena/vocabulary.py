@@ -11,52 +11,20 @@ import json
 from typing import Literal, get_args
 
 from chaosd.admission.detector import DetectorState
-from chaosd.experiment.report import _HEAL_TIMERS  # the text summary's own table, shared
 from chaosd.faults.catalogue import CATALOGUE
 from chaosd.views import AgentKind, EventKind
 
-__all__ = ["ACTION_VERBS", "ARES_ACTIONS", "DETECTOR_TONES", "vocabulary", "vocabulary_module"]
+__all__ = ["ACTION_VERBS", "ARES_ACTIONS", "DETECTOR_TONES", "HEAL_TIMERS", "vocabulary", "vocabulary_module"]
 
 ActionGroup = Literal["ares", "queue", "dependency"]
 Tone = Literal["good", "warn", "bad", "stall", "info"]
 
-# The ARES Arena's own actions; the rest of the catalogue is chaosd's queue faults and dependency faults.
-ARES_ACTIONS = (
-    "kill_leader",
-    "kill_orchestrator",
-    "kill_agent",
-    "remove_node",
-    "remove_edge",
-    "pause_agent",
-    "resume_agent",
-    "slow_agent",
-    "network_partition",
-    "tool_timeout",
-    "memory_corrupt",
-    "mcp_disconnect",
-    "llm_failure",
-)
-
-# What an injected fault does to its targets, in the event log: "✗ kill_agent → worker-3 killed" (others: "hit").
-ACTION_VERBS = {
-    "kill_leader": "killed",
-    "kill_orchestrator": "killed",
-    "kill_agent": "killed",
-    "remove_node": "removed",
-    "remove_edge": "removed",
-    "pause_agent": "paused",
-    "resume_agent": "resumed",
-    "slow_agent": "slowed",
-    "network_partition": "cut off",
-    "tool_timeout": "hanging",
-    "memory_corrupt": "corrupted",
-    "mcp_disconnect": "disconnected",
-    "llm_failure": "failing",
-    "load_spike": "flooded",
-    "latency_jitter": "jittered",
-    "drop_messages": "dropping messages",
-    "pool_exhaustion": "exhausted",
-}
+# The ARES Arena's own actions, and what each fault does to its targets in the event log ("✗ kill_agent → worker-3
+# killed"; others: "hit"): the catalogue says both.
+ARES_ACTIONS = tuple(name for name, spec in CATALOGUE.items() if spec.ares)
+ACTION_VERBS = {name: spec.verb for name, spec in CATALOGUE.items() if spec.verb != "hit"}
+# The setting whose timer paces each healing mechanism, as the text summary names it.
+HEAL_TIMERS = {name: spec.heal_timer for name, spec in CATALOGUE.items() if spec.heal_timer is not None}
 
 # Each detector state's tone, which is its colour: a collapse and failing tasks are red, an overload amber, a stall
 # blue-grey.
@@ -88,7 +56,7 @@ def vocabulary() -> dict[str, object]:
         "AGENT_KINDS": sorted(kinds, key=lambda k: k != "orchestrator"),
         "DETECTOR_TONES": {state.value: tone for state, tone in DETECTOR_TONES.items()},
         "EVENT_KINDS": list(get_args(EventKind)),
-        "HEAL_TIMERS": _HEAL_TIMERS,
+        "HEAL_TIMERS": HEAL_TIMERS,
     }
 
 

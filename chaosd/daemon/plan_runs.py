@@ -29,6 +29,7 @@ from chaosd.experiment.report import rounded
 from chaosd.experiment.runner import Experiment
 from chaosd.experiment.scenario import Scenario
 from chaosd.faults import CATALOGUE, FaultRecord
+from chaosd.faults.catalogue import is_remedy
 from chaosd.faults.incidents import IncidentBook
 from chaosd.views import ExpectationView, PlanEnd, PlanKind, PlanReport, PlanState, PlanStatus
 from chaosd.views.wire import PENDING
@@ -156,7 +157,7 @@ class PlanRunner:
         judged with it: only one incident can be open (a new one begins once the last has its verdict).
         """
         injector = self._exp.injector
-        pending = [f for f in injector.in_play if f.outcome in PENDING and f.action != "resume_agent"]
+        pending = [f for f in injector.in_play if f.outcome in PENDING and not is_remedy(f.action)]
         if not pending:
             return None
         number = pending[-1].incident

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from chaosd.events.log import EventLog
-from chaosd.faults.catalogue import CATALOGUE
+from chaosd.faults.catalogue import CATALOGUE, is_remedy
 from chaosd.faults.incident_registry import IncidentRegistry
 from chaosd.faults.record import FaultRecord
 from chaosd.faults.runtime import Runtime
@@ -33,8 +33,8 @@ class ActiveFaults:
         return [f for f in self._pending if f.active]
 
     def quiet(self) -> bool:
-        """Nothing in play but resumes (instantaneous remedies, no blow of their own)."""
-        return all(r.action == "resume_agent" for r in self._pending)
+        """Nothing in play but remedies (instantaneous, no blow of their own)."""
+        return all(is_remedy(r.action) for r in self._pending)
 
     def add(self, record: FaultRecord) -> None:
         self._pending.append(record)

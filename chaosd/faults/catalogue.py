@@ -22,7 +22,7 @@ from chaosd.faults.record import Memo, MemoValue
 from chaosd.faults.runtime import Agents, AgentState, Dependencies, Load, Runtime, Stages, Workflow
 from chaosd.views import ActionView
 
-__all__ = ["CATALOGUE", "Action", "Param", "target_problem"]
+__all__ = ["CATALOGUE", "Action", "Param", "is_remedy", "target_problem"]
 
 
 # What an action noted when applied, read back in its recovery checks: each reads what its own apply wrote.
@@ -100,6 +100,13 @@ class Action:
     default_target = "worker"
     params: Mapping[str, Param] = {}
     heals_itself = False  # a mechanism of the runtime repairs the damage before the fault ends
+    # What the fault does to its targets, as the event log says it ("kill_agent → worker-3 killed").
+    verb = "hit"
+    ares = False  # one of the ARES Arena's own actions; the rest are chaosd's queue and dependency faults
+    # An instantaneous remedy (resume_agent), not a blow of its own: it takes no slot under the cap, opens no
+    # incident and has no recovery to wait for.
+    remedy = False
+    heal_timer: str | None = None  # the setting whose timer paces the mechanism that heals it, as the summary names it
 
     def check_params(self, given: Mapping[str, object]) -> dict[str, float]:
         unknown = sorted(set(given) - set(self.params))
@@ -203,6 +210,9 @@ def _agents(rt: Agents, targets: tuple[str, ...]) -> list[AgentState]:
 
 
 class KillLeader(Action):
+    verb = "killed"
+    ares = True
+    heal_timer = "orchestrator.lease_ttl"
     name = "kill_leader"
     description = "Kill the orchestrator replica holding the dispatch lease; a standby is elected."
     kinds = ("orchestrator",)
@@ -235,6 +245,9 @@ class KillLeader(Action):
 
 
 class KillOrchestrator(KillLeader):
+    verb = "killed"
+    ares = True
+    heal_timer = "orchestrator.lease_ttl"
     name = "kill_orchestrator"
     description = "Kill orchestrator replicas (the leader among them triggers an election)."
     default_target = "orchestrator"
@@ -247,6 +260,9 @@ class KillOrchestrator(KillLeader):
 
 
 class KillAgent(Action):
+    verb = "killed"
+    ares = True
+    heal_timer = "supervisor.backoff"
     name = "kill_agent"
     description = "Kill workers or producers; the supervisor resurrects them."
     heals_itself = True
@@ -271,6 +287,8 @@ class KillAgent(Action):
 
 
 class PauseAgent(Action):
+    verb = "paused"
+    ares = True
     name = "pause_agent"
     description = "Pause workers or producers until resumed or the TTL ends."
     # Nothing in the runtime heals a pause: it is endured, and timed from when it is lifted (the TTL,
@@ -288,6 +306,9 @@ class PauseAgent(Action):
 
 
 class ResumeAgent(Action):
+    verb = "resumed"
+    ares = True
+    remedy = True
     name = "resume_agent"
     description = "Resume paused agents now; their pause_agent faults still end (as no-ops) at their TTL."
 
@@ -308,6 +329,8 @@ class ResumeAgent(Action):
 
 
 class SlowAgent(Action):
+    verb = "slowed"
+    ares = True
     name = "slow_agent"
     description = "Slow workers (service × factor) or producers (rate ÷ factor)."
     params = {"factor": Param(5.0, 1.0, 1000.0, "slowdown factor")}
@@ -321,6 +344,9 @@ class SlowAgent(Action):
 
 
 class NetworkPartition(Action):
+    verb = "cut off"
+    ares = True
+    heal_timer = "orchestrator.task_lease"
     name = "network_partition"
     description = "Cut workers or producers off: no dispatch, outcomes and offers lost; task leases expire."
 
@@ -343,6 +369,7 @@ class NetworkPartition(Action):
 
 
 class PoolExhaustion(Action):
+    verb = "exhausted"
     name = "pool_exhaustion"
     description = "Take a share of the worker pool out of service (held by something else)."
     kinds = ("worker",)
@@ -357,6 +384,8 @@ class PoolExhaustion(Action):
 
 
 class DropMessages(Action):
+    verb = "dropping messages"
+    heal_timer = "orchestrator.task_lease"
     name = "drop_messages"
     description = "Lose a share of dispatch messages to workers; task leases bring the tasks back."
     kinds = ("worker",)
@@ -425,6 +454,8 @@ class StageAction(Action):
 
 
 class RemoveNode(StageAction):
+    verb = "removed"
+    ares = True
     name = "remove_node"
     description = "Remove a stage from the DAG; the leader reroutes around it where an alternate path exists."
     heals_itself = True
@@ -448,6 +479,8 @@ class RemoveNode(StageAction):
 
 
 class RemoveEdge(Action):
+    verb = "removed"
+    ares = True
     name = "remove_edge"
     description = "Remove an edge a->b from the DAG; the leader reroutes where an alternate path exists."
     kinds = ("edge",)
@@ -489,6 +522,8 @@ class RemoveEdge(Action):
 
 
 class ToolTimeout(StageAction):
+    verb = "hanging"
+    ares = True
     name = "tool_timeout"
     description = "Tool calls hang until their timeout; retried, then degraded."
     kinds = ("tool", "python")  # a python stage's calls hang in place of its handler
@@ -515,6 +550,8 @@ class ToolTimeout(StageAction):
 
 
 class LlmFailure(StageAction):
+    verb = "failing"
+    ares = True
     name = "llm_failure"
     description = "The primary model errors; retries go to the fallback model."
     kinds = ("llm", "python")  # a python stage's calls fail in place of its handler
@@ -543,6 +580,8 @@ class LlmFailure(StageAction):
 
 
 class MemoryCorrupt(StageAction):
+    verb = "corrupted"
+    ares = True
     name = "memory_corrupt"
     description = "Silently corrupt memory entries; checksums catch them and the checkpoint restores them."
     kinds = ("memory",)
@@ -561,6 +600,9 @@ class MemoryCorrupt(StageAction):
 
 
 class McpDisconnect(StageAction):
+    verb = "disconnected"
+    ares = True
+    heal_timer = "the stage's reconnect backoff"
     name = "mcp_disconnect"
     description = (
         "Drop the MCP connection; the server is unreachable for `outage` seconds (at most the TTL), "
@@ -592,6 +634,7 @@ class McpDisconnect(StageAction):
 
 
 class LatencyJitter(StageAction):
+    verb = "jittered"
     name = "latency_jitter"
     description = "Add a random delay in [0, jitter] to every attempt of the target stages."
     default_target = "all"
@@ -726,6 +769,7 @@ class DependencySlice(DependencyAction):
 
 
 class LoadSpike(Action):
+    verb = "flooded"
     name = "load_spike"
     description = "Multiply the offered load for the TTL."
     kinds = ("pipeline",)
@@ -781,3 +825,9 @@ def target_problem(action: str, target: str | None, stages: Mapping[str, str]) -
     if not isinstance(spec, StageAction) or target is None:
         return None
     return spec.target_problem(target, stages)
+
+
+def is_remedy(action: str) -> bool:
+    """Whether ``action`` is an instantaneous remedy (see :attr:`Action.remedy`) rather than a blow of its own."""
+    spec = CATALOGUE.get(action)
+    return spec is not None and spec.remedy

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from chaosd.core.history import Kept
 from chaosd.events.log import EventLog
+from chaosd.faults.catalogue import is_remedy
 from chaosd.faults.incidents import Incident, IncidentBook, Unplanned
 from chaosd.faults.record import FaultRecord, impact_between
 from chaosd.faults.runtime import Readings
@@ -35,7 +36,7 @@ class IncidentRegistry:
     def join(self, record: FaultRecord) -> None:
         """Injected while another fault is still active or recovering: one incident, judged together."""
         last = self.incidents.last()
-        if record.action == "resume_agent":  # an instantaneous remedy, not a blow of its own
+        if is_remedy(record.action):  # an instantaneous remedy, not a blow of its own
             record.join(self.incidents.total)
             return
         if last is not None and last.open:
@@ -61,8 +62,8 @@ class IncidentRegistry:
         return incident
 
     def _of(self, record: FaultRecord) -> Incident | None:
-        """The incident the fault counts in (a resume counts in none)."""
-        if record.action == "resume_agent":
+        """The incident the fault counts in (a remedy counts in none)."""
+        if is_remedy(record.action):
             return None
         return self.incidents.get(record.incident)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from chaosd.config.settings import RecoveryConfig
 from chaosd.core.history import Sum
 from chaosd.events.log import EventLog
-from chaosd.faults.catalogue import CATALOGUE
+from chaosd.faults.catalogue import CATALOGUE, is_remedy
 from chaosd.faults.host import HostWatch
 from chaosd.faults.incident_registry import IncidentRegistry
 from chaosd.faults.record import CameBack, FaultRecord, Trace
@@ -81,8 +81,8 @@ class Recoveries:
                 seen.stalled.add(record.incident)
             if self.observe(record, s, dt if perturbed else 0.0):
                 seen.felt.add(record.incident)
-            # A resume is instantaneous; anything else still in play keeps the baseline unfed.
-            seen.unsettled = seen.unsettled or (record.outcome in PENDING and record.action != "resume_agent")
+            # A remedy is instantaneous; anything else still in play keeps the baseline unfed.
+            seen.unsettled = seen.unsettled or (record.outcome in PENDING and not is_remedy(record.action))
         return seen
 
     def observe(self, record: FaultRecord, s: ServiceView, perturbed: float = 0.0) -> bool:

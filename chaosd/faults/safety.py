@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from chaosd.config.settings import FaultsConfig, StopCondition
 from chaosd.core.errors import Conflict, FaultError, Unavailable
-from chaosd.faults.catalogue import CATALOGUE, Action
+from chaosd.faults.catalogue import CATALOGUE, Action, is_remedy
 from chaosd.faults.record import FaultRecord, check_labels
 from chaosd.faults.runtime import Runtime
 from chaosd.faults.steady import ServiceView, SteadyState
@@ -78,8 +78,8 @@ class FaultGate:
             raise FaultError("ttl", f"{ttl:g} s exceeds the maximum of {cfg.max_ttl:g} s")
         checked = spec.check_params(params or {})
         tags = check_labels(labels or {})
-        blocking = [f for f in active if f.action != "resume_agent"]  # a resume is instantaneous
-        if action != "resume_agent" and len(blocking) >= cfg.max_concurrent:
+        blocking = [f for f in active if not is_remedy(f.action)]  # a remedy is instantaneous
+        if not is_remedy(action) and len(blocking) >= cfg.max_concurrent:
             raise Conflict("action", f"{len(blocking)} faults are active, the cap is {cfg.max_concurrent}")
         target = target or spec.default_target
         targets = spec.resolve(self._rt, target, self._rng)
