@@ -44,14 +44,13 @@ DEBT_CLASSES: set[str] = {
     "chaosd/faults/runtime.py:Runtime",
     "chaosd/faults/proxy.py:FaultProxy",
 }
-DEBT_MODULES: set[str] = {"chaosd/cli/client.py"}
+DEBT_MODULES: set[str] = set()
 DEBT_FUNCTIONS: set[str] = {
     "chaosd/admission/detector.py:_judge",
     "chaosd/backends/redis/monitor.py:_poll_once",
     "chaosd/backends/redis/worker.py:_heartbeat",
     "chaosd/backends/redis/worker.py:_walk",
     "chaosd/batch/replicate.py:prepare",
-    "chaosd/cli/client.py:add_client_commands",
     "chaosd/cli/main.py:_parser",
     "chaosd/cli/main.py:_run",
     "chaosd/cli/main.py:main",
