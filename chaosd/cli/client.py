@@ -11,13 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from chaosd.cli.fault_commands import FAULT_COMMANDS, add_fault_commands, await_verdict, selector
-from chaosd.cli.inspect_command import add_inspect_command, inspect
-from chaosd.cli.scenario_command import add_scenario_command, scenario
-from chaosd.cli.survival_command import add_survival_command, survival
-from chaosd.cli.transport import (
-    ADDRESS_ORDER,
-    DEFAULT_ADDR,
+from chaosd.cli.exits import (
     EXIT_EXPECTATION,
     EXIT_OK,
     EXIT_PLAN_FAILED,
@@ -25,6 +19,14 @@ from chaosd.cli.transport import (
     EXIT_SERVER,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+)
+from chaosd.cli.fault_commands import FAULT_COMMANDS, add_fault_commands, await_verdict, selector
+from chaosd.cli.inspect_command import add_inspect_command, inspect
+from chaosd.cli.scenario_command import add_scenario_command, scenario
+from chaosd.cli.survival_command import add_survival_command, survival
+from chaosd.cli.transport import (
+    ADDRESS_ORDER,
+    DEFAULT_ADDR,
     UNREACHABLE_HINT,
     Client,
     ClientError,

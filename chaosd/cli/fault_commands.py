@@ -10,16 +10,8 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from chaosd.cli.answers import Answer, as_array, as_float, as_object, as_objects, as_text, json_text
-from chaosd.cli.transport import (
-    EXIT_EXPECTATION,
-    EXIT_OK,
-    EXIT_USAGE,
-    Client,
-    ClientError,
-    Command,
-    Out,
-    Subcommands,
-)
+from chaosd.cli.exits import EXIT_EXPECTATION, EXIT_OK, EXIT_USAGE
+from chaosd.cli.transport import Client, ClientError, Command, Out, Subcommands
 from chaosd.core.clock import wall_time
 from chaosd.core.durations import parse_duration
 from chaosd.core.humanize import host_stall, seconds, table

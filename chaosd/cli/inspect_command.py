@@ -8,7 +8,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from chaosd.cli.answers import as_report, json_text
-from chaosd.cli.transport import EXIT_OK, Client, Out, Subcommands
+from chaosd.cli.exits import EXIT_OK
+from chaosd.cli.transport import Client, Out, Subcommands
 from chaosd.core.humanize import action_rows, cause_rows, fixes, judged_line, seconds, table, time_causes
 from chaosd.core.humanize import rate as rate_per_s
 from chaosd.views.wire import TERMINAL

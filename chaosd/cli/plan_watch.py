@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from chaosd.cli.answers import Answer, as_array, as_float, as_object
+from chaosd.cli.exits import EXIT_OK, EXIT_PLAN_FAILED, EXIT_REJECTED, EXIT_SERVER
 from chaosd.cli.fault_commands import targets_text, verdict_line
-from chaosd.cli.transport import EXIT_OK, EXIT_PLAN_FAILED, EXIT_REJECTED, EXIT_SERVER, Client, ClientError, Out
+from chaosd.cli.transport import Client, ClientError, Out
 from chaosd.core.humanize import seconds
 from chaosd.views.wire import TERMINAL
 

@@ -11,17 +11,9 @@ import urllib.parse
 from pathlib import Path
 
 from chaosd.cli.answers import Answer, as_array, as_object
+from chaosd.cli.exits import EXIT_EXPECTATION, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from chaosd.cli.plan_watch import PLAN_EXIT_CODES, FaultWatch, follow, plan_exit, progress, stopped
-from chaosd.cli.transport import (
-    EXIT_EXPECTATION,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    Client,
-    ClientError,
-    Out,
-    Subcommands,
-)
+from chaosd.cli.transport import Client, ClientError, Out, Subcommands
 from chaosd.core.humanize import value
 
 __all__ = ["add_scenario_command", "scenario"]

@@ -9,9 +9,10 @@ import sys
 from typing import TextIO
 
 from chaosd.cli.answers import Answer, as_float, as_object
+from chaosd.cli.exits import EXIT_OK, EXIT_USAGE
 from chaosd.cli.fault_commands import flag_duration
 from chaosd.cli.plan_watch import PLAN_EXIT_CODES, FaultWatch, follow, plan_exit, progress, stopped
-from chaosd.cli.transport import EXIT_OK, EXIT_USAGE, Client, ClientError, Out, Subcommands
+from chaosd.cli.transport import Client, ClientError, Out, Subcommands
 
 __all__ = ["add_survival_command", "survival"]
 

@@ -1,5 +1,5 @@
 """How a client command reaches the daemon: its address, its token, and ``Client``, the synchronous stdlib HTTP
-against docs/api.md; every failure is a ``ClientError`` carrying the exit code scripts use.
+against docs/api.md; every failure is a ``ClientError`` carrying the exit code scripts use (:mod:`chaosd.cli.exits`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeAlias
 
+from chaosd.cli.exits import EXIT_REJECTED, EXIT_SERVER, EXIT_UNREACHABLE, EXIT_USAGE
 from chaosd.core.errors import ChaosdError
 from chaosd.core.version import __version__
 from chaosd.views.wire import is_loopback
@@ -21,14 +22,6 @@ from chaosd.views.wire import is_loopback
 __all__ = [
     "ADDRESS_ORDER",
     "DEFAULT_ADDR",
-    "EXIT_EXPECTATION",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_PLAN_FAILED",
-    "EXIT_REJECTED",
-    "EXIT_SERVER",
-    "EXIT_UNREACHABLE",
-    "EXIT_USAGE",
     "UNREACHABLE_HINT",
     "Client",
     "ClientError",
@@ -39,15 +32,6 @@ __all__ = [
     "environment_token",
     "read_token",
 ]
-
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_EXPECTATION = 3
-EXIT_UNREACHABLE = 4
-EXIT_REJECTED = 5
-EXIT_SERVER = 6
-EXIT_PLAN_FAILED = 7  # a survival or scenario run did not reach its end: failed (crashed) or stopped by another
-EXIT_INTERRUPTED = 130  # Ctrl-C while only waiting: the shell's convention for SIGINT
 
 DEFAULT_ADDR = "http://127.0.0.1:8686"
 ADDRESS_ORDER = f"first of: --addr, --host/--port, $CHAOSD_URL, {DEFAULT_ADDR}"
