@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 from daemon_harness import TOKEN, Daemon, wait_for
 
-import chaosd.cli.client as client_module
+from chaosd.cli import plan_watch, transport
 from chaosd.cli.client import (
     EXIT_EXPECTATION,
     EXIT_OK,
@@ -255,7 +255,7 @@ def daemon(request: pytest.FixtureRequest) -> FakeDaemon:
 def _isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("CHAOSD_URL", "CHAOSD_ADDR", "CHAOSD_API__TOKEN", "CHAOSD_TOKEN", "CHAOSD_API__TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(client_module, "_POLL_S", 0.01)  # the fake daemon answers at once; no need to wait 1 s
+    monkeypatch.setattr(plan_watch, "_POLL_S", 0.01)  # the fake daemon answers at once; no need to wait 1 s
 
 
 @pytest.fixture
@@ -375,7 +375,7 @@ def test_an_unreachable_daemon_names_the_address_tried_and_how_to_give_another(
     elif how == "CHAOSD_URL":
         monkeypatch.setenv("CHAOSD_URL", addr)
     else:  # never the real default: a daemon may be listening there
-        monkeypatch.setattr(client_module, "DEFAULT_ADDR", addr)
+        monkeypatch.setattr(transport, "DEFAULT_ADDR", addr)
     code, out, err = _cli(*argv)
     assert (code, out) == (EXIT_UNREACHABLE, [])
     assert err == [
@@ -641,7 +641,7 @@ def test_survival_ctrl_c_stops_it_on_the_daemon(daemon: FakeDaemon, monkeypatch:
         if next(pauses, "interrupt"):
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(client_module, "_pause", pause)
+    monkeypatch.setattr(plan_watch, "_pause", pause)
     code, out, _ = _cli("survival", "--addr", daemon.addr)
     assert code == EXIT_OK
     assert [(r.method, r.path) for r in daemon.requests] == [

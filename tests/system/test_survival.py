@@ -12,7 +12,7 @@ from daemon_harness import Daemon, wait_for
 from test_client import FakeDaemon, _cli, daemon  # noqa: F401 - the fake daemon fixture
 
 from chaosd.api.app import status_of
-from chaosd.cli import client as client_module
+from chaosd.cli import plan_watch
 from chaosd.cli.main import main
 from chaosd.core.errors import FaultError
 from chaosd.experiment.plans import SURVIVAL_MARGIN, SURVIVAL_MIN_TTL, survival_timing
@@ -152,7 +152,7 @@ def test_stopping_survival_on_the_daemon_reverts_its_active_faults(tmp_path: Pat
 
 
 def test_the_client_asks_for_overlap_only_when_told(daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    monkeypatch.setattr(client_module, "_POLL_S", 0.01)
+    monkeypatch.setattr(plan_watch, "_POLL_S", 0.01)
     assert _cli("survival", "--interval", "2s", "--overlap", "--addr", daemon.addr)[0] == 0
     assert _cli("survival", "--addr", daemon.addr)[0] == 0
     posts = [r.json() for r in daemon.requests if r.method == "POST"]

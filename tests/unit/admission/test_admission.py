@@ -13,7 +13,7 @@ from conftest import settings
 
 from chaosd.admission.detector import CollapseDetector
 from chaosd.admission.throttle import Throttle
-from chaosd.cli.client import _inspect_lines as inspect_lines
+from chaosd.cli.inspect_command import inspect_lines
 from chaosd.config.settings import DetectorConfig, Settings, ThrottleConfig
 from chaosd.experiment.plans import scenario_plan
 from chaosd.experiment.report import render_summary
