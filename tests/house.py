@@ -63,7 +63,6 @@ DEBT_FUNCTIONS: set[str] = {
     "chaosd/experiment/runner.py:_resilience",
     "chaosd/experiment/runner.py:report",
     "chaosd/experiment/score.py:compute_score",
-    "chaosd/exporters/metrics.py:collect",
     "chaosd/faults/injector.py:_observe",
     "chaosd/faults/injector.py:on_tick",
     "chaosd/pipeline/pipeline.py:__init__",
