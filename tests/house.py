@@ -57,7 +57,6 @@ DEBT_FUNCTIONS: set[str] = {
     "chaosd/cli/main.py:main",
     "chaosd/core/_asyncio_internals.py:_run_once",
     "chaosd/core/humanize.py:fixes",
-    "chaosd/experiment/report.py:render_summary",
     "chaosd/experiment/runner.py:_resilience",
     "chaosd/experiment/runner.py:report",
     "chaosd/experiment/score.py:compute_score",
