@@ -46,7 +46,6 @@ DEBT_CLASSES: set[str] = {
 }
 DEBT_MODULES: set[str] = {"chaosd/views/__init__.py", "chaosd/cli/client.py"}
 DEBT_FUNCTIONS: set[str] = {
-    "chaosd/admission/detector.py:_judge",
     "chaosd/backends/redis/monitor.py:_poll_once",
     "chaosd/backends/redis/worker.py:_heartbeat",
     "chaosd/backends/redis/worker.py:_walk",
