@@ -60,7 +60,6 @@ DEBT_FUNCTIONS: set[str] = {
     "chaosd/faults/injector.py:_observe",
     "chaosd/faults/injector.py:on_tick",
     "chaosd/pipeline/pipeline.py:__init__",
-    "chaosd/pipeline/producer.py:run",
     "chaosd/pipeline/stages.py:__init__",
     "chaosd/pipeline/worker.py:_loop",
 }
