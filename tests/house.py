@@ -60,6 +60,5 @@ DEBT_FUNCTIONS: set[str] = {
     "chaosd/faults/injector.py:_observe",
     "chaosd/faults/injector.py:on_tick",
     "chaosd/pipeline/pipeline.py:__init__",
-    "chaosd/pipeline/stages.py:__init__",
     "chaosd/pipeline/worker.py:_loop",
 }
