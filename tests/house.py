@@ -56,7 +56,6 @@ DEBT_FUNCTIONS: set[str] = {
     "chaosd/core/_asyncio_internals.py:_run_once",
     "chaosd/experiment/runner.py:_resilience",
     "chaosd/experiment/runner.py:report",
-    "chaosd/experiment/score.py:compute_score",
     "chaosd/faults/injector.py:_observe",
     "chaosd/faults/injector.py:on_tick",
     "chaosd/pipeline/pipeline.py:__init__",
