@@ -38,19 +38,9 @@ TOP_TEST_FILES = 10
 DEBT_CLASSES: set[str] = set()
 DEBT_MODULES: set[str] = set()
 DEBT_FUNCTIONS: set[str] = {
-    "chaosd/admission/detector.py:_judge",
     "chaosd/backends/redis/worker.py:_heartbeat",
     "chaosd/backends/redis/worker.py:_walk",
-    "chaosd/batch/replicate.py:prepare",
     "chaosd/core/_asyncio_internals.py:_run_once",
-    "chaosd/core/humanize.py:fixes",
-    "chaosd/experiment/plans.py:survival_plan",
-    "chaosd/experiment/plans.py:window_report",
-    "chaosd/experiment/report.py:render_summary",
-    "chaosd/experiment/score.py:compute_score",
-    "chaosd/exporters/metrics.py:collect",
-    "chaosd/pipeline/producer.py:run",
-    "chaosd/pipeline/stages.py:__init__",
     "chaosd/pipeline/worker.py:_loop",
 }
 

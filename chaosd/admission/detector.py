@@ -85,6 +85,28 @@ class Episode:
     cleared_at: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Signals:
+    """What one snapshot shows, before any hold: each alarm's signal, and what keeps a raised alarm up."""
+
+    standing: bool  # the queue's head has been old for the whole standing window
+    growing: bool  # rule 1, outside a stall's drain
+    full: bool
+    expired: bool
+    shedding: bool
+    draining: bool  # a stall's backlog, still the pause's
+    overloaded: bool
+    collapsing: bool
+    slow: bool  # p95 grown against the baseline
+    failing: bool
+    latency_growing: bool  # rule 2: slow with a growing standing queue
+
+    @property
+    def quiet(self) -> bool:
+        """No signal at all: what a baseline may learn from."""
+        return not (self.overloaded or self.collapsing or self.slow or self.draining or self.failing)
+
+
 class CollapseDetector:
     """Feeds on snapshots, one per tick; reports state transitions and alarm episodes."""
 
@@ -173,6 +195,27 @@ class CollapseDetector:
         return self._judge(s)
 
     def _judge(self, s: Snapshot) -> Transition | None:
+        sig = self._read(s)
+        if self.state is DetectorState.HEALTHY and sig.quiet:
+            if s.sojourn_p95 > 0:
+                self._learn(s.sojourn_p95)
+            if s.throughput + s.unserved_rate > 0:
+                self._learn_share(s.goodput, s.throughput + s.unserved_rate)
+        raised = self._raised(sig)
+        if self.state in (DetectorState.HEALTHY, DetectorState.WARNING):
+            if raised is not None:
+                self._persist.clear()
+                self.episodes.append(Episode(detected_at=s.t, reason=raised))
+                self.episode_count += 1
+                self._episode_failed = False
+                return self._go(s.t, _RAISES.get(raised, DetectorState.OVERLOAD), raised)
+            if sig.overloaded or sig.collapsing or sig.slow or sig.failing:
+                return self._go(s.t, DetectorState.WARNING, _signal(sig.overloaded, sig.collapsing, sig.failing))
+            return self._go(s.t, DetectorState.HEALTHY, "calm")
+        return self._hold_or_clear(s, sig, raised)
+
+    def _read(self, s: Snapshot) -> _Signals:
+        """This tick's signals; a stall's draining backlog masks the ones that are the pause's."""
         cfg = self.cfg
         saturated = s.saturation >= cfg.saturation
         self._ages.append(s.head_age)
@@ -184,61 +227,70 @@ class CollapseDetector:
         draining = self._draining(s.t, expired or shedding)
         if draining:
             expired = shedding = False  # the arrivals refused while the pause's backlog drains are the pause's
-        overloaded_now = (growing and not draining) or full or expired or shedding
+        overloaded = (growing and not draining) or full or expired or shedding
         could_be_good = min(s.arrival_rate, s.capacity_rate) if s.capacity_rate > 0 else s.arrival_rate
         collapsing = (
             not draining and saturated and s.arrival_rate > 0 and s.goodput < cfg.collapse_goodput * could_be_good
         )
         slow = not draining and self.baseline_p95 > 0 and s.sojourn_p95 >= (1 + cfg.latency_growth) * self.baseline_p95
-        failing = self._failing_now(s, draining or standing or overloaded_now or collapsing)
-        quiet = not (overloaded_now or collapsing or slow or draining or failing)
-        if self.state is DetectorState.HEALTHY and quiet:
-            if s.sojourn_p95 > 0:
-                self._learn(s.sojourn_p95)
-            if s.throughput + s.unserved_rate > 0:
-                self._learn_share(s.goodput, s.throughput + s.unserved_rate)
-        self._growth.append(growing and not draining)
-        self._over.append(overloaded_now)
-        self._collapse.append(collapsing)
-        self._failing.append(failing)
-        self._latency.append(slow and standing and saturated and s.queue_slope > 0)
+        failing = self._failing_now(s, draining or standing or overloaded or collapsing)
+        return _Signals(
+            standing=standing,
+            growing=growing and not draining,
+            full=full,
+            expired=expired,
+            shedding=shedding,
+            draining=draining,
+            overloaded=overloaded,
+            collapsing=collapsing,
+            slow=slow,
+            failing=failing,
+            latency_growing=slow and standing and saturated and s.queue_slope > 0,
+        )
+
+    def _raised(self, sig: _Signals) -> str | None:
+        """Record this tick's signals; the alarm whose signal has held long enough, if any (the gravest first)."""
+        self._growth.append(sig.growing)
+        self._over.append(sig.overloaded)
+        self._collapse.append(sig.collapsing)
+        self._failing.append(sig.failing)
+        self._latency.append(sig.latency_growing)
         if self._held(self._collapse):
-            raised: str | None = "goodput_collapse"
-        elif self._held(self._growth):
-            raised = "queue_growth"
-        elif self._held(self._latency):
-            raised = "latency_growth"
-        elif self._held(self._over):
-            raised = "shedding" if shedding else "queue_full" if full else "queue_expired" if expired else "overload"
-        elif self._held(self._failing):
-            raised = "tasks_failing"
-        else:
-            raised = None
-        new = _RAISES.get(raised or "", DetectorState.OVERLOAD)
+            return "goodput_collapse"
+        if self._held(self._growth):
+            return "queue_growth"
+        if self._held(self._latency):
+            return "latency_growth"
+        if self._held(self._over):
+            return (
+                "shedding"
+                if sig.shedding
+                else "queue_full"
+                if sig.full
+                else "queue_expired"
+                if sig.expired
+                else "overload"
+            )
+        if self._held(self._failing):
+            return "tasks_failing"
+        return None
+
+    def _hold_or_clear(self, s: Snapshot, sig: _Signals, raised: str | None) -> Transition | None:
+        """While alarmed or recovering: the alarm holds while what raised it persists, else it clears in two steps."""
+        cfg = self.cfg
         state = self.state
-
-        if state in (DetectorState.HEALTHY, DetectorState.WARNING):
-            if raised is not None:
-                self._persist.clear()
-                self.episodes.append(Episode(detected_at=s.t, reason=raised))
-                self.episode_count += 1
-                self._episode_failed = False
-                return self._go(s.t, new, raised)
-            if overloaded_now or collapsing or slow or failing:
-                return self._go(s.t, DetectorState.WARNING, _signal(overloaded_now, collapsing, failing))
-            return self._go(s.t, DetectorState.HEALTHY, "calm")
-
-        congested = standing or slow or full or shedding or expired or collapsing
+        congested = sig.standing or sig.slow or sig.full or sig.shedding or sig.expired or sig.collapsing
         was_failing = self._alarm is DetectorState.FAILING
-        self._persist.append(congested or (failing and was_failing))
+        self._persist.append(congested or (sig.failing and was_failing))
         # Hysteresis: the alarm holds while what raised it shows on at least half of recent ticks.
         if raised is not None or 2 * sum(self._persist) >= len(self._persist):
             self._calm_since = None
-            if raised is None:
-                if state in ALARMED:
-                    new = state
-                else:  # recovering: back to the alarm that persists
-                    new = DetectorState.FAILING if was_failing and not congested else DetectorState.OVERLOAD
+            if raised is not None:
+                new = _RAISES.get(raised, DetectorState.OVERLOAD)
+            elif state in ALARMED:
+                new = state
+            else:  # recovering: back to the alarm that persists
+                new = DetectorState.FAILING if was_failing and not congested else DetectorState.OVERLOAD
             persists = "failing persists" if new is DetectorState.FAILING else "overload persists"
             return self._go(s.t, new, raised or persists)
         if self._calm_since is None:

@@ -103,41 +103,13 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
     """
     # The engine, imported by whoever prepares a run: importing this module stays cheap.
     from chaosd.config.handlers import refuse_virtual_time  # noqa: PLC0415
-    from chaosd.config.settings import environment_settings, load_settings  # noqa: PLC0415
-    from chaosd.experiment.plans import (  # noqa: PLC0415
-        SURVIVAL_DEFAULT,
-        check_actions,
-        check_expectations,
-        scenario_plan,
-        survival_plan,
-        survival_timing,
-    )
+    from chaosd.config.settings import environment_settings  # noqa: PLC0415
+    from chaosd.experiment.plans import scenario_plan  # noqa: PLC0415
     from chaosd.experiment.run_timing import run_timing  # noqa: PLC0415
-    from chaosd.experiment.scenario import find_scenario, load_scenario, settings_for, shown_path  # noqa: PLC0415
-    from chaosd.faults.catalogue import target_problem  # noqa: PLC0415
+    from chaosd.experiment.scenario import shown_path  # noqa: PLC0415
 
     config = Path(spec.config) if spec.config is not None else None
-    scenario: Scenario | None = None
-    path: Path | None = None
-    if spec.scenario is not None:
-        path = find_scenario(spec.scenario)
-        scenario = load_scenario(path)
-        # The command line's overrides (the seed) go on top, keeping the scenario's (derived) duration.
-        settings = settings_for(scenario, path, config, spec.overlay)
-        check_actions(scenario.actions, str(path), settings.faults.max_ttl)
-        kinds = {stage.name: stage.kind for stage in settings.stages}
-        misaimed = [
-            (str(path), f"actions.{i}.action.target_id", problem)
-            for i, item in enumerate(scenario.actions)
-            if (problem := target_problem(item.action.type, item.action.target_id, kinds)) is not None
-        ]
-        if misaimed:  # else the fault fails at its time and the run ends as if it had none
-            raise ConfigError(misaimed)
-        check_expectations(scenario.expect, str(path))  # values too, before anything runs
-        source = str(config or path)
-    else:
-        settings = load_settings(config, overrides=spec.overlay)
-        source = str(config or "configuration")
+    settings, scenario, path, source = _checked_settings(spec, config)
     layers = (
         *environment_settings(),
         *([shown_path(path)] if path is not None else []),
@@ -148,20 +120,7 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
     duration, warmup = timing.duration, timing.warmup
     plan: Plan | None = None
     if spec.survival is not None:
-        survival = spec.survival
-        if survival.interval <= 0:
-            raise _spec_error("interval", f"must be > 0 (got {survival.interval:g})")
-        ttl, room = survival_timing(
-            survival.interval,
-            default_ttl=settings.faults.default_ttl,
-            max_ttl=settings.faults.max_ttl,
-            confirm=settings.recovery.confirm,
-            overlap=survival.overlap,
-        )
-        subset = survival.actions if survival.actions is not None else SURVIVAL_DEFAULT
-        plan = survival_plan(
-            survival.interval, subset, settings.seed, ttl=ttl, room=room, last_at=duration - ttl, progress=progress
-        )
+        plan = _survival_plan(spec.survival, settings, duration, progress)
     elif scenario is not None and scenario.actions:
         plan = scenario_plan(scenario.actions)
     if not realtime:  # a user's stage handler waits on the real clock: refused before anything starts
@@ -171,6 +130,54 @@ def prepare(spec: RunSpec, *, realtime: bool = False, progress: Callable[[Experi
                 [(source, "backend.kind", "'redis' runs real processes in real time: use `chaosd run --realtime`")]
             )
     return Prepared(settings, scenario, duration, warmup, plan, source, layers, timing.warnings)
+
+
+def _checked_settings(spec: RunSpec, config: Path | None) -> tuple[Settings, Scenario | None, Path | None, str]:
+    """The run's settings, and its scenario checked whole (actions, their targets, ``expect:``) when it has one:
+    (settings, scenario, its path, what names the configuration in an error)."""
+    from chaosd.config.settings import load_settings  # noqa: PLC0415
+    from chaosd.experiment.plans import check_actions, check_expectations  # noqa: PLC0415
+    from chaosd.experiment.scenario import find_scenario, load_scenario, settings_for  # noqa: PLC0415
+    from chaosd.faults.catalogue import target_problem  # noqa: PLC0415
+
+    if spec.scenario is None:
+        return load_settings(config, overrides=spec.overlay), None, None, str(config or "configuration")
+    path = find_scenario(spec.scenario)
+    scenario = load_scenario(path)
+    # The command line's overrides (the seed) go on top, keeping the scenario's (derived) duration.
+    settings = settings_for(scenario, path, config, spec.overlay)
+    check_actions(scenario.actions, str(path), settings.faults.max_ttl)
+    kinds = {stage.name: stage.kind for stage in settings.stages}
+    misaimed = [
+        (str(path), f"actions.{i}.action.target_id", problem)
+        for i, item in enumerate(scenario.actions)
+        if (problem := target_problem(item.action.type, item.action.target_id, kinds)) is not None
+    ]
+    if misaimed:  # else the fault fails at its time and the run ends as if it had none
+        raise ConfigError(misaimed)
+    check_expectations(scenario.expect, str(path))  # values too, before anything runs
+    return settings, scenario, path, str(config or path)
+
+
+def _survival_plan(
+    survival: SurvivalSpec, settings: Settings, duration: float, progress: Callable[[Experiment], None] | None
+) -> Plan:
+    """Survival's plan for the run: its TTL and room from the interval; refuses an interval that cannot work."""
+    from chaosd.experiment.plans import SURVIVAL_DEFAULT, survival_plan, survival_timing  # noqa: PLC0415
+
+    if survival.interval <= 0:
+        raise _spec_error("interval", f"must be > 0 (got {survival.interval:g})")
+    ttl, room = survival_timing(
+        survival.interval,
+        default_ttl=settings.faults.default_ttl,
+        max_ttl=settings.faults.max_ttl,
+        confirm=settings.recovery.confirm,
+        overlap=survival.overlap,
+    )
+    subset = survival.actions if survival.actions is not None else SURVIVAL_DEFAULT
+    return survival_plan(
+        survival.interval, subset, settings.seed, ttl=ttl, room=room, last_at=duration - ttl, progress=progress
+    )
 
 
 def run_one(spec: RunSpec) -> ReportView:

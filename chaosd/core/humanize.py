@@ -13,7 +13,7 @@ imports the engine or numpy: the client commands use it too.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the views import pydantic: a client command imports this module, not them
@@ -206,73 +206,110 @@ def fixes(r: ReportView) -> list[str]:
     """What to fix, from the diagnostics and what the report says of the configuration; each line names its
     evidence. Empty when nothing stands out."""
     causes = {str(d["cause"]): d for d in r.get("diagnostics") or ()}
-    tasks = r.get("tasks") or {}
-    runtime = r.get("runtime")
-    throttle = r.get("throttle") or {}
-    queue = r.get("queue") or {}
-    out: list[str] = []
+    found = [
+        _dead_agents_fix(r, causes),
+        _refusals_fix(r, causes),
+        *_routing_fixes(causes),
+        _late_fix(r, causes),
+        _duplicates_fix(causes),
+        _lost_fix(r, causes),
+        _failing_fix(r),
+        _host_stall_fix(r),
+    ]
+    return [line for line in found if line]
+
+
+def _dead_agents_fix(r: ReportView, causes: Mapping[str, DiagnosticView]) -> str | None:
+    """Agents dead at the end: why nobody brought them back (the supervisor gave up, is off, or is limited)."""
     dead = causes.get("agents_dead")
-    if dead:
-        names = ", ".join(map(str, dead.get("agents") or ())) or str(dead["count"])
-        gave_up = list((runtime.get("gave_up") if runtime else None) or ())
-        if gave_up:
-            out.append(
-                f"dead agents: the supervisor gave up on {', '.join(map(str, gave_up))} (agents_dead: {names}; "
-                "runtime.gave_up): raise supervisor.max_restarts or fix what keeps killing them"
-            )
-        elif not (runtime.get("restarts") if runtime else None):
-            out.append(
-                f"dead agents and nothing restarted them (agents_dead: {names}; runtime.restarts 0): "
-                "turn the supervisor on (supervisor.enabled = true)"
-            )
-        else:
-            out.append(f"agents still dead at the end (agents_dead: {names}): check the supervisor's limits")
+    if not dead:
+        return None
+    runtime = r.get("runtime")
+    names = ", ".join(map(str, dead.get("agents") or ())) or str(dead["count"])
+    gave_up = list((runtime.get("gave_up") if runtime else None) or ())
+    if gave_up:
+        return (
+            f"dead agents: the supervisor gave up on {', '.join(map(str, gave_up))} (agents_dead: {names}; "
+            "runtime.gave_up): raise supervisor.max_restarts or fix what keeps killing them"
+        )
+    if not (runtime.get("restarts") if runtime else None):
+        return (
+            f"dead agents and nothing restarted them (agents_dead: {names}; runtime.restarts 0): "
+            "turn the supervisor on (supervisor.enabled = true)"
+        )
+    return f"agents still dead at the end (agents_dead: {names}): check the supervisor's limits"
+
+
+def _refusals_fix(r: ReportView, causes: Mapping[str, DiagnosticView]) -> str | None:
+    """A full queue refused work: turn admission control on, or, when it is on, add capacity."""
     full = causes.get("refused:queue_full")
+    if not full:
+        return None
+    throttle = r.get("throttle") or {}
     policy = throttle.get("policy", "aimd" if throttle.get("enabled") else "none")
-    if full and policy == "none":
-        out.append(
+    if policy == "none":
+        return (
             f"refusals with admission control off (refused:queue_full {full['count']}; throttle.policy none): "
             'turn admission control on (throttle.policy = "capacity")'
         )
-    elif full:
-        out.append(
-            f"the queue still refused work (refused:queue_full {full['count']}; throttle.policy {policy}): "
-            "add workers or lower the load"
-        )
-    for reason in ("failed:no_route", "failed:node_removed"):
-        if reason in causes:
-            out.append(
-                f"a stage with no alternate path ({reason} {causes[reason]['count']}): "
-                "give the stage an alternate (a fallback edge) so its work can be routed around it"
-            )
+    return (
+        f"the queue still refused work (refused:queue_full {full['count']}; throttle.policy {policy}): "
+        "add workers or lower the load"
+    )
+
+
+def _routing_fixes(causes: Mapping[str, DiagnosticView]) -> list[str]:
+    """Tasks failed for want of a route: the stage needs an alternate path."""
+    return [
+        f"a stage with no alternate path ({reason} {causes[reason]['count']}): "
+        "give the stage an alternate (a fallback edge) so its work can be routed around it"
+        for reason in ("failed:no_route", "failed:node_removed")
+        if reason in causes
+    ]
+
+
+def _late_fix(r: ReportView, causes: Mapping[str, DiagnosticView]) -> str | None:
+    """Late tasks behind a standing queue: bound the wait."""
     late = causes.get("late")
+    queue = r.get("queue") or {}
     mean_depth = float(queue.get("mean_depth") or 0.0)
-    if late and mean_depth >= 1.0:
-        capacity = queue.get("capacity")
-        of = f" of {capacity}" if capacity else ""
-        out.append(
-            f"late tasks from a standing queue (late {late['count']}; queue.mean_depth {number(mean_depth)}{of}): "
-            "bound the wait (throttle.policy capacity, a smaller queue) or add workers"
-        )
+    if not (late and mean_depth >= 1.0):
+        return None
+    capacity = queue.get("capacity")
+    of = f" of {capacity}" if capacity else ""
+    return (
+        f"late tasks from a standing queue (late {late['count']}; queue.mean_depth {number(mean_depth)}{of}): "
+        "bound the wait (throttle.policy capacity, a smaller queue) or add workers"
+    )
+
+
+def _duplicates_fix(causes: Mapping[str, DiagnosticView]) -> str | None:
+    """Duplicated effects at the sink: make it idempotent."""
     dup = causes.get("duplicated")
-    if dup:
-        examples = dup.get("examples") or ()
-        ids = f"; first task ids {', '.join(map(str, examples))}" if examples else ""
-        out.append(
-            f"duplicated effects (duplicated {dup['count']}{ids}): make the sink idempotent (sink.idempotent = true)"
-        )
+    if not dup:
+        return None
+    examples = dup.get("examples") or ()
+    ids = f"; first task ids {', '.join(map(str, examples))}" if examples else ""
+    return f"duplicated effects (duplicated {dup['count']}{ids}): make the sink idempotent (sink.idempotent = true)"
+
+
+def _lost_fix(r: ReportView, causes: Mapping[str, DiagnosticView]) -> str | None:
+    """A lost task is chaosd's bug, never the configuration's."""
+    tasks = r.get("tasks") or {}
     lost = causes.get("lost") or ({"count": tasks["lost"]} if tasks.get("lost") else None)
-    if lost:
-        out.append(f"lost tasks (lost {lost['count']}): a task nobody holds is a bug; report it with this run's seed")
-    failing = _failing_fix(r)
-    if failing:
-        out.append(failing)
+    if not lost:
+        return None
+    return f"lost tasks (lost {lost['count']}): a task nobody holds is a bug; report it with this run's seed"
+
+
+def _host_stall_fix(r: ReportView) -> str | None:
+    """The daemon's own process stalled during incidents: their recovery times include the host's pauses."""
     stalled = [i for i in r.get("incidents") or () if float(i.get("stalled_s") or 0.0) > 0]
-    if stalled:
-        worst = max(stalled, key=lambda i: float(i["stalled_s"]))
-        out.append(
-            f"the host, not the pipeline: the daemon's own process stalled while {len(stalled)} incident(s) were open "
-            f"(incident {worst['id']}: {seconds(float(worst['stalled_s']))}; stalled_s), so their recovery times "
-            "include the host's pauses: give the daemon a CPU of its own or run it on a quieter host"
-        )
-    return out
+    if not stalled:
+        return None
+    worst = max(stalled, key=lambda i: float(i["stalled_s"]))
+    return (
+        f"the host, not the pipeline: the daemon's own process stalled while {len(stalled)} incident(s) were open "
+        f"(incident {worst['id']}: {seconds(float(worst['stalled_s']))}; stalled_s), so their recovery times "
+        "include the host's pauses: give the daemon a CPU of its own or run it on a quieter host"
+    )

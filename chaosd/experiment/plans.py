@@ -269,67 +269,102 @@ def survival_plan(
     unknown = [a for a in actions if a not in CATALOGUE]
     if unknown:
         raise FaultError("actions", f"unknown action {unknown[0]!r} (valid: {', '.join(sorted(CATALOGUE))})")
+    return _Survival(interval, actions, seed, ttl, room, last_at, progress, log, owner).run
 
-    async def plan(exp: Experiment) -> None:
-        rng = random.Random(f"chaosd:{seed}:survival")
-        # A python stage's dependencies are the only targets of the dependency_* actions: without any, those
-        # actions are left out of the rounds (so the rounds of a run without dependencies stay as they were).
-        called = any(s.dependencies for s in exp.pipeline.stages.values())
-        applicable = [a for a in actions if called or not a.startswith("dependency_")] or list(actions)
+
+@dataclass(frozen=True)
+class _Survival:
+    """Survival mode's schedule (see :func:`survival_plan`): a slot every ``interval``, each taking the next action
+    of the rounds, unless the previous fault's verdict is still due when faults must not overlap."""
+
+    interval: float
+    actions: Sequence[str]
+    seed: int
+    ttl: float | None
+    room: float | None
+    last_at: float | None
+    progress: Callable[[Experiment], None] | None
+    log: RecentLog | None
+    owner: object | None
+
+    async def run(self, exp: Experiment) -> None:
+        rounds = _Rounds(self._applicable(exp), random.Random(f"chaosd:{self.seed}:survival"))
         clock = exp.clock
         t0 = clock.now()
-        entries = exp.plan_log if log is None else log
-        queue: list[str] = []
+        entries = exp.plan_log if self.log is None else self.log
         previous: FaultRecord | None = None
         k = 0
         while True:
             k += 1
-            if last_at is not None and k * interval > last_at:
+            if self.last_at is not None and k * self.interval > self.last_at:
                 return
-            slot = t0 + k * interval
+            slot = t0 + k * self.interval
             await clock.sleep_until(slot)
             if exp.injector.lever is not None:
                 entries.append({"at": exp.pipeline.elapsed(), "action": "stop", "reason": exp.injector.lever})
                 exp.stop.set()
                 return
-            fault_ttl = ttl
-            if room is not None:
-                end_by = slot + interval - room
-                if previous is not None and not await _settled(exp, previous, end_by - SURVIVAL_MIN_TTL):
-                    entries.append(
-                        {
-                            "at": exp.pipeline.elapsed(),
-                            "action": "skip",
-                            "ok": False,
-                            "reason": "skipped: previous fault still recovering",
-                            "previous": previous.id,
-                        }
-                    )
-                    if progress is not None:
-                        progress(exp)
-                    continue
-                late = max(0.0, clock.now() - slot)  # waited for the previous verdict: the fault ends on time
-                fault_ttl = min(exp.settings.faults.default_ttl if ttl is None else ttl, interval - room - late)
-            for _ in range(len(applicable)):  # an action that cannot apply now yields to the next one
-                if not queue:
-                    queue = _round(applicable, rng)
-                action = queue.pop(0)
-                target = _survival_target(exp, action, rng)
-                if target is None:
-                    continue
-                try:
-                    record = exp.injector.inject(action, target, ttl=fault_ttl, owner=owner)
-                except FaultError:
-                    continue
-                previous = record
+            if previous is not None and not await self._previous_settled(exp, previous, slot):
                 entries.append(
-                    {"at": record.injected_at, "action": action, "target": target, "ok": True, "fault": record.id}
+                    {
+                        "at": exp.pipeline.elapsed(),
+                        "action": "skip",
+                        "ok": False,
+                        "reason": "skipped: previous fault still recovering",
+                        "previous": previous.id,
+                    }
                 )
-                break
-            if progress is not None:
-                progress(exp)
+            elif (injected := rounds.inject(exp, self._fault_ttl(exp, slot), self.owner)) is not None:
+                action, target, previous = injected
+                entries.append(
+                    {"at": previous.injected_at, "action": action, "target": target, "ok": True, "fault": previous.id}
+                )
+            if self.progress is not None:
+                self.progress(exp)
 
-    return plan
+    def _applicable(self, exp: Experiment) -> list[str]:
+        # A python stage's dependencies are the only targets of the dependency_* actions: without any, those
+        # actions are left out of the rounds (so the rounds of a run without dependencies stay as they were).
+        called = any(s.dependencies for s in exp.pipeline.stages.values())
+        return [a for a in self.actions if called or not a.startswith("dependency_")] or list(self.actions)
+
+    async def _previous_settled(self, exp: Experiment, previous: FaultRecord, slot: float) -> bool:
+        """Whether the previous fault has its verdict in time for this slot's to start (always, when they overlap)."""
+        if self.room is None:
+            return True
+        end_by = slot + self.interval - self.room
+        return await _settled(exp, previous, end_by - SURVIVAL_MIN_TTL)
+
+    def _fault_ttl(self, exp: Experiment, slot: float) -> float | None:
+        """This slot's fault TTL: without overlap, short enough to end ``room`` before the next slot."""
+        if self.room is None:
+            return self.ttl
+        late = max(0.0, exp.clock.now() - slot)  # waited for the previous verdict: the fault ends on time
+        return min(exp.settings.faults.default_ttl if self.ttl is None else self.ttl, self.interval - self.room - late)
+
+
+class _Rounds:
+    """Survival's actions in shuffled rounds, each used once a round; one that cannot apply now yields to the next."""
+
+    def __init__(self, actions: Sequence[str], rng: random.Random) -> None:
+        self._actions = actions
+        self._rng = rng
+        self._queue: list[str] = []
+
+    def inject(self, exp: Experiment, ttl: float | None, owner: object | None) -> tuple[str, str, FaultRecord] | None:
+        """Inject the next action that applies now: (action, target asked for, record), or None if none did."""
+        for _ in range(len(self._actions)):
+            if not self._queue:
+                self._queue = _round(self._actions, self._rng)
+            action = self._queue.pop(0)
+            target = _survival_target(exp, action, self._rng)
+            if target is None:
+                continue
+            try:
+                return action, target, exp.injector.inject(action, target, ttl=ttl, owner=owner)
+            except FaultError:
+                continue
+        return None
 
 
 async def _settled(exp: Experiment, record: FaultRecord, latest: float) -> bool:
@@ -546,6 +581,10 @@ class Tally:
             corrupted=causes.get("corruption_undetected", 0),
         )
 
+    def grown_since(self, before: Tally, field: str) -> int:
+        """How much the cumulative count ``field`` grew since ``before`` (never negative)."""
+        return max(0, int(getattr(self, field)) - int(getattr(before, field)))
+
 
 def window_report(
     before: Tally,
@@ -562,35 +601,20 @@ def window_report(
     ``report["incidents"]``: every incident it ever had, not only those still in memory.
     """
     after = Tally.of(report)
-
-    def grew(field: str) -> int:
-        return max(0, int(getattr(after, field)) - int(getattr(before, field)))
-
-    lost = grew("lost")
+    lost = after.grown_since(before, "lost")
     good = max(0, (after.completed - after.late - after.degraded) - (before.completed - before.late - before.degraded))
     # Settled = reached an outcome or went missing: accepted less what is still held, at each end.
     accepted = max((after.accepted - after.in_flight) - (before.accepted - before.in_flight), good + lost)
     offered = max((after.offered - after.in_flight) - (before.offered - before.in_flight), accepted)
     faults = [f for f in report["faults"] if f["id"] in fault_ids]
-    if book is not None:  # every incident it ever had, counted as each closed
-        judged, recovered, total_s, inconsistent = book.judged, book.recovered, book.recovery.value, book.inconsistent
-        times: tuple[float, ...] = ()
-    else:  # judged per incident, as the run's score is: the scenario's incidents are those holding its faults
-        ids = set(fault_ids)
-        mine = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
-        ended = [i for i in mine if i["outcome"] in ("recovered", "failed")]
-        times = tuple(
-            float(i["recovery_s"]) for i in ended if i["outcome"] == "recovered" and i["recovery_s"] is not None
-        )
-        judged, recovered, total_s = len(ended), len(times), None
-        inconsistent = sum(1 for i in ended if not i.get("consistent", True))
+    judged, recovered, times, total_s, inconsistent = _window_recoveries(report, fault_ids, book)
     counts = ScoreInputs(
         offered=offered,
         accepted=accepted,
         good=good,
         lost=lost,
-        duplicated=grew("duplicated"),
-        undetected_corruptions=grew("corrupted"),
+        duplicated=after.grown_since(before, "duplicated"),
+        undetected_corruptions=after.grown_since(before, "corrupted"),
         faults_judged=judged,
         faults_recovered=recovered,
         recovery_times_s=times,
@@ -598,19 +622,39 @@ def window_report(
         faults_inconsistent=inconsistent,
     )
     score = compute_score(counts, weights)
-    tasks: TaskCounts = {
-        "offered": grew("offered"),
-        "accepted": grew("accepted"),
-        "completed": grew("completed"),
-        "late": grew("late"),
-        "degraded": grew("degraded"),
-        "failed": grew("failed"),
-        "rejected": grew("rejected"),
-        "lost": lost,
-        "duplicated": grew("duplicated"),
+    return {"tasks": _window_tasks(before, after), "score": score.as_dict(), "faults": faults}
+
+
+def _window_recoveries(
+    report: ReportView | LiveWindow, fault_ids: Collection[int], book: IncidentBook | None
+) -> tuple[int, int, tuple[float, ...], float | None, int]:
+    """The window's incidents judged: (judged, recovered, recovery times, their total when only it is kept,
+    inconsistent)."""
+    if book is not None:  # every incident it ever had, counted as each closed
+        return book.judged, book.recovered, (), book.recovery.value, book.inconsistent
+    # judged per incident, as the run's score is: the scenario's incidents are those holding its faults
+    ids = set(fault_ids)
+    mine = [i for i in report.get("incidents", []) if ids.intersection(i["faults"])]
+    ended = [i for i in mine if i["outcome"] in ("recovered", "failed")]
+    times = tuple(float(i["recovery_s"]) for i in ended if i["outcome"] == "recovered" and i["recovery_s"] is not None)
+    inconsistent = sum(1 for i in ended if not i.get("consistent", True))
+    return len(ended), len(times), times, None, inconsistent
+
+
+def _window_tasks(before: Tally, after: Tally) -> TaskCounts:
+    """The tasks counted since ``before``: each count's growth, and the levels as they stand at ``after``."""
+    return {
+        "offered": after.grown_since(before, "offered"),
+        "accepted": after.grown_since(before, "accepted"),
+        "completed": after.grown_since(before, "completed"),
+        "late": after.grown_since(before, "late"),
+        "degraded": after.grown_since(before, "degraded"),
+        "failed": after.grown_since(before, "failed"),
+        "rejected": after.grown_since(before, "rejected"),
+        "lost": after.grown_since(before, "lost"),
+        "duplicated": after.grown_since(before, "duplicated"),
         "in_flight": after.in_flight,
     }
-    return {"tasks": tasks, "score": score.as_dict(), "faults": faults}
 
 
 def check_speed(scenario: Scenario, speed: float, default_ttl: float, confirm: float) -> None:

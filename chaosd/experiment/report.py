@@ -105,12 +105,28 @@ def render_summary(r: ReportView, before_verdict: Sequence[str] = ()) -> str:
     causes apart), what to fix, and last the verdict (``before_verdict``: lines the caller adds ahead of it, so
     the verdict stays the last line a script reads). Every number goes through :mod:`chaosd.core.humanize`'s
     rounding."""
+    lines = _measure_lines(r)
+    if "score" in r:
+        lines.extend(_fault_lines(r))
+        lines.extend(_score_lines(r))
+    lines.extend(_stage_lines(r.get("stages") or {}))
+    lines.append(_admission(r["throttle"]))
+    todo = fixes(r)
+    lines.append("  what to fix" + ("" if todo else "  nothing stands out"))
+    lines.extend(f"    - {line}" for line in todo)
+    lines.extend(before_verdict)
+    verdict = r.get("verdict") or verdict_view(r)  # a report written before verdicts: judged now
+    lines.append(f"  verdict    {'pass' if verdict['passed'] else 'FAIL'}: {verdict['reason']}")
+    return "\n".join(lines)
+
+
+def _measure_lines(r: ReportView) -> list[str]:
+    """What the run was and what it measured: load, tasks, throughput, queue, latencies, the detector's episodes."""
     t = r["tasks"]
     q = r["queue"]
     w = r["latency"]["wait"]
     s = r["latency"]["sojourn"]
     c = r["collapse"]
-    th = r["throttle"]
     diagnostics = r.get("diagnostics") or []
     # The audit names the first few duplicated task ids in the `duplicated` diagnostics entry.
     named = next((d.get("examples") for d in diagnostics if d["cause"] == "duplicated"), None)
@@ -141,52 +157,55 @@ def render_summary(r: ReportView, before_verdict: Sequence[str] = ()) -> str:
             f"             {e['kind']} detected at {seconds(e['detected_at'])} ({e['reason']}), {cleared} · "
             f"{seconds(e['duration_s'])}"
         )
-    if "score" in r:
-        sc = r["score"]
-        fs = r["faults_summary"]
+    return lines
+
+
+def _fault_lines(r: ReportView) -> list[str]:
+    """Did it heal: the faults injected and judged, by action, the incidents nobody injected, the recoveries."""
+    fs = r["faults_summary"]
+    lines = [
+        f"  faults     {fs['injected']} injected · {judged_line(fs)} · {fs['failed']} failed"
+        + (f" · lever pulled: {fs['lever']}" if fs["lever"] else "")
+    ]
+    rows = action_rows(r.get("faults") or [])
+    if rows:
+        listed = fs.get("faults_listed", len(r.get("faults") or []))
+        note = f" (the newest {listed} of {fs['injected']})" if listed < fs["injected"] else ""
+        lines.append(f"  by action{note}")
+        header = ("action", "faults", "recovered", "mean recovery", "p95 recovery")
+        lines.extend("    " + row for row in table(header, rows, "<>>>>"))
+    lines.extend(_unplanned_lines(r.get("incidents") or []))
+    lines.extend(_recovery_lines(r.get("incidents") or []))
+    return lines
+
+
+def _score_lines(r: ReportView) -> list[str]:
+    """The judgement: the score (and its replications), the causes of what went wrong, and the expectations."""
+    sc = r["score"]
+    diagnostics = r.get("diagnostics") or []
+    lines = []
+    if sc["total"] is None:
+        lines.append(f"  score      none yet: nothing measured (formula v{sc['version']})")
+    else:
         lines.append(
-            f"  faults     {fs['injected']} injected · {judged_line(fs)} · {fs['failed']} failed"
-            + (f" · lever pulled: {fs['lever']}" if fs["lever"] else "")
+            f"  score      {sc['total']:.1f} ({sc['grade']}) · availability {_dim(sc['availability'])} · "
+            f"recovery {_dim(sc['recovery'])} · consistency {_dim(sc['consistency'])} · formula v{sc['version']}"
         )
-        rows = action_rows(r.get("faults") or [])
-        if rows:
-            listed = fs.get("faults_listed", len(r.get("faults") or []))
-            note = f" (the newest {listed} of {fs['injected']})" if listed < fs["injected"] else ""
-            lines.append(f"  by action{note}")
-            header = ("action", "faults", "recovered", "mean recovery", "p95 recovery")
-            lines.extend("    " + row for row in table(header, rows, "<>>>>"))
-        lines.extend(_unplanned_lines(r.get("incidents") or []))
-        lines.extend(_recovery_lines(r.get("incidents") or []))
-        if sc["total"] is None:
-            lines.append(f"  score      none yet: nothing measured (formula v{sc['version']})")
-        else:
-            lines.append(
-                f"  score      {sc['total']:.1f} ({sc['grade']}) · availability {_dim(sc['availability'])} · "
-                f"recovery {_dim(sc['recovery'])} · consistency {_dim(sc['consistency'])} · formula v{sc['version']}"
-            )
-        if "replications" in r:
-            lines.append(_replications_line(r["replications"]))
-        top = ", ".join(f"{cause} {count} ({share})" for cause, count, share in cause_rows(diagnostics)[:4])
-        if top:
-            lines.append(f"  causes     {top}")
-        for line in time_causes(diagnostics):
-            lines.append(f"             {line}")
-        for x in r.get("expectations", []):
-            mark = "pass" if x["passed"] else "FAIL"
-            runs = x.get("runs")
-            each = f"; {sum(run['passed'] for run in runs)} of {len(runs)} runs pass" if runs else ""
-            lines.append(
-                f"  expect     {mark}: {x['check']} {value(x['expected'])} (measured {value(x['measured'])}{each})"
-            )
-    lines.extend(_stage_lines(r.get("stages") or {}))
-    lines.append(_admission(th))
-    todo = fixes(r)
-    lines.append("  what to fix" + ("" if todo else "  nothing stands out"))
-    lines.extend(f"    - {line}" for line in todo)
-    lines.extend(before_verdict)
-    verdict = r.get("verdict") or verdict_view(r)  # a report written before verdicts: judged now
-    lines.append(f"  verdict    {'pass' if verdict['passed'] else 'FAIL'}: {verdict['reason']}")
-    return "\n".join(lines)
+    if "replications" in r:
+        lines.append(_replications_line(r["replications"]))
+    top = ", ".join(f"{cause} {count} ({share})" for cause, count, share in cause_rows(diagnostics)[:4])
+    if top:
+        lines.append(f"  causes     {top}")
+    for line in time_causes(diagnostics):
+        lines.append(f"             {line}")
+    for x in r.get("expectations", []):
+        mark = "pass" if x["passed"] else "FAIL"
+        runs = x.get("runs")
+        each = f"; {sum(run['passed'] for run in runs)} of {len(runs)} runs pass" if runs else ""
+        lines.append(
+            f"  expect     {mark}: {x['check']} {value(x['expected'])} (measured {value(x['measured'])}{each})"
+        )
+    return lines
 
 
 def _failing_count(c: CollapseView) -> str:

@@ -202,40 +202,11 @@ def compute_score(inputs: ScoreInputs, weights: ScoreWeights = ScoreWeights()) -
     if inputs.offered == 0:
         return Score(None, None, None, None, None, None, None, FORMULA_VERSION)
     availability = 100.0 * inputs.good / inputs.offered
-    consistency: float | None = None
-    if inputs.accepted > 0:
-        kept = inputs.accepted - inputs.lost - inputs.duplicated - inputs.undetected_corruptions
-        consistency = 100.0 * max(kept, 0) / inputs.accepted
-        if inputs.faults_judged > 0:
-            clean = 100.0 * (inputs.faults_judged - inputs.faults_inconsistent) / inputs.faults_judged
-            consistency = min(consistency, clean)
-
-    recovery_rate: float | None = None
-    recovery_speed: float | None = None
-    recovery: float | None = None
-    if inputs.faults_judged > 0:
-        recovery_rate = 100.0 * inputs.faults_recovered / inputs.faults_judged
-        if inputs.faults_recovered == 0:
-            recovery_speed = 0.0
-        else:
-            total = inputs.recovery_total_s
-            mean_s = (math.fsum(inputs.recovery_times_s) if total is None else total) / inputs.faults_recovered
-            recovery_speed = _speed(mean_s, weights)
-        share = weights.recovery_rate_share
-        recovery = share * recovery_rate + (1.0 - share) * recovery_speed
-
-    measured = [
-        (w, v)
-        for w, v in (
-            (weights.availability, availability),
-            (weights.recovery, recovery),
-            (weights.consistency, consistency),
-        )
-        if v is not None
-    ]
-    weight = math.fsum(w for w, _ in measured)
-    # Every measured dimension weighted 0 (a custom weighting): nothing the user counts was measured.
-    total = math.fsum(w * v for w, v in measured) / weight if weight > 0 else None
+    consistency = _consistency(inputs)
+    recovery_rate, recovery_speed, recovery = _recovery(inputs, weights)
+    total = _weighted_total(
+        ((weights.availability, availability), (weights.recovery, recovery), (weights.consistency, consistency))
+    )
     return Score(
         total=total,
         grade=grade(total) if total is not None else None,
@@ -246,6 +217,42 @@ def compute_score(inputs: ScoreInputs, weights: ScoreWeights = ScoreWeights()) -
         consistency=consistency,
         version=FORMULA_VERSION,
     )
+
+
+def _consistency(inputs: ScoreInputs) -> float | None:
+    """The share of accepted tasks whose effect was kept exactly once, or, if lower, of judged incidents that kept
+    every effect so; None when nothing was accepted."""
+    if inputs.accepted <= 0:
+        return None
+    kept = inputs.accepted - inputs.lost - inputs.duplicated - inputs.undetected_corruptions
+    consistency = 100.0 * max(kept, 0) / inputs.accepted
+    if inputs.faults_judged > 0:
+        clean = 100.0 * (inputs.faults_judged - inputs.faults_inconsistent) / inputs.faults_judged
+        consistency = min(consistency, clean)
+    return consistency
+
+
+def _recovery(inputs: ScoreInputs, weights: ScoreWeights) -> tuple[float | None, float | None, float | None]:
+    """(recovery_rate, recovery_speed, recovery), all None with no judged fault."""
+    if inputs.faults_judged <= 0:
+        return None, None, None
+    recovery_rate = 100.0 * inputs.faults_recovered / inputs.faults_judged
+    if inputs.faults_recovered == 0:
+        recovery_speed = 0.0
+    else:
+        total = inputs.recovery_total_s
+        mean_s = (math.fsum(inputs.recovery_times_s) if total is None else total) / inputs.faults_recovered
+        recovery_speed = _speed(mean_s, weights)
+    share = weights.recovery_rate_share
+    return recovery_rate, recovery_speed, share * recovery_rate + (1.0 - share) * recovery_speed
+
+
+def _weighted_total(dimensions: tuple[tuple[float, float | None], ...]) -> float | None:
+    """The weighted mean of the (weight, value) dimensions that were measured, its weights renormalised over them."""
+    measured = [(w, v) for w, v in dimensions if v is not None]
+    weight = math.fsum(w for w, _ in measured)
+    # Every measured dimension weighted 0 (a custom weighting): nothing the user counts was measured.
+    return math.fsum(w * v for w, v in measured) / weight if weight > 0 else None
 
 
 @dataclass(frozen=True, slots=True)

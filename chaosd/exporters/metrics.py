@@ -168,208 +168,245 @@ class ExperimentCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         exp = self.exp
-        p = exp.pipeline
-        snap = exp.telemetry.latest
-        info = GaugeMetricFamily("chaosd_build_info", "chaosd build information", labels=["version"])
-        info.add_metric([__version__], 1.0)
-        yield info
-        yield GaugeMetricFamily("chaosd_queue_depth", "Tasks waiting in the ingress queue", value=p.queue.depth)
-        yield GaugeMetricFamily("chaosd_queue_capacity", "Ingress queue capacity", value=p.queue.capacity)
-        gauges = {
-            "chaosd_queue_growth_rate": ("dQ/dt in tasks per second", "queue_slope"),
-            "chaosd_offered_rate": ("Tasks offered per second (lambda)", "arrival_rate"),
-            "chaosd_service_rate": ("Tasks per second the workers could serve (mu)", "service_rate"),
-            "chaosd_throughput_rate": ("Tasks ending per second", "throughput"),
-            "chaosd_goodput_rate": ("Completions within the deadline, not degraded, per second", "goodput"),
-            "chaosd_utilisation_ratio": ("Busy share of the workers over the window", "utilisation"),
-            # The detector's own window percentiles, for probes that cannot use the histograms' rules.
-            "chaosd_sojourn_p95_seconds": ("p95 sojourn of tasks completed in the telemetry window", "sojourn_p95"),
-            "chaosd_sojourn_p99_seconds": ("p99 sojourn of tasks completed in the telemetry window", "sojourn_p99"),
-        }
-        for name, (doc, attr) in gauges.items():
-            yield GaugeMetricFamily(name, doc, value=float(getattr(snap, attr)) if snap is not None else 0.0)
-
-        total = p.ledger.total
-        tasks = CounterMetricFamily(
-            "chaosd_tasks", "Tasks by outcome, overlapping (offered = accepted + rejected)", labels=["outcome"]
-        )
-        for outcome in OUTCOMES:
-            tasks.add_metric([outcome], float(getattr(total, outcome)))
-        yield tasks
-        ended = CounterMetricFamily(
-            "chaosd_tasks_ended",
-            "Offered tasks by their one outcome (good, late, degraded, failed, rejected): these add up",
-            labels=["outcome"],
-        )
-        ending = {
-            "good": p.ledger.good,
-            "late": total.late,
-            "degraded": total.degraded,
-            "failed": total.failed,
-            "rejected": total.rejected,
-        }
-        for outcome in ENDINGS:
-            ended.add_metric([outcome], float(ending[outcome]))
-        yield ended
-        yield GaugeMetricFamily(
-            "chaosd_tasks_in_flight",
-            "Accepted tasks without an outcome yet (lost ones included)",
-            value=len(p.ledger.in_flight),
-        )
-        yield CounterMetricFamily(
-            "chaosd_worker_busy_seconds",
-            "Worker-seconds spent serving tasks (the integral of the busy workers)",
-            value=p.busy.area_at(p.clock.now()),
-        )
-        rejected = CounterMetricFamily("chaosd_tasks_rejected", "Tasks refused at admission", labels=["reason"])
-        for reason in sorted({*REJECT_REASONS, *total.rejected_by}):
-            rejected.add_metric([reason], float(total.rejected_by.get(reason, 0)))
-        yield rejected
-        failed = CounterMetricFamily("chaosd_tasks_failed", "Tasks that failed", labels=["reason"])
-        for why in sorted({*FAIL_REASONS, *total.failed_by}):
-            failed.add_metric([why], float(total.failed_by.get(why, 0)))
-        yield failed
-        accounted = exp.accounted()  # one answer serves both uses
-        yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=accounted[0])
-        yield CounterMetricFamily("chaosd_tasks_duplicated", "Duplicate effects at the sink", value=p.audit.total.count)
-        yield CounterMetricFamily(
-            "chaosd_tasks_deduplicated", "Second outcomes suppressed by the sink", value=p.ledger.deduplicated
-        )
-        for name, hist, doc in (
-            ("chaosd_task_wait_seconds", p.wait, "Accepted to service start"),
-            ("chaosd_task_sojourn_seconds", p.sojourn, "Accepted to completion"),
-        ):
-            family = HistogramMetricFamily(name, doc)
-            family.add_metric([], latency_buckets(hist), hist.sum)
-            yield family
-
-        state = exp.detector.state
-        yield GaugeMetricFamily(
-            "chaosd_collapse_state", "1 while collapsed", value=1.0 if state is DetectorState.COLLAPSED else 0.0
-        )
-        one_hot = GaugeMetricFamily("chaosd_detector_state", "Collapse detector state", labels=["state"])
-        for s in DetectorState:
-            one_hot.add_metric([s.value], 1.0 if s is state else 0.0)
-        yield one_hot
-        yield GaugeMetricFamily(
-            "chaosd_overload_state",
-            "1 while overloaded (more offered than served)",
-            value=1.0 if state is DetectorState.OVERLOAD else 0.0,
-        )
-        yield GaugeMetricFamily(
-            "chaosd_failing_state",
-            "1 while failing (tasks end failed, late or degraded while the queue is short)",
-            value=1.0 if state is DetectorState.FAILING else 0.0,
-        )
-        detector = exp.detector
-        yield CounterMetricFamily("chaosd_collapses", "Alarms that collapsed", value=detector.collapse_count)
-        yield CounterMetricFamily("chaosd_failing_episodes", "Alarms that were failing", value=detector.failing_count)
-        yield CounterMetricFamily(
-            "chaosd_overloads", "Alarms raised (overload, collapse or failing)", value=detector.episode_count
-        )
-        yield CounterMetricFamily("chaosd_stalls", "Times the process was seen paused", value=detector.stall_count)
-        throttle = exp.throttle
-        policy = InfoMetricFamily("chaosd_admission", "Admission control policy")
-        policy.add_metric([], {"policy": throttle.policy})
-        yield policy
-        yield GaugeMetricFamily(
-            "chaosd_throttle_factor", "Share of the offered load aimd admits", value=throttle.factor
-        )
-        yield GaugeMetricFamily(
-            "chaosd_admission_limit",
-            "Tasks admission control lets wait (the queue capacity when none)",
-            value=throttle.limit,
-        )
-        yield GaugeMetricFamily(
-            "chaosd_capacity_rate",
-            "Tasks per second the workers able to work can serve, measured (able workers / busy s per task)",
-            value=snap.capacity_rate if snap is not None else 0.0,
-        )
-        yield GaugeMetricFamily(
-            "chaosd_shed_rate",
-            "Tasks per second refused over the admission limit or by a full queue",
-            value=snap.shed_rate if snap is not None else 0.0,
-        )
-
-        series = self.faults
-        injected = CounterMetricFamily("chaosd_faults_injected", "Faults injected", labels=["action"])
-        active = GaugeMetricFamily("chaosd_faults_active", "Faults active", labels=["action"])
-        failed_faults = CounterMetricFamily("chaosd_faults_failed", "Faults not recovered in time", labels=["action"])
-        active_now = [f.action for f in exp.injector.active()]  # the faults in play: a handful, not the history
-        for action in CATALOGUE:
-            injected.add_metric([action], float(series.injected[action]))
-            active.add_metric([action], float(active_now.count(action)))
-            failed_faults.add_metric([action], float(series.failed[action]))
-        yield injected
-        yield active
-        yield failed_faults
-        yield GaugeMetricFamily(
-            "chaosd_safety_lever", "1 while the lever is pulled", value=1.0 if exp.injector.lever else 0.0
-        )
-        unplanned = CounterMetricFamily(
-            "chaosd_unplanned_incidents", "Incidents nobody injected, judged, by outcome", labels=["outcome"]
-        )
-        for outcome, n in exp.injector.book.unplanned.items():
-            unplanned.add_metric([outcome], float(n))
-        yield unplanned
-        yield GaugeMetricFamily(
-            "chaosd_unplanned_incident_open",
-            "1 while an incident nobody injected is open (the service left its steady state with no fault)",
-            value=1.0 if exp.injector.unplanned_open else 0.0,
-        )
-
-        score = exp.live_score(accounted)
-        # A dimension with nothing measured yet (warm-up, no judged fault) is NaN: no alert compares true on it.
-        score_total = math.nan if score.total is None else score.total
-        yield GaugeMetricFamily(
-            "chaosd_resilience_score", "Resilience score, 0-100 (NaN: not measured)", value=score_total
-        )
-        components = GaugeMetricFamily(
-            "chaosd_resilience_score_component", "Score components, 0-100 (NaN: not measured)", labels=["component"]
-        )
-        for component in COMPONENTS:
-            value = getattr(score, component)
-            components.add_metric([component], math.nan if value is None else float(value))
-        yield components
-        grade = GaugeMetricFamily("chaosd_resilience_grade", "Current grade (one-hot)", labels=["grade"])
-        for g in GRADES:
-            grade.add_metric([g], 1.0 if g == score.grade else 0.0)
-        yield grade
-
-        agents = GaugeMetricFamily("chaosd_agents", "Agents by kind and state", labels=["kind", "state"])
-        counts = {(k, s): 0 for k in AGENT_KINDS for s in AGENT_STATES}
-        for agent in p.agents.values():
-            counts[(agent.kind, agent.state)] += 1
-        for (kind, agent_state), n in counts.items():
-            agents.add_metric([kind, agent_state], float(n))
-        yield agents
-        leader = p.dispatcher.leader_id
-        yield GaugeMetricFamily(
-            "chaosd_leader_present", "1 while a replica holds the dispatch lease", value=leader is not None
-        )
-        holder = GaugeMetricFamily(
-            "chaosd_leader", "The replica holding the dispatch lease (one-hot)", labels=["replica"]
-        )
-        for replica in p.dispatcher.replicas:  # bounded: orchestrator.replicas (at most 99)
-            holder.add_metric([replica.id], 1.0 if replica.id == leader else 0.0)
-        yield holder
-        yield CounterMetricFamily("chaosd_leader_elections", "Elections won", value=p.dispatcher.elections)
-        yield CounterMetricFamily("chaosd_redispatched", "Tasks re-dispatched", value=p.dispatcher.redispatched)
-        yield CounterMetricFamily("chaosd_supervisor_restarts", "Agents resurrected", value=p.supervisor.restarts)
+        yield from _rate_families(exp)
+        yield from _ledger_families(exp)
+        accounted = exp.accounted()  # one answer serves both uses: the lost tasks and the live score
+        yield from _loss_families(exp, accounted)
+        yield from _detector_families(exp)
+        yield from _admission_families(exp)
+        yield from _fault_families(exp, self.faults)
+        yield from _score_families(exp, accounted)
+        yield from _dispatch_families(exp)
         exported, dropped = self._spans()
         yield CounterMetricFamily("chaosd_spans_exported", "Spans handed to the exporter", value=exported)
         yield CounterMetricFamily("chaosd_spans_dropped", "Spans dropped", value=dropped)
-        observers = exp.events.observers
-        errors = CounterMetricFamily(
-            "chaosd_observer_errors",
-            "Errors raised by event subscribers and telemetry listeners (logged once, never fatal)",
-            labels=["observer"],
-        )
-        for name in sorted({*observers.errors, *exp.events.subscriber_names}):
-            errors.add_metric([name], float(observers.errors.get(name, 0)))
-        yield errors
+        yield _observer_errors(exp)
         if self._server is not None:
             yield from _server_families(self._server)
+
+
+def _rate_families(exp: Experiment) -> Iterator[Metric]:
+    """The build, the queue, and the rates of the latest telemetry snapshot (0 before the first)."""
+    p = exp.pipeline
+    snap = exp.telemetry.latest
+    info = GaugeMetricFamily("chaosd_build_info", "chaosd build information", labels=["version"])
+    info.add_metric([__version__], 1.0)
+    yield info
+    yield GaugeMetricFamily("chaosd_queue_depth", "Tasks waiting in the ingress queue", value=p.queue.depth)
+    yield GaugeMetricFamily("chaosd_queue_capacity", "Ingress queue capacity", value=p.queue.capacity)
+    gauges = {
+        "chaosd_queue_growth_rate": ("dQ/dt in tasks per second", "queue_slope"),
+        "chaosd_offered_rate": ("Tasks offered per second (lambda)", "arrival_rate"),
+        "chaosd_service_rate": ("Tasks per second the workers could serve (mu)", "service_rate"),
+        "chaosd_throughput_rate": ("Tasks ending per second", "throughput"),
+        "chaosd_goodput_rate": ("Completions within the deadline, not degraded, per second", "goodput"),
+        "chaosd_utilisation_ratio": ("Busy share of the workers over the window", "utilisation"),
+        # The detector's own window percentiles, for probes that cannot use the histograms' rules.
+        "chaosd_sojourn_p95_seconds": ("p95 sojourn of tasks completed in the telemetry window", "sojourn_p95"),
+        "chaosd_sojourn_p99_seconds": ("p99 sojourn of tasks completed in the telemetry window", "sojourn_p99"),
+    }
+    for name, (doc, attr) in gauges.items():
+        yield GaugeMetricFamily(name, doc, value=float(getattr(snap, attr)) if snap is not None else 0.0)
+
+
+def _ledger_families(exp: Experiment) -> Iterator[Metric]:
+    """The ledger's task counts: by outcome (overlapping and partitioned), in flight, rejected and failed by reason."""
+    p = exp.pipeline
+    total = p.ledger.total
+    tasks = CounterMetricFamily(
+        "chaosd_tasks", "Tasks by outcome, overlapping (offered = accepted + rejected)", labels=["outcome"]
+    )
+    for outcome in OUTCOMES:
+        tasks.add_metric([outcome], float(getattr(total, outcome)))
+    yield tasks
+    ended = CounterMetricFamily(
+        "chaosd_tasks_ended",
+        "Offered tasks by their one outcome (good, late, degraded, failed, rejected): these add up",
+        labels=["outcome"],
+    )
+    ending = {
+        "good": p.ledger.good,
+        "late": total.late,
+        "degraded": total.degraded,
+        "failed": total.failed,
+        "rejected": total.rejected,
+    }
+    for outcome in ENDINGS:
+        ended.add_metric([outcome], float(ending[outcome]))
+    yield ended
+    yield GaugeMetricFamily(
+        "chaosd_tasks_in_flight",
+        "Accepted tasks without an outcome yet (lost ones included)",
+        value=len(p.ledger.in_flight),
+    )
+    yield CounterMetricFamily(
+        "chaosd_worker_busy_seconds",
+        "Worker-seconds spent serving tasks (the integral of the busy workers)",
+        value=p.busy.area_at(p.clock.now()),
+    )
+    rejected = CounterMetricFamily("chaosd_tasks_rejected", "Tasks refused at admission", labels=["reason"])
+    for reason in sorted({*REJECT_REASONS, *total.rejected_by}):
+        rejected.add_metric([reason], float(total.rejected_by.get(reason, 0)))
+    yield rejected
+    failed = CounterMetricFamily("chaosd_tasks_failed", "Tasks that failed", labels=["reason"])
+    for why in sorted({*FAIL_REASONS, *total.failed_by}):
+        failed.add_metric([why], float(total.failed_by.get(why, 0)))
+    yield failed
+
+
+def _loss_families(exp: Experiment, accounted: tuple[int, int, int]) -> Iterator[Metric]:
+    """Tasks lost, duplicated or deduplicated, and the wait and sojourn histograms."""
+    p = exp.pipeline
+    yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=accounted[0])
+    yield CounterMetricFamily("chaosd_tasks_duplicated", "Duplicate effects at the sink", value=p.audit.total.count)
+    yield CounterMetricFamily(
+        "chaosd_tasks_deduplicated", "Second outcomes suppressed by the sink", value=p.ledger.deduplicated
+    )
+    for name, hist, doc in (
+        ("chaosd_task_wait_seconds", p.wait, "Accepted to service start"),
+        ("chaosd_task_sojourn_seconds", p.sojourn, "Accepted to completion"),
+    ):
+        family = HistogramMetricFamily(name, doc)
+        family.add_metric([], latency_buckets(hist), hist.sum)
+        yield family
+
+
+def _detector_families(exp: Experiment) -> Iterator[Metric]:
+    """The collapse detector's state (one-hot, and a flag per alarm) and its alarm counts."""
+    state = exp.detector.state
+    yield GaugeMetricFamily(
+        "chaosd_collapse_state", "1 while collapsed", value=1.0 if state is DetectorState.COLLAPSED else 0.0
+    )
+    one_hot = GaugeMetricFamily("chaosd_detector_state", "Collapse detector state", labels=["state"])
+    for s in DetectorState:
+        one_hot.add_metric([s.value], 1.0 if s is state else 0.0)
+    yield one_hot
+    yield GaugeMetricFamily(
+        "chaosd_overload_state",
+        "1 while overloaded (more offered than served)",
+        value=1.0 if state is DetectorState.OVERLOAD else 0.0,
+    )
+    yield GaugeMetricFamily(
+        "chaosd_failing_state",
+        "1 while failing (tasks end failed, late or degraded while the queue is short)",
+        value=1.0 if state is DetectorState.FAILING else 0.0,
+    )
+    detector = exp.detector
+    yield CounterMetricFamily("chaosd_collapses", "Alarms that collapsed", value=detector.collapse_count)
+    yield CounterMetricFamily("chaosd_failing_episodes", "Alarms that were failing", value=detector.failing_count)
+    yield CounterMetricFamily(
+        "chaosd_overloads", "Alarms raised (overload, collapse or failing)", value=detector.episode_count
+    )
+    yield CounterMetricFamily("chaosd_stalls", "Times the process was seen paused", value=detector.stall_count)
+
+
+def _admission_families(exp: Experiment) -> Iterator[Metric]:
+    """Admission control: its policy, factor and limit, and the capacity and shedding it sees."""
+    snap = exp.telemetry.latest
+    throttle = exp.throttle
+    policy = InfoMetricFamily("chaosd_admission", "Admission control policy")
+    policy.add_metric([], {"policy": throttle.policy})
+    yield policy
+    yield GaugeMetricFamily("chaosd_throttle_factor", "Share of the offered load aimd admits", value=throttle.factor)
+    yield GaugeMetricFamily(
+        "chaosd_admission_limit",
+        "Tasks admission control lets wait (the queue capacity when none)",
+        value=throttle.limit,
+    )
+    yield GaugeMetricFamily(
+        "chaosd_capacity_rate",
+        "Tasks per second the workers able to work can serve, measured (able workers / busy s per task)",
+        value=snap.capacity_rate if snap is not None else 0.0,
+    )
+    yield GaugeMetricFamily(
+        "chaosd_shed_rate",
+        "Tasks per second refused over the admission limit or by a full queue",
+        value=snap.shed_rate if snap is not None else 0.0,
+    )
+
+
+def _fault_families(exp: Experiment, series: _FaultSeries) -> Iterator[Metric]:
+    """Faults by action (injected, active, failed), the safety lever, and the incidents nobody injected."""
+    injected = CounterMetricFamily("chaosd_faults_injected", "Faults injected", labels=["action"])
+    active = GaugeMetricFamily("chaosd_faults_active", "Faults active", labels=["action"])
+    failed_faults = CounterMetricFamily("chaosd_faults_failed", "Faults not recovered in time", labels=["action"])
+    active_now = [f.action for f in exp.injector.active()]  # the faults in play: a handful, not the history
+    for action in CATALOGUE:
+        injected.add_metric([action], float(series.injected[action]))
+        active.add_metric([action], float(active_now.count(action)))
+        failed_faults.add_metric([action], float(series.failed[action]))
+    yield injected
+    yield active
+    yield failed_faults
+    yield GaugeMetricFamily(
+        "chaosd_safety_lever", "1 while the lever is pulled", value=1.0 if exp.injector.lever else 0.0
+    )
+    unplanned = CounterMetricFamily(
+        "chaosd_unplanned_incidents", "Incidents nobody injected, judged, by outcome", labels=["outcome"]
+    )
+    for outcome, n in exp.injector.book.unplanned.items():
+        unplanned.add_metric([outcome], float(n))
+    yield unplanned
+    yield GaugeMetricFamily(
+        "chaosd_unplanned_incident_open",
+        "1 while an incident nobody injected is open (the service left its steady state with no fault)",
+        value=1.0 if exp.injector.unplanned_open else 0.0,
+    )
+
+
+def _score_families(exp: Experiment, accounted: tuple[int, int, int]) -> Iterator[Metric]:
+    """The live resilience score, its components and its grade (one-hot)."""
+    score = exp.live_score(accounted)
+    # A dimension with nothing measured yet (warm-up, no judged fault) is NaN: no alert compares true on it.
+    score_total = math.nan if score.total is None else score.total
+    yield GaugeMetricFamily("chaosd_resilience_score", "Resilience score, 0-100 (NaN: not measured)", value=score_total)
+    components = GaugeMetricFamily(
+        "chaosd_resilience_score_component", "Score components, 0-100 (NaN: not measured)", labels=["component"]
+    )
+    for component in COMPONENTS:
+        value = getattr(score, component)
+        components.add_metric([component], math.nan if value is None else float(value))
+    yield components
+    grade = GaugeMetricFamily("chaosd_resilience_grade", "Current grade (one-hot)", labels=["grade"])
+    for g in GRADES:
+        grade.add_metric([g], 1.0 if g == score.grade else 0.0)
+    yield grade
+
+
+def _dispatch_families(exp: Experiment) -> Iterator[Metric]:
+    """Agents by kind and state, the dispatch lease and its elections, re-dispatches and resurrections."""
+    p = exp.pipeline
+    agents = GaugeMetricFamily("chaosd_agents", "Agents by kind and state", labels=["kind", "state"])
+    counts = {(k, s): 0 for k in AGENT_KINDS for s in AGENT_STATES}
+    for agent in p.agents.values():
+        counts[(agent.kind, agent.state)] += 1
+    for (kind, agent_state), n in counts.items():
+        agents.add_metric([kind, agent_state], float(n))
+    yield agents
+    leader = p.dispatcher.leader_id
+    yield GaugeMetricFamily(
+        "chaosd_leader_present", "1 while a replica holds the dispatch lease", value=leader is not None
+    )
+    holder = GaugeMetricFamily("chaosd_leader", "The replica holding the dispatch lease (one-hot)", labels=["replica"])
+    for replica in p.dispatcher.replicas:  # bounded: orchestrator.replicas (at most 99)
+        holder.add_metric([replica.id], 1.0 if replica.id == leader else 0.0)
+    yield holder
+    yield CounterMetricFamily("chaosd_leader_elections", "Elections won", value=p.dispatcher.elections)
+    yield CounterMetricFamily("chaosd_redispatched", "Tasks re-dispatched", value=p.dispatcher.redispatched)
+    yield CounterMetricFamily("chaosd_supervisor_restarts", "Agents resurrected", value=p.supervisor.restarts)
+
+
+def _observer_errors(exp: Experiment) -> Metric:
+    """Errors raised by the event subscribers and telemetry listeners, by name (every subscriber listed)."""
+    observers = exp.events.observers
+    errors = CounterMetricFamily(
+        "chaosd_observer_errors",
+        "Errors raised by event subscribers and telemetry listeners (logged once, never fatal)",
+        labels=["observer"],
+    )
+    for name in sorted({*observers.errors, *exp.events.subscriber_names}):
+        errors.add_metric([name], float(observers.errors.get(name, 0)))
+    return errors
 
 
 class StorageHealth(Protocol):

@@ -101,11 +101,7 @@ class Producer:
         gate = agent.gate
         surge = self._surge
         constant = self._arrival == "constant"  # its gap is 1/rate, divided in the loop rather than called for
-        start = now()  # a resurrected producer starts afresh, it does not replay what it missed
-        rate = shape.rate_at(start - t0) * self._share
-        next_t = start + (self._phase / rate if constant and rate > 0 else 0.0)
-        if rate > 0 and not constant:
-            next_t += self._gap(rate)
+        next_t = self._first_arrival(now())  # a resurrected producer starts afresh, it does not replay what it missed
         streak = 0
         share = self._share
         gap = self._gap
@@ -115,23 +111,16 @@ class Producer:
             if not agent.gate_open and not agent.partitioned:
                 await gate.wait()  # paused: no arrivals until resumed, and no catch-up after
                 next_t = max(next_t, now())
-            offset = next_t - t0
-            if offset < flat_until:
-                rate = flat_rate
-            else:
-                rate, until = shape.steady_until(offset)
-                rate *= share
-                flat_rate, flat_until = rate, until
-            rate = rate * surge.factor / agent.slow
+            if next_t - t0 >= flat_until:  # the shape's rate holds until flat_until: asked again only past it
+                flat_rate, flat_until = shape.steady_until(next_t - t0)
+                flat_rate *= share
+            rate = flat_rate * surge.factor / agent.slow
             if rate <= 0.0:
-                nxt = shape.next_change(next_t - t0)
-                if nxt is None:
+                resumed = self._after_lull(next_t)
+                if resumed is None:
                     await asyncio.get_running_loop().create_future()  # no load ever again
                     return
-                next_t = t0 + nxt
-                upcoming = shape.rate_at(nxt) * self._share
-                if upcoming > 0.0:
-                    next_t += self._gap(upcoming)
+                next_t = resumed
                 continue
             # One clock reading per arrival, read again only after an await (the clock reads are a tenth of a
             # task's cost in real time).
@@ -162,6 +151,23 @@ class Producer:
                 if awaited or streak >= _YIELD_EVERY or next_t > t or next_t - t0 >= flat_until:
                     break
                 t = now()
+
+    def _first_arrival(self, start: float) -> float:
+        """When the first arrival is due, starting at ``start``: constant arrivals at this producer's phase."""
+        rate = self._shape.rate_at(start - self._t0) * self._share
+        constant = self._arrival == "constant"
+        next_t = start + (self._phase / rate if constant and rate > 0 else 0.0)
+        if rate > 0 and not constant:
+            next_t += self._gap(rate)
+        return next_t
+
+    def _after_lull(self, next_t: float) -> float | None:
+        """No load at ``next_t``: the first arrival once the shape's rate next changes, or None if it never does."""
+        nxt = self._shape.next_change(next_t - self._t0)
+        if nxt is None:
+            return None
+        upcoming = self._shape.rate_at(nxt) * self._share
+        return self._t0 + nxt + (self._gap(upcoming) if upcoming > 0.0 else 0.0)
 
     def _throttled(self, factor: float) -> bool:
         """Whether the throttle refuses this offer: it admits ``factor`` of them, evenly, through a running credit."""

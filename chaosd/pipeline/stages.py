@@ -129,15 +129,7 @@ class StageRunner:
         self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None
         self._params = MappingProxyType(dict(cfg.params))
         self.cfg_params: Mapping[str, object] = self._params
-        # Dependencies: name -> kind (http, tcp); the URL a handler calls each at (its proxy, once started);
-        # what each catalogue action does to each of them now, and the faults that makes.
-        self.dependencies: Mapping[str, str] = MappingProxyType(dict(dependencies or {}))
-        self._urls: dict[str, str] = {}
-        self.urls: Mapping[str, str] = MappingProxyType(self._urls)
-        self.proxies: dict[str, FaultProxy] = {}  # where this process serves the stage: started by its lifespan
-        self.dependency_layers: dict[str, dict[str, Mapping[str, float]]] = {name: {} for name in self.dependencies}
-        self.dependency_faults: dict[str, DependencyFaults] = dict.fromkeys(self.dependencies, NO_FAULTS)
-        self._dependency_fault_names: tuple[str, ...] = ()
+        self._init_dependencies(dependencies or {})
         self.state: object = None  # what the stage's setup returned
         self.stats = StageStats()
         self.handler_errors: dict[str, int] = {}  # attempts whose handler raised, by exception type
@@ -160,17 +152,31 @@ class StageRunner:
         self.degraded = 0
         self.fallback_served = 0
         self.successes = 0
-        # Circuit breaker: after breaker_threshold failed attempts in a row it opens for breaker_reset
-        # seconds — the orchestrator routes around an open tool, an open llm goes straight to its
-        # fallback — then lets a trial through (half-open).
+        self._init_breaker(cfg)
+        self.simple = True
+        self.refresh()
+
+    def _init_dependencies(self, dependencies: Mapping[str, str]) -> None:
+        """Dependencies: name -> kind (http, tcp); the URL a handler calls each at (its proxy, once started);
+        what each catalogue action does to each of them now, and the faults that makes."""
+        self.dependencies: Mapping[str, str] = MappingProxyType(dict(dependencies))
+        self._urls: dict[str, str] = {}
+        self.urls: Mapping[str, str] = MappingProxyType(self._urls)
+        self.proxies: dict[str, FaultProxy] = {}  # where this process serves the stage: started by its lifespan
+        self.dependency_layers: dict[str, dict[str, Mapping[str, float]]] = {name: {} for name in self.dependencies}
+        self.dependency_faults: dict[str, DependencyFaults] = dict.fromkeys(self.dependencies, NO_FAULTS)
+        self._dependency_fault_names: tuple[str, ...] = ()
+
+    def _init_breaker(self, cfg: StageConfig) -> None:
+        """Circuit breaker: after breaker_threshold failed attempts in a row it opens for breaker_reset seconds — the
+        orchestrator routes around an open tool, an open llm goes straight to its fallback — then lets a trial
+        through (half-open)."""
         self._fail_streak = 0
         self.open_until = float("-inf")
         self.trips = 0  # times the breaker opened
         self._open_for = cfg.breaker_reset  # doubles while trials keep failing, up to 16 ×
         self._tripped = False  # opened and not closed since: half-open once open_until has passed
         self.on_trip: Callable[[], None] | None = None  # the orchestrator reroutes at once, not at its next beat
-        self.simple = True
-        self.refresh()
 
     def read_backlog(self, backlog: Backlog) -> None:
         """Pressure reads this backlog from now on (a Redis worker's: the stream's, not its own empty queue)."""
