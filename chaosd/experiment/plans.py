@@ -28,6 +28,7 @@ from chaosd.experiment.runner import Experiment
 from chaosd.experiment.scenario import CHECKS, Scenario, ScenarioAction, split_metadata
 from chaosd.experiment.score import ScoreInputs, ScoreWeights, compute_score, grade
 from chaosd.faults import CATALOGUE, FaultRecord
+from chaosd.faults.catalogue import is_remedy
 from chaosd.faults.incidents import IncidentBook
 from chaosd.views import (
     ExpectationView,
@@ -125,7 +126,7 @@ def scenario_plan(
             at_1 += item.delay
             await clock.sleep_until(t0 + at)
             spec = item.action
-            if speed > 1 and spec.type not in CHECKS and spec.type != "resume_agent":
+            if speed > 1 and spec.type not in CHECKS and not is_remedy(spec.type):
                 apart = [(r, i) for r, end_1, i in mine if end_1 <= at_1 and r.outcome not in TERMINAL]
                 if apart:
                     waited = await _await_apart(exp, apart, index, spec.type, entries)
@@ -378,23 +379,19 @@ async def _settled(exp: Experiment, record: FaultRecord, latest: float) -> bool:
 
 
 def _round(actions: Sequence[str], rng: random.Random) -> list[str]:
-    """Every action once, shuffled; a resume follows the pause it can resume."""
+    """Every action once, shuffled; a remedy follows the blow it can undo (a resume, its pause)."""
     order = list(dict.fromkeys(actions))
     rng.shuffle(order)
-    if "pause_agent" in order and "resume_agent" in order:
-        order.remove("resume_agent")
-        order.insert(order.index("pause_agent") + 1, "resume_agent")
+    for action in list(order):
+        blow = CATALOGUE[action].remedies
+        if blow is not None and blow in order:
+            order.remove(action)
+            order.insert(order.index(blow) + 1, action)
     return order
 
 
 def _survival_target(exp: Experiment, action: str, rng: random.Random) -> str | None:
-    spec = CATALOGUE[action]
-    if action == "resume_agent":
-        paused = sorted(a.id for a in exp.pipeline.agents.values() if a.paused)
-        return rng.choice(paused) if paused else None
-    if action == "kill_leader":
-        return "leader" if exp.pipeline.dispatcher.leader_id is not None else None
-    return spec.default_target if spec.default_target not in ("worker",) else "random"
+    return CATALOGUE[action].survival_target(exp.pipeline, rng)
 
 
 # --- expectations ----------------------------------------------------------------------------------

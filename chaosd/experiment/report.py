@@ -26,6 +26,7 @@ from chaosd.core.humanize import (
     value,
 )
 from chaosd.experiment.verdict import verdict_view
+from chaosd.faults.catalogue import CATALOGUE
 from chaosd.views import (
     CollapseView,
     IncidentCause,
@@ -254,15 +255,6 @@ def _unplanned_lines(incidents: list[IncidentView]) -> list[str]:
 
 
 _EXPLAINED = 5  # the slowest recoveries the summary explains
-# The setting whose timer paces each healing mechanism (others: the mechanism's own timers).
-_HEAL_TIMERS = {
-    "kill_leader": "orchestrator.lease_ttl",
-    "kill_orchestrator": "orchestrator.lease_ttl",
-    "kill_agent": "supervisor.backoff",
-    "network_partition": "orchestrator.task_lease",
-    "drop_messages": "orchestrator.task_lease",
-    "mcp_disconnect": "the stage's reconnect backoff",
-}
 
 
 def _recovery_lines(incidents: list[IncidentView]) -> list[str]:
@@ -299,7 +291,7 @@ def explain_recovery(
         error = f", {cause['error']}" if cause["error"] else ""
         why = f"{span} until {cause['stage']} stopped failing ({cause['reason']}{error}); nothing was injected"
     elif dominant == "heal":
-        timers = sorted({_HEAL_TIMERS[a] for a in actions if a in _HEAL_TIMERS})
+        timers = sorted({timer for a in actions if a in CATALOGUE and (timer := CATALOGUE[a].heal_timer) is not None})
         why = f"{span} until the mechanism healed; " + (
             f"{' and '.join(timers)} sets it" if timers else "its own timers set it"
         )

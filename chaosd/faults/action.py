@@ -103,7 +103,13 @@ class Action:
     # An instantaneous remedy (resume_agent), not a blow of its own: it takes no slot under the cap, opens no
     # incident and has no recovery to wait for.
     remedy = False
+    remedies: str | None = None  # the action whose damage this one undoes, for a remedy
     heal_timer: str | None = None  # the setting whose timer paces the mechanism that heals it, as the summary names it
+
+    def survival_target(self, rt: Runtime, rng: random.Random) -> str | None:
+        """The target survival mode gives this action now, or None when nothing it could act on is there: its
+        default target (a random one where that is the workers)."""
+        return self.default_target if self.default_target != "worker" else "random"
 
     def check_params(self, given: Mapping[str, object]) -> dict[str, float]:
         unknown = sorted(set(given) - set(self.params))

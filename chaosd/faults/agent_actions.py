@@ -29,6 +29,9 @@ class KillLeader(Action):
     default_target = "leader"
     heals_itself = True
 
+    def survival_target(self, rt: Runtime, rng: random.Random) -> str | None:
+        return "leader" if rt.leader() is not None else None
+
     def resolve(self, rt: Runtime, target: str, rng: random.Random) -> tuple[str, ...]:
         if target not in ("leader", "orchestrator"):
             raise FaultError("target", f"kill_leader targets the leader (got {target!r})")
@@ -61,6 +64,9 @@ class KillOrchestrator(KillLeader):
     name = "kill_orchestrator"
     description = "Kill orchestrator replicas (the leader among them triggers an election)."
     default_target = "orchestrator"
+
+    def survival_target(self, rt: Runtime, rng: random.Random) -> str | None:
+        return self.default_target
 
     def resolve(self, rt: Agents, target: str, rng: random.Random) -> tuple[str, ...]:
         return resolve_agents(rt, target, self.kinds, "orchestrator", rng)
@@ -121,6 +127,11 @@ class ResumeAgent(Action):
     remedy = True
     name = "resume_agent"
     description = "Resume paused agents now; their pause_agent faults still end (as no-ops) at their TTL."
+    remedies = "pause_agent"  # survival mode plays it right after the pause it can resume
+
+    def survival_target(self, rt: Runtime, rng: random.Random) -> str | None:
+        paused = sorted(a.id for a in rt.agents.values() if a.paused)
+        return rng.choice(paused) if paused else None
 
     def apply(self, rt: Agents, targets: tuple[str, ...], params: dict[str, float]) -> Memo:
         rt.pause(targets, False)
