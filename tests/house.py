@@ -48,8 +48,6 @@ DEBT_MODULES: set[str] = {"chaosd/views/__init__.py", "chaosd/cli/client.py"}
 DEBT_FUNCTIONS: set[str] = {
     "chaosd/admission/detector.py:_judge",
     "chaosd/backends/redis/monitor.py:_poll_once",
-    "chaosd/backends/redis/worker.py:_heartbeat",
-    "chaosd/backends/redis/worker.py:_walk",
     "chaosd/batch/replicate.py:prepare",
     "chaosd/cli/client.py:add_client_commands",
     "chaosd/cli/main.py:_parser",
@@ -69,5 +67,4 @@ DEBT_FUNCTIONS: set[str] = {
     "chaosd/pipeline/pipeline.py:__init__",
     "chaosd/pipeline/producer.py:run",
     "chaosd/pipeline/stages.py:__init__",
-    "chaosd/pipeline/worker.py:_loop",
 }
