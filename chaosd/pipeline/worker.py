@@ -52,6 +52,13 @@ class BusyMeter:
 class Worker:
     """One worker agent: serves one task at a time, start to finish, along the orchestrator's route.
 
+    A burst: while a task ends without this worker awaiting, the next one waiting is taken at once, with the clock
+    reading that ended it. Nothing another task changes (the gate, faults, the route's flags) can change in between,
+    so only the checks that depend on the task itself are made again. Nobody else can see what this worker does
+    until it awaits either: the busy meter counts it busy from the first task to the last and is brought up to date
+    only when that count changes, and a task's dispatch is recorded just before its first await, or, if it never
+    awaits, with its acknowledgement.
+
     Without a dispatcher it only mirrors a worker process elsewhere (its flags, what its heartbeats report).
     """
 
@@ -103,7 +110,8 @@ class Worker:
         busy = self._busy
         routing = self._routing
         walker = self._walker
-        start = self._start
+        in_flight = self._ledger.in_flight
+        wait_add = self._wait.add
         settle = self._settle
         served = 0
         while True:
@@ -120,14 +128,13 @@ class Worker:
                 await self._clock.sleep(0)
                 served = 0
                 continue
-            # A burst: while a task ends without this worker awaiting, the next one waiting is taken at once, with
-            # the clock reading that ended it. Nothing another task changes (the gate, faults, the route's flags) can
-            # change in between, so only the checks that depend on the task itself are made again. Nobody else can
-            # see what this worker does until it awaits either: the busy meter counts it busy from the first task to
-            # the last (``holding``) and is brought up to date only when that count changes, and a task's dispatch
-            # is recorded just before its first await, or, if it never awaits, with its acknowledgement.
-            holding = False
-            while start(task, t):
+            holding = False  # a burst (see the class docstring): busy from its first task to its last
+            # Only the checks that depend on the task itself; the rare refusals are made in a call.
+            while (task.id in in_flight and not self.drop_probability) or not self._refused(task, t):
+                self.current = task
+                if not task.attempts:
+                    wait_add(t - task.accepted_at)
+                task.attempts += 1
                 if not holding:
                     # busy.step(t, 1) and, after the burst, busy.step(t, -1), written out: each saves a Python call.
                     busy.area += busy.busy * (t - busy.since)
@@ -135,9 +142,8 @@ class Worker:
                     busy.busy += 1
                     holding = True
                 walk = routing.walk
-                tracer = self.tracer
-                if task.trace is not None and tracer is not None:
-                    outcome = await walker.traced(task, walk, t, tracer)
+                if task.trace is not None and self.tracer is not None:
+                    outcome = await walker.traced(task, walk, t, self.tracer)
                 else:
                     outcome = await walker.walk(task, walk, t)
                 begun, t = t, now()
@@ -152,23 +158,19 @@ class Worker:
                 busy.since = t
                 busy.busy -= 1
 
-    def _start(self, task: Task, t: float) -> bool:
-        """Take ``task`` at ``t``, or not: a copy of a task that already ended, or a dispatch lost on its way."""
+    def _refused(self, task: Task, t: float) -> bool:
+        """Whether ``task`` is not to be served: a copy of a task that already ended, or a dispatch lost on its way."""
         ledger = self._ledger
         if task.id not in ledger.in_flight and ledger.idempotent:
             # A re-dispatched copy of a task that already ended: the sink would ignore it anyway.
             ledger.deduplicated += 1
-            return False
+            return True
         if self.drop_probability and self._rng.random() < self.drop_probability:
             assert self._dispatcher is not None  # _loop, the only caller, serves with one
             self._dispatcher.assign(task, self.agent.id, t)
             self.dropped += 1  # the dispatch never arrives; the task lease will bring it back
-            return False
-        self.current = task
-        if not task.attempts:
-            self._wait.add(t - task.accepted_at)
-        task.attempts += 1
-        return True
+            return True
+        return False
 
     def _settle(self, task: Task, walk: Walk | None, outcome: WalkOutcome, begun: float, t: float) -> bool:
         """Hand the outcome of a walk begun at ``begun`` to the ledger and the dispatch state; whether the burst goes on
