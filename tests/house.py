@@ -38,10 +38,7 @@ TOP_TEST_FILES = 10
 DEBT_CLASSES: set[str] = set()
 DEBT_MODULES: set[str] = set()
 DEBT_FUNCTIONS: set[str] = {
-    "chaosd/backends/redis/worker.py:_heartbeat",
-    "chaosd/backends/redis/worker.py:_walk",
     "chaosd/core/_asyncio_internals.py:_run_once",
-    "chaosd/pipeline/worker.py:_loop",
 }
 
 

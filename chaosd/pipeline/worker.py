@@ -1,9 +1,9 @@
-"""Worker agents: take a dispatched task, walk it along the current route, hand the outcome to the sink."""
+"""In-memory worker agents: take a dispatched task off the queue, walk it along the current route (a
+:class:`~chaosd.pipeline.stage_walk.StageWalker`), hand the outcome to the ledger and the dispatch state."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Protocol
 
 from chaosd.core.clock import Clock
@@ -12,23 +12,15 @@ from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
-from chaosd.pipeline.stages import DEGRADED, Degraded, StageRunner
+from chaosd.pipeline.stage_walk import StageWalker, Walk, WalkOutcome
+from chaosd.pipeline.stages import DEGRADED
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.tracing import TaskEnd, TaskTracer
-from chaosd.views import FailReason
+from chaosd.pipeline.tracing import TaskTracer
 
 __all__ = ["BusyMeter", "Routing", "Walk", "Worker"]
 
 # A worker whose stages never wait (zero service time) still lets others run this often.
 _YIELD_EVERY = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Walk:
-    """The route as workers walk it: the stages to run, and the optional ones skipped, which make it degraded."""
-
-    stages: tuple[StageRunner, ...]
-    bypassed: tuple[StageRunner, ...] = ()
 
 
 class Routing(Protocol):
@@ -60,6 +52,13 @@ class BusyMeter:
 class Worker:
     """One worker agent: serves one task at a time, start to finish, along the orchestrator's route.
 
+    A burst: while a task ends without this worker awaiting, the next one waiting is taken at once, with the clock
+    reading that ended it. Nothing another task changes (the gate, faults, the route's flags) can change in between,
+    so only the checks that depend on the task itself are made again. Nobody else can see what this worker does
+    until it awaits either: the busy meter counts it busy from the first task to the last and is brought up to date
+    only when that count changes, and a task's dispatch is recorded just before its first await, or, if it never
+    awaits, with its acknowledgement.
+
     Without a dispatcher it only mirrors a worker process elsewhere (its flags, what its heartbeats report).
     """
 
@@ -88,6 +87,7 @@ class Worker:
         self._sojourn = sojourn
         self._rng = rng
         self.tracer: TaskTracer | None = None
+        self._walker = StageWalker(clock, agent, agent.id, dispatcher)
         self.drop_probability = 0.0  # drop_messages: a dispatch lost on its way to this worker
         self.dropped = 0
         self.current: Task | None = None
@@ -101,54 +101,22 @@ class Worker:
                 self._busy.step(self._clock.now(), -1)
                 self.current = None
 
-    async def _traced(
-        self, task: Task, route: tuple[StageRunner, ...] | None, t: float
-    ) -> FailReason | Degraded | None:
-        """The slow path for a sampled task: the same work, with a span per stage."""
-        tracer = self.tracer
-        assert tracer is not None
-        now = self._clock.now
-        handle = tracer.started(task, self.agent.id, t)
-        reason: FailReason | None = None if route is not None else "no_route"
-        degraded = False
-        for stage in route or ():
-            begun = now()
-            ran = await stage.run(self.agent.slow, task)
-            tracer.stage(handle, stage.name, stage.kind, begun, now(), ran)
-            if ran == DEGRADED:
-                degraded = True
-            elif ran is not None:
-                reason = ran
-                break
-        outcome: TaskEnd = reason or ("lost_to_partition" if self.agent.partitioned else "completed")
-        tracer.ended(handle, now(), outcome)
-        return DEGRADED if reason is None and degraded else reason
-
     async def _loop(self) -> None:
-        dispatcher = self._dispatcher
-        if dispatcher is None:
+        if self._dispatcher is None:
             raise RuntimeError(f"{self.agent.id} stands for a process elsewhere: it has no dispatch to serve here")
         agent = self.agent
-        gate = agent.gate
         queue = self._queue
         now = self._clock.now
-        sleep = self._clock.sleep
         busy = self._busy
+        routing = self._routing
+        walker = self._walker
+        in_flight = self._ledger.in_flight
         wait_add = self._wait.add
-        sojourn_add = self._sojourn.add
-        ledger = self._ledger
-        in_flight = ledger.in_flight
-        me = agent.id
+        settle = self._settle
         served = 0
-        # Real time: a simple stage's service ends on the model's schedule, counted from when this worker was free
-        # (its previous service's due end) or the task arrived, whichever is later, so one late wake-up does not push
-        # back every later service. At most ``catch_up`` of lateness is made up per task: the rest of a longer delay
-        # (a stall) shows. What is measured (wait, sojourn) stays the clock's readings.
-        catch_up = self._clock.catch_up
-        due = float("-inf")
         while True:
             if not agent.gate_open:
-                await gate.wait()
+                await agent.gate.wait()
             t = now()
             task = queue.get_nowait(t)
             if task is None:
@@ -157,25 +125,12 @@ class Worker:
                 served = 0
             elif served >= _YIELD_EVERY:
                 queue.requeue(task)  # let others run; the task keeps its place at the head
-                await sleep(0)
+                await self._clock.sleep(0)
                 served = 0
                 continue
-            # A burst: while a task ends without this worker awaiting, the next one waiting is taken at once, with
-            # the clock reading that ended it. Nothing another task changes (the gate, faults, the route's flags) can
-            # change in between, so only the checks that depend on the task itself are made again. Nobody else can
-            # see what this worker does until it awaits either: the busy meter counts it busy from the first task to
-            # the last (``holding``) and is brought up to date only when that count changes, and a task's dispatch
-            # is recorded just before its first await (``unsent``), or, if it never awaits, with its acknowledgement.
-            holding = False
-            while True:
-                if task.id not in in_flight and ledger.idempotent:
-                    # A re-dispatched copy of a task that already ended: the sink would ignore it anyway.
-                    ledger.deduplicated += 1
-                    break
-                if self.drop_probability and self._rng.random() < self.drop_probability:
-                    dispatcher.assign(task, me, t)
-                    self.dropped += 1  # the dispatch never arrives; the task lease will bring it back
-                    break
+            holding = False  # a burst (see the class docstring): busy from its first task to its last
+            # Only the checks that depend on the task itself; the rare refusals are made in a call.
+            while (task.id in in_flight and not self.drop_probability) or not self._refused(task, t):
                 self.current = task
                 if not task.attempts:
                     wait_add(t - task.accepted_at)
@@ -186,76 +141,14 @@ class Worker:
                     busy.since = t
                     busy.busy += 1
                     holding = True
-                walk = self._routing.walk
-                reason: FailReason | None = None
-                degraded = False  # a stage gave up and the task went on without its result
-                unsent = True
-                begun = t
+                walk = routing.walk
                 if task.trace is not None and self.tracer is not None:
-                    unsent = False
-                    dispatcher.assign(task, me, t)
-                    ran = await self._traced(task, None if walk is None else walk.stages, t)
-                    if catch_up:
-                        due = now()  # served off the schedule: the next task's service starts from here at the earliest
-                    if ran == DEGRADED:
-                        degraded = True
-                    else:
-                        reason = ran
-                elif walk is None:
-                    reason = "no_route"
+                    outcome = await walker.traced(task, walk, t, self.tracer)
                 else:
-                    slow = agent.slow
-                    if catch_up:
-                        due = max(due, task.accepted_at, t - catch_up)
-                    for stage in walk.stages:
-                        if stage.simple:
-                            service = stage.sample() * slow
-                            stage.stats.latency.add(service)
-                            if service > 0.0:
-                                if unsent:
-                                    unsent = False
-                                    dispatcher.assign(task, me, t)
-                                if catch_up:
-                                    due += service
-                                    await sleep(due - now())
-                                else:
-                                    await sleep(service)
-                            continue
-                        if unsent:
-                            unsent = False
-                            dispatcher.assign(task, me, t)
-                        ran = await stage.run(slow, task)
-                        if catch_up:
-                            due = now()  # a stage that times itself: the next one starts from when it ended
-                        if ran == DEGRADED:
-                            degraded = True
-                        elif ran is not None:
-                            reason = ran
-                            break
-                t = now()
-                self.current = None
+                    outcome = await walker.walk(task, walk, t)
+                begun, t = t, now()
                 served += 1
-                agent.served += 1
-                if agent.partitioned:
-                    if unsent:
-                        dispatcher.assign(task, me, begun)
-                    break  # the outcome cannot reach the sink; the task lease will expire
-                if reason is None:
-                    if walk is not None and walk.bypassed and task.id in in_flight:
-                        # Completed without the skipped stages' results: degraded, like a tool given up on.
-                        degraded = True
-                        for skipped in walk.bypassed:
-                            skipped.degraded += 1
-                    if ledger.complete(task, t, degraded):  # a first outcome: its time in the system counts
-                        sojourn_add(t - task.accepted_at)
-                else:
-                    ledger.fail(task, reason)
-                if unsent:
-                    dispatcher.served_at_once(task, me, begun)
-                else:
-                    dispatcher.ack(task.id, me)
-                    break  # it awaited: back to the checks above
-                if served >= _YIELD_EVERY:
+                if not settle(task, walk, outcome, begun, t) or served >= _YIELD_EVERY:
                     break
                 task = queue.get_nowait(t)
                 if task is None:
@@ -264,3 +157,44 @@ class Worker:
                 busy.area += busy.busy * (t - busy.since)
                 busy.since = t
                 busy.busy -= 1
+
+    def _refused(self, task: Task, t: float) -> bool:
+        """Whether ``task`` is not to be served: a copy of a task that already ended, or a dispatch lost on its way."""
+        ledger = self._ledger
+        if task.id not in ledger.in_flight and ledger.idempotent:
+            # A re-dispatched copy of a task that already ended: the sink would ignore it anyway.
+            ledger.deduplicated += 1
+            return True
+        if self.drop_probability and self._rng.random() < self.drop_probability:
+            assert self._dispatcher is not None  # _loop, the only caller, serves with one
+            self._dispatcher.assign(task, self.agent.id, t)
+            self.dropped += 1  # the dispatch never arrives; the task lease will bring it back
+            return True
+        return False
+
+    def _settle(self, task: Task, walk: Walk | None, outcome: WalkOutcome, begun: float, t: float) -> bool:
+        """Hand the outcome of a walk begun at ``begun`` to the ledger and the dispatch state; whether the burst goes on
+        (the walk never awaited, so nobody else ran meanwhile)."""
+        self.current = None
+        agent = self.agent
+        agent.served += 1
+        waited = self._walker.waited
+        dispatcher = self._dispatcher
+        assert dispatcher is not None  # _loop, the only caller, serves with one
+        if agent.partitioned:
+            if not waited:
+                dispatcher.assign(task, agent.id, begun)
+            return False  # the outcome cannot reach the sink; the task lease will expire
+        ledger = self._ledger
+        if outcome is None or outcome == DEGRADED:
+            if walk is not None and walk.bypassed and task.id in ledger.in_flight:
+                outcome = walk.count_bypassed()
+            if ledger.complete(task, t, outcome is not None):  # a first outcome: its time in the system counts
+                self._sojourn.add(t - task.accepted_at)
+        else:
+            ledger.fail(task, outcome)
+        if waited:
+            dispatcher.ack(task.id, agent.id)
+            return False  # it awaited: back to the checks that depend on more than the task
+        dispatcher.served_at_once(task, agent.id, begun)
+        return True

@@ -19,6 +19,7 @@ import json
 import os
 import random
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -26,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
+from redis.typing import EncodableT, FieldT
 
 from chaosd.backends.redis.clock import server_offset
 from chaosd.backends.redis.queue import still_cancelled
@@ -43,6 +45,7 @@ from chaosd.core.clock import Clock
 from chaosd.faults.proxy import NO_FAULTS
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline.resources import MemoryStore
+from chaosd.pipeline.stage_walk import StageWalker
 from chaosd.pipeline.stages import DEGRADED, StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import CarriedTracer
@@ -110,6 +113,10 @@ class RedisWorker:
         self.instance = f"{os.getpid()}-{secrets.token_hex(4)}"  # this process, not the next one with the same id
         self.killed = asyncio.Event()  # set when the daemon asks this very process to exit
         self.control = _Control()
+        # A run of simple stages is served with one timer: every wake-up of this process is a scheduling delay, and
+        # on a busy host one per stage would cost a worker much of its rate. The stage flags reach this process by
+        # heartbeat, far coarser than one walk, so deciding the run at its start changes no fault's effect.
+        self._walker = StageWalker(clock, self.control, agent_id, coalesce=True)
         self._resume = asyncio.Event()
         self._resume.set()
         self._offset = 0.0
@@ -244,69 +251,27 @@ class RedisWorker:
             await self._clock.sleep(_RETRY)
 
     async def _walk(self, entry: str, fields: dict[str, str]) -> _Outcome:
-        """The task along the current route, as the in-memory worker walks it."""
-        p = self.pipeline
-        sleep = self._clock.sleep
+        """The task a stream entry carries along the current route; a sampled one continues its producer's trace."""
         self.current = fields.get("i")
         started = self._redis_now()
-        route = None if p.walk is None else p.walk.stages
-        reason: FailReason | None = None
-        degraded = False
-        task: Task | None = None  # what a python stage's handler is given, made at the first stage that runs one
-        tracer, handle = self.tracer, None
-        header = fields.get("t")
+        task = _task(fields)
+        walk = self.pipeline.walk
+        tracer, header = self.tracer, fields.get("t")
         if tracer is not None and header is not None:
-            task = _task(fields)
             task.trace = tracer.continued(header)
-            if task.trace is not None:
-                handle = tracer.started(task, self.id, self._clock.now())
-        now = self._clock.now
-        if route is None:
-            reason = "no_route"
+        if tracer is not None and task.trace is not None:
+            outcome = await self._walker.traced(task, walk, self._clock.now(), tracer)
         else:
-            slow = self.control.slow
-            # A run of simple stages is served with one timer: every wake-up of this process is a
-            # scheduling delay, and on a busy host one per stage would cost a worker much of its rate. The
-            # stage flags reach this process by heartbeat, far coarser than one walk, so deciding the run
-            # at its start changes no fault's effect.
-            pending = 0.0
-            for stage in route:
-                if stage.simple:
-                    service = stage.sample() * slow
-                    stage.stats.latency.add(service)
-                    if handle is None:
-                        pending += service
-                        continue
-                    begun = now()  # a traced task: each stage its own span
-                    await sleep(service)
-                    if tracer is not None:
-                        tracer.stage(handle, stage.name, stage.kind, begun, now(), None)
-                    continue
-                if pending > 0.0:
-                    await sleep(pending)
-                    pending = 0.0
-                if task is None:
-                    task = _task(fields)
-                begun = now() if handle is not None else 0.0
-                ran = await stage.run(slow, task)
-                if handle is not None and tracer is not None:
-                    tracer.stage(handle, stage.name, stage.kind, begun, now(), ran)
-                if ran == DEGRADED:
-                    degraded = True
-                elif ran is not None:
-                    reason = ran
-                    break
-            if pending > 0.0:
-                await sleep(pending)
-            if reason is None and p.bypassed:
-                degraded = True
-                for name in p.bypassed:
-                    p.stages[name].degraded += 1
-        if handle is not None and tracer is not None:
-            tracer.ended(handle, now(), reason or "completed")
+            outcome = await self._walker.walk(task, walk, self._clock.now())
+        if outcome is None or outcome == DEGRADED:
+            if walk is not None and walk.bypassed:
+                outcome = walk.count_bypassed()
+            reason: FailReason | Literal[""] = ""
+        else:
+            reason = outcome
         self.current = None
         self.served += 1
-        return _Outcome(entry, fields, reason or "", degraded, started, self._redis_now())
+        return _Outcome(entry, fields, reason, outcome == DEGRADED, started, self._redis_now())
 
     # --- heartbeat and control --------------------------------------------------------------------
 
@@ -318,19 +283,7 @@ class RedisWorker:
         while True:
             k += 1
             pipe = self._ctl.pipeline(transaction=False)
-            memory, mcp = self._resources()
-            pipe.hset(
-                beat,
-                mapping={
-                    "pid": os.getpid(),
-                    "instance": self.instance,
-                    "busy": self.current or "",
-                    "served": self.served,
-                    "breakers": self._breakers(),
-                    "memory": memory,
-                    "mcp": mcp,
-                },
-            )
+            pipe.hset(beat, mapping=self._beat_fields())
             pipe.pexpire(beat, ttl_ms)
             pipe.sadd(keys.members, self.id)
             deltas, shots = self._stage_deltas()
@@ -365,13 +318,31 @@ class RedisWorker:
             self._dropped_reported += dropped
             self._trips_reported += trips
             self._apply(replies[-2] or {}, replies[-1] or "")
-            self.pipeline.heartbeat(self._clock.now())  # breakers, reroutes and the memory scrub, as the leader's
-            for store, entries in self._corrupt:
-                # After the scrub: the entries stay corrupted until the next one, as between two leader beats,
-                # for the reads to catch and the next heartbeat to report.
-                store.corrupt_entries(entries)
-            self._corrupt.clear()
+            self._beat_pipeline()
             await self._clock.sleep(_CONTROL_EVERY)
+
+    def _beat_fields(self) -> Mapping[FieldT, EncodableT]:
+        """The heartbeat hash: this process, the task it serves, how many it served, its breakers and resources."""
+        memory, mcp = self._resources()
+        return {
+            "pid": os.getpid(),
+            "instance": self.instance,
+            "busy": self.current or "",
+            "served": self.served,
+            "breakers": self._breakers(),
+            "memory": memory,
+            "mcp": mcp,
+        }
+
+    def _beat_pipeline(self) -> None:
+        """The stages' own beat, as the leader's: breakers, reroutes and the memory scrub, then the corruption
+        orders that came with the control read."""
+        self.pipeline.heartbeat(self._clock.now())
+        for store, entries in self._corrupt:
+            # After the scrub: the entries stay corrupted until the next one, as between two leader beats,
+            # for the reads to catch and the next heartbeat to report.
+            store.corrupt_entries(entries)
+        self._corrupt.clear()
 
     def _stage_deltas(self) -> tuple[dict[str, int], dict[str, npt.NDArray[np.int64]]]:
         """What each stage did since the last heartbeat that reached Redis, as ``stage_stats`` keys (only those
