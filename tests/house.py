@@ -1,8 +1,5 @@
 """The house's plan, read by the house-rules tests and kept true in docs/development.md: chaosd's packages in import
 order (each may import itself and those above it in this list, never those below), and the size limits.
-
-The debt lists name what does not keep a rule yet; a test fails when an entry there keeps it (take it off) or
-when something not listed breaks it. They only ever shrink.
 """
 
 from __future__ import annotations
@@ -33,13 +30,6 @@ CLASS_METHODS = 25
 MODULE_LINES = 800
 FUNCTION_LINES = 60
 TOP_TEST_FILES = 10
-
-# Known debts (see the module docstring).
-DEBT_CLASSES: set[str] = set()
-DEBT_MODULES: set[str] = set()
-DEBT_FUNCTIONS: set[str] = {
-    "chaosd/core/_asyncio_internals.py:_run_once",
-}
 
 
 def diagram() -> str:

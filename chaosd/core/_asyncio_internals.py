@@ -191,6 +191,21 @@ class ClockedSelectorLoop(asyncio.SelectorEventLoop):
         heapq.heappush(self._scheduled, (when, timer))
         return timer
 
+    def _without_cancelled(
+        self, scheduled: list[tuple[float, asyncio.TimerHandle]]
+    ) -> list[tuple[float, asyncio.TimerHandle]]:
+        """The heap without its cancelled timers, as asyncio rebuilds it once they are most of it (rare: a call)."""
+        kept = []
+        for entry in scheduled:
+            if entry[1]._cancelled:
+                entry[1]._scheduled = False  # type: ignore[attr-defined]
+            else:
+                kept.append(entry)
+        heapq.heapify(kept)
+        self._scheduled = kept
+        self._timer_cancelled_count = 0
+        return kept
+
     def _run_once(self) -> None:
         """asyncio's loop iteration on the heap of pairs (no debug-mode checks of slow callbacks), repeated until the
         loop is stopping: run_forever calls it, then stops once ``_stopping`` is set, so iterating here until then
@@ -209,15 +224,7 @@ class ClockedSelectorLoop(asyncio.SelectorEventLoop):
                 count > MIN_SCHEDULED_TIMER_HANDLES
                 and self._timer_cancelled_count / count > MIN_CANCELLED_TIMER_HANDLES_FRACTION
             ):
-                kept = []
-                for entry in scheduled:
-                    if entry[1]._cancelled:
-                        entry[1]._scheduled = False  # type: ignore[attr-defined]
-                    else:
-                        kept.append(entry)
-                heapq.heapify(kept)
-                self._scheduled = scheduled = kept
-                self._timer_cancelled_count = 0
+                scheduled = self._without_cancelled(scheduled)
             else:
                 while scheduled and scheduled[0][1]._cancelled:
                     self._timer_cancelled_count -= 1
