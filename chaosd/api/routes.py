@@ -85,6 +85,19 @@ def _ok(body: object, status: int = 200) -> web.Response:
     return web.json_response(rounded(body), status=status, dumps=lambda o: json.dumps(o, sort_keys=True))
 
 
+def _created(request: web.Request, body: object, location: str, take_back: Callable[[], object]) -> web.Response:
+    """201 with the new resource's ``Location``; ``take_back`` undoes its creation if the request is not stored
+    (the request is then answered 503, as if never made)."""
+
+    async def undo() -> None:
+        take_back()
+
+    _undo(request, undo)
+    response = _ok(body, 201)
+    response.headers["Location"] = location
+    return response
+
+
 async def _read(request: web.Request) -> bytes:
     """The body, within the request deadline: a client trickling it in gets 408, not a held handler."""
     limits = request.app[LIMITS]
@@ -211,14 +224,7 @@ async def inject(request: web.Request) -> web.Response:
     body = await _body(request, InjectRequest)
     faults = request.app[CONTROLLER].faults
     record = faults.inject(body.action, body.target, dict(body.params), body.ttl, dict(body.labels))
-
-    async def take_back() -> None:
-        faults.take_back(record)
-
-    _undo(request, take_back)
-    response = _ok(record.as_dict(), 201)
-    response.headers["Location"] = f"/api/v1/faults/{record.id}"
-    return response
+    return _created(request, record.as_dict(), f"/api/v1/faults/{record.id}", lambda: faults.take_back(record))
 
 
 def _selector(request: web.Request) -> tuple[dict[str, str], frozenset[str], frozenset[str]]:
@@ -314,14 +320,7 @@ async def open_window(request: web.Request) -> web.Response:
     body = await _body(request, WindowRequest, optional=True)
     kept = request.app[CONTROLLER].windows
     window = kept.open(body.name)
-
-    async def take_back() -> None:
-        kept.discard(window)
-
-    _undo(request, take_back)
-    response = _ok(window.summary(), 201)
-    response.headers["Location"] = f"/api/v1/windows/{window.id}"
-    return response
+    return _created(request, window.summary(), f"/api/v1/windows/{window.id}", lambda: kept.discard(window))
 
 
 async def windows(request: web.Request) -> web.Response:

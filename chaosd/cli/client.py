@@ -11,15 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from chaosd.cli.exits import (
-    EXIT_EXPECTATION,
-    EXIT_OK,
-    EXIT_PLAN_FAILED,
-    EXIT_REJECTED,
-    EXIT_SERVER,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-)
+from chaosd.cli.exits import EXIT_SERVER, EXIT_USAGE
 from chaosd.cli.fault_commands import FAULT_COMMANDS, add_fault_commands, await_verdict, selector
 from chaosd.cli.inspect_command import add_inspect_command, inspect
 from chaosd.cli.scenario_command import add_scenario_command, scenario
@@ -40,13 +32,6 @@ from chaosd.cli.transport import (
 
 __all__ = [
     "COMMANDS",
-    "EXIT_EXPECTATION",
-    "EXIT_OK",
-    "EXIT_PLAN_FAILED",
-    "EXIT_REJECTED",
-    "EXIT_SERVER",
-    "EXIT_UNREACHABLE",
-    "EXIT_USAGE",
     "Client",
     "ClientError",
     "add_client_commands",

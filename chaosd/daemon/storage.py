@@ -153,14 +153,16 @@ class Storage:
         if (problem := self.problem) is not None and self._writer.failing is None:
             return problem  # not open, writer gone, or the file moved: a write would not tell more
         mark = self.mark()
-        self._submit("probe", _PROBE, lambda: (self._wall_clock(),))
+        if (writer := self._open_writer("probe")) is not None:
+            writer.submit("probe", _PROBE, lambda: (self._wall_clock(),))
         await self.flush()
         if self.failed_since(mark):
             return self.problem or "the probe write failed"
         return self.problem
 
     def run_started(self, run_id: str, started_unix: float, config: Mapping[str, object]) -> None:
-        self._submit("run_started", _RUN_STARTED, lambda: (run_id, started_unix, dumps(config)))
+        if (writer := self._open_writer("run_started")) is not None:
+            writer.submit("run_started", _RUN_STARTED, lambda: (run_id, started_unix, dumps(config)))
 
     def run_finished(self, run_id: str, ended_unix: float, status: RunStatus, report: ReportView | None) -> None:
         def values() -> Args:
@@ -169,31 +171,27 @@ class Storage:
             score = None if report is None else report.get("score")
             return (ended_unix, status, dumps(report), dumps(score), run_id)
 
-        self._submit("run_finished", _RUN_FINISHED, values, must_match=True)
+        if (writer := self._open_writer("run_finished")) is not None:
+            writer.submit("run_finished", _RUN_FINISHED, values, must_match=True)
 
     def fault_changed(self, run_id: str, fault: FaultView) -> None:
         def values() -> Args:
             return (run_id, fault["id"], fault.get("action"), fault.get("outcome"), dumps(fault))
 
-        self._submit("fault_changed", _FAULT_CHANGED, values)
+        if (writer := self._open_writer("fault_changed")) is not None:
+            writer.submit("fault_changed", _FAULT_CHANGED, values)
 
     def event(self, run_id: str, event_id: int, t: float, kind: EventKind, data: Mapping[str, object]) -> None:
         trim = (_TRIM_EVENTS, (self.max_events,))  # once per batch that adds events: the newest max_events stay
-        self._submit("event", _EVENT, lambda: (run_id, event_id, t, kind, dumps(data)), then=trim)
+        if (writer := self._open_writer("event")) is not None:
+            writer.submit("event", _EVENT, lambda: (run_id, event_id, t, kind, dumps(data)), then=trim)
 
-    def _submit(
-        self,
-        what: str,
-        sql: str,
-        values: Callable[[], Args],
-        *,
-        must_match: bool = False,
-        then: tuple[str, Args] | None = None,
-    ) -> None:
+    def _open_writer(self, what: str) -> StorageWriter | None:
+        """The writer while storage is open; otherwise the write ``what`` is refused (counted, in its order)."""
         if self._state != "open":
             self._writer.refuse(what, f"storage is {self._state}")
-        else:
-            self._writer.submit(what, sql, values, must_match=must_match, then=then)
+            return None
+        return self._writer
 
     # The reads, by the names the API has always called (the same as ``reads``'s).
     async def runs(self, limit: int = 100) -> list[RunSummary]:

@@ -177,12 +177,17 @@ class Producer:
         self._credit -= 1.0
         return False
 
-    def _emit(self, t: float) -> Task | None:
-        """Offer one task; returns it when it must wait for room (``block``), else None."""
+    def _new_task(self, t: float) -> Task:
+        """The next task, arriving at ``t``; a sampled one carries its trace from here."""
         task = Task(next(self._ids), t, t >= self._measure_from)
         tracer = self.tracer
         if tracer is not None and task.id % tracer.every == 0:
             task.trace = tracer.produced(task, self.agent.id, t)
+        return task
+
+    def _emit(self, t: float) -> Task | None:
+        """Offer one task; returns it when it must wait for room (``block``), else None."""
+        task = self._new_task(t)
         ledger = self._ledger
         factor = self._admission.factor
         reason: RefuseReason

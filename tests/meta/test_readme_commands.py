@@ -15,7 +15,7 @@ import pytest
 from daemon_harness import ROOT, TOKEN, Daemon
 from needs import program
 
-from chaosd.cli.client import EXIT_OK
+from chaosd.cli.exits import EXIT_OK
 from chaosd.config.settings import load_settings
 from chaosd.experiment.scenario import SHIPPED, load_scenario
 

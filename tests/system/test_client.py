@@ -20,7 +20,8 @@ import pytest
 from daemon_harness import TOKEN, Daemon, wait_for
 
 from chaosd.cli import plan_watch, transport
-from chaosd.cli.client import (
+from chaosd.cli.client import Client, ClientError, add_client_commands, run_client_command
+from chaosd.cli.exits import (
     EXIT_EXPECTATION,
     EXIT_OK,
     EXIT_PLAN_FAILED,
@@ -28,10 +29,6 @@ from chaosd.cli.client import (
     EXIT_SERVER,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
-    Client,
-    ClientError,
-    add_client_commands,
-    run_client_command,
 )
 
 

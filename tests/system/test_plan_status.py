@@ -15,7 +15,8 @@ import pytest
 from conftest import live
 from daemon_harness import TOKEN, Daemon, wait_for
 
-from chaosd.cli.client import EXIT_OK, add_client_commands, run_client_command
+from chaosd.cli.client import add_client_commands, run_client_command
+from chaosd.cli.exits import EXIT_OK
 from chaosd.config.settings import load_settings
 from chaosd.core.clock import LoopClock
 from chaosd.daemon.control import Controller, PlanRun

@@ -20,6 +20,7 @@ from chaosd.pipeline.producer import Producer
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import traceparent
+from chaosd.views import RefuseReason
 
 __all__ = ["RedisProducer", "RedisQueue", "still_cancelled"]
 
@@ -249,21 +250,18 @@ class RedisProducer(Producer):
     """A producer whose every offer goes through ``RedisQueue.put`` (an await: the answer comes from Redis)."""
 
     def _emit(self, t: float) -> Task | None:
-        task = Task(next(self._ids), t, t >= self._measure_from)
-        tracer = self.tracer
-        if tracer is not None and task.id % tracer.every == 0:
-            task.trace = tracer.produced(task, self.agent.id, t)
-        ledger = self._ledger
-        if self.agent.partitioned:
-            ledger.offer(task)
-            ledger.refuse(task, "partitioned")
-            return None
+        task = self._new_task(t)
         factor = self._admission.factor
-        if factor < 1.0 and self._throttled(factor):
-            ledger.offer(task)
-            ledger.refuse(task, "throttled")
-            return None
-        return task  # run() awaits queue.put(task), which offers it and accepts or refuses it
+        reason: RefuseReason | None = None
+        if self.agent.partitioned:
+            reason = "partitioned"
+        elif factor < 1.0 and self._throttled(factor):
+            reason = "throttled"
+        else:
+            return task  # run() awaits queue.put(task), which offers it and accepts or refuses it
+        self._ledger.offer(task)
+        self._ledger.refuse(task, reason)
+        return None
 
     def restart_clock(self, shift: float) -> None:
         """The runtime's time origin moved ``shift`` seconds later (its processes took that long to start)."""
