@@ -40,7 +40,7 @@ class LiveMeasure:
         """The live report's task counts (what :meth:`Tally.of` reads), without building the whole report.
 
         ``Experiment.report()`` also renders every fault, incident and the timeline: too much for a status
-        that is polled. These are the same numbers (``tests/test_plan_status.py`` holds them equal).
+        that is polled. These are the same numbers (``tests/system/test_plan_status.py`` holds them equal).
         """
         p = self._exp.pipeline
         m = p.ledger.measured

@@ -1,5 +1,5 @@
 // The types of vocabulary.js, which chaosd/arena/vocabulary.py writes from Python's tables when the page is served
-// (tests/test_arena.py checks that both name the same constants).
+// (tests/system/test_arena.py checks that both name the same constants).
 
 /** Where a catalogue action's button goes: the ARES actions, chaosd's queue faults, a python stage's dependencies. */
 export type ActionGroup = "ares" | "queue" | "dependency";
