@@ -11,7 +11,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -555,6 +555,8 @@ def _default_stages() -> tuple[StageConfig, ...]:
 class Settings(BaseSettings):
     """The whole configuration; field names are public interface."""
 
+    environment_first: ClassVar[bool] = True  # CHAOSD_… variables read, and over the tables
+
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
 
     seed: int = Field(default=1, ge=0)
@@ -624,8 +626,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment beats the file (and a scenario's overlay), as operators expect.
-        return env_settings, init_settings
+        # Environment beats the file (and a scenario's overlay), as operators expect; settings built once the
+        # environment has been read into their tables take those alone.
+        return (env_settings, init_settings) if cls.environment_first else (init_settings,)
 
 
 def deep_merge(base: Mapping[str, object], overlay: Mapping[str, object]) -> dict[str, object]:
@@ -699,18 +702,9 @@ def _validated(model: type[Settings], data: Mapping[str, object], layers: list[L
 
 
 class _AboveEnvironment(Settings):
-    """Settings built from tables alone: the environment has been read into them already."""
+    """Settings built from tables alone: the environment has been read into them already (their sources: above)."""
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
+    environment_first: ClassVar[bool] = False
 
 
 def _overridden(settings: Settings, overrides: Mapping[str, object], layers: list[Layer]) -> Settings:

@@ -16,21 +16,6 @@ from chaosd.views.tasks import TaskCounts
 from chaosd.views.units import RunInstant, closed_view, open_view
 from chaosd.views.verdict import ScoreView
 
-__all__ = [
-    "ActionsBody",
-    "FaultsBody",
-    "HealthBody",
-    "LeverBody",
-    "OpenApiDocument",
-    "ReadyBody",
-    "RevertedBody",
-    "ScenariosBody",
-    "ScoreBody",
-    "WindowReport",
-    "WindowSummary",
-    "WindowsBody",
-]
-
 
 @closed_view
 class HealthBody(TypedDict):

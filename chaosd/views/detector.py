@@ -9,18 +9,6 @@ from typing_extensions import TypedDict
 
 from chaosd.views.units import Duration, RunInstant, Share, closed_view, open_view
 
-__all__ = [
-    "AdmissionView",
-    "AlarmKind",
-    "CollapseView",
-    "DetectorStateName",
-    "EpisodeView",
-    "ThrottleAction",
-    "ThrottleMove",
-    "ThrottleView",
-]
-
-
 DetectorStateName = Literal["healthy", "warning", "overload", "collapsed", "failing", "stall", "recovering"]
 
 

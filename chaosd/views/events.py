@@ -9,12 +9,6 @@ from typing_extensions import TypedDict
 from chaosd.views.plans import PlanKind
 from chaosd.views.units import RunInstant, closed_view
 
-__all__ = [
-    "EventKind",
-    "EventView",
-]
-
-
 # The flight recorder's kinds (chaosd.events.kinds: one payload type per kind); a plan run's end is of its PlanKind.
 EventKind = Literal[
     "agent",

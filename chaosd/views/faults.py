@@ -13,21 +13,6 @@ from chaosd.views.tasks import FailReason
 from chaosd.views.units import Duration, Rate, RunInstant, Share, closed_view
 from chaosd.views.wire import FaultClock, FaultOutcome, IncidentOutcome, RevertedBy
 
-__all__ = [
-    "ActionView",
-    "BaselineView",
-    "FaultTallyView",
-    "FaultView",
-    "IncidentCause",
-    "IncidentView",
-    "ParamView",
-    "PhaseName",
-    "PhaseSpans",
-    "PhasesView",
-    "PredictionView",
-    "ServiceSignal",
-]
-
 
 @closed_view
 class BaselineView(TypedDict):

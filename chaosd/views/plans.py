@@ -14,21 +14,6 @@ from chaosd.views.tasks import TaskCounts
 from chaosd.views.units import Duration, RunInstant, closed_view, open_view
 from chaosd.views.verdict import ExpectationView, ScoreView
 
-__all__ = [
-    "CauseCount",
-    "LiveCounts",
-    "LiveWindow",
-    "PlanEnd",
-    "PlanKind",
-    "PlanLogEntry",
-    "PlanReport",
-    "PlanState",
-    "PlanStatus",
-    "WindowMeasures",
-    "WindowSpan",
-]
-
-
 PlanKind = Literal["survival", "scenario"]
 
 

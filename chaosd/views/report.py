@@ -15,14 +15,6 @@ from chaosd.views.telemetry import StageReportView, TimelinePoint
 from chaosd.views.units import Duration, Share, closed_view, open_view
 from chaosd.views.verdict import ExpectationView, ReplicationsView, ScoreView, VerdictView
 
-__all__ = [
-    "DiagnosticView",
-    "FaultsSummaryView",
-    "ReportView",
-    "RuntimeView",
-    "SloView",
-]
-
 
 @open_view
 class DiagnosticView(TypedDict):

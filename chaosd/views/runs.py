@@ -12,14 +12,6 @@ from chaosd.views.report import ReportView
 from chaosd.views.units import UnixInstant, closed_view
 from chaosd.views.verdict import ScoreView
 
-__all__ = [
-    "RunBody",
-    "RunStatus",
-    "RunSummary",
-    "RunsBody",
-]
-
-
 RunStatus = Literal["running", "finished", "aborted", "failed"]  # aborted: its process died before it ended
 
 

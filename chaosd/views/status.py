@@ -16,18 +16,6 @@ from chaosd.views.telemetry import SnapshotView, StageNowView
 from chaosd.views.units import SECONDS, Duration, Rate, RunInstant, Share, UnixInstant, closed_view
 from chaosd.views.verdict import ScoreView
 
-__all__ = [
-    "AgentKind",
-    "AgentState",
-    "AgentView",
-    "DagView",
-    "QueueView",
-    "SeriesPoint",
-    "StatusBody",
-    "TimeseriesBody",
-]
-
-
 AgentKind = Literal["worker", "producer", "orchestrator"]
 
 

@@ -11,17 +11,6 @@ from typing_extensions import TypedDict
 
 from chaosd.views.units import SECONDS, Duration, closed_view, open_view
 
-__all__ = [
-    "FailReason",
-    "LatencyBlock",
-    "LatencyView",
-    "LoadView",
-    "QueueBlock",
-    "RefuseReason",
-    "ReportTasks",
-    "TaskCounts",
-]
-
 # Why a task offered was not accepted: a full queue (queue_full, or dropped under when_full = "drop"), over
 # admission control's limit (shed), by the throttle, from a partitioned producer, or the backend unreachable.
 RefuseReason = Literal["queue_full", "dropped", "shed", "throttled", "partitioned", "unavailable"]

@@ -13,15 +13,6 @@ from chaosd.views.detector import DetectorStateName
 from chaosd.views.tasks import FailReason
 from chaosd.views.units import SECONDS, Rate, RunInstant, Share, closed_view
 
-__all__ = [
-    "BreakerState",
-    "SnapshotView",
-    "StageBreakerView",
-    "StageNowView",
-    "StageReportView",
-    "TimelinePoint",
-]
-
 
 @closed_view
 class SnapshotView(TypedDict):

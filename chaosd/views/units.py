@@ -16,18 +16,6 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, with_config
 
-__all__ = [
-    "SECONDS",
-    "Duration",
-    "Points",
-    "Rate",
-    "RunInstant",
-    "Share",
-    "UnixInstant",
-    "closed_view",
-    "open_view",
-]
-
 RunInstant = Annotated[float, Field(description="an instant on the run clock: seconds since the run started")]
 UnixInstant = Annotated[float, Field(description="an instant on the wall clock: seconds since the Unix epoch")]
 Duration = Annotated[float, Field(ge=0, description="a duration in seconds")]

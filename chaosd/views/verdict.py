@@ -10,17 +10,6 @@ from typing_extensions import TypedDict
 from chaosd.views.units import Duration, Points, closed_view
 from chaosd.views.wire import IncidentOutcome
 
-__all__ = [
-    "ExpectationRunView",
-    "ExpectationView",
-    "ExpectedIncident",
-    "FailedRunView",
-    "MeanCI",
-    "ReplicationsView",
-    "ScoreView",
-    "VerdictView",
-]
-
 
 @closed_view
 class ScoreView(TypedDict):
