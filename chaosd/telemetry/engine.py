@@ -89,6 +89,8 @@ class Telemetry:
         long the loop's thread waited for a CPU since the previous tick (seconds)."""
         ring = self._ring
         new = self._read()
+        for stage in self.pipeline.stages.values():  # read at the run's end only: binned now, not held until then
+            stage.stats.latency.drain()
         ring.append(new)
         readings = list(ring)
         old = readings[max(0, len(readings) - 1 - self.window_ticks)]

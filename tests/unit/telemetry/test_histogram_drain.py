@@ -1,0 +1,51 @@
+"""A stage's latency histogram, filled every task and read by nobody until the run ends, stays a tick's worth of
+unbinned samples: the telemetry tick drains it. Held until a reader came, the samples grew for the daemon's life."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock, new_event_loop
+from chaosd.core.histogram import LogHistogram
+from chaosd.experiment.runner import Experiment
+from chaosd.telemetry.snapshot import Snapshot
+
+pytestmark = pytest.mark.cpu
+
+RATE = 200.0  # the default config's load
+TICKS = 60
+
+
+def _most_unbinned() -> tuple[int, int]:
+    """The most samples any stage histogram held unbinned at a tick, and the ticks seen, over TICKS ticks."""
+    settings = load_settings(None, {"seed": 3, "load": {"rate": RATE}})
+    tick = settings.telemetry.tick
+    loop = new_event_loop(virtual=True)
+    exp = Experiment(settings, LoopClock(loop), warmup=0.0, virtual=True)
+    seen: list[int] = []
+
+    def held(snap: Snapshot) -> None:
+        seen.append(max(s.stats.latency.unbinned for s in exp.pipeline.stages.values()))
+
+    exp.telemetry.listen(held)
+    try:
+        loop.run_until_complete(exp.run(TICKS * tick))
+    finally:
+        loop.close()
+    return max(seen), len(seen)
+
+
+def test_a_histogram_nobody_reads_holds_no_more_than_a_tick_of_samples() -> None:
+    most, ticks = _most_unbinned()
+    assert ticks >= TICKS - 1
+    settings = load_settings(None, {})
+    assert most <= RATE * settings.telemetry.tick, most
+
+
+def test_without_the_drain_the_samples_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Negative control: the tick's drain does nothing, as before, and the held samples grow with the run.
+    monkeypatch.setattr(LogHistogram, "drain", lambda self: None)
+    most, _ = _most_unbinned()
+    settings = load_settings(None, {})
+    assert most > 10 * RATE * settings.telemetry.tick, most
