@@ -114,6 +114,7 @@ _FILE_SECONDS = {
     "test_readme_commands.py": 25,
     "test_admission.py": 25,
     "test_queueing_mmc.py": 23,
+    "test_golden_reports.py": 15,
     "test_redis_dependencies.py": 23,
     "test_redis_faults.py": 22,
     "test_detector.py": 22,
