@@ -3,6 +3,7 @@ of tolerance of it (or of the SLO)."""
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from typing import Protocol
 
@@ -55,37 +56,60 @@ class SteadyState:
         self._tick = tick
         self._rt = runtime
         self._min = max(1, round(recovery.baseline_min / tick))
-        self._window: deque[ServiceView] = deque(maxlen=max(1, round(recovery.baseline_window / tick)))
+        size = max(1, round(recovery.baseline_window / tick))
+        self._size = size
+        # The window kept as the figures the baseline reads, oldest first, so a tick sums plain floats in C (in the
+        # same order, so to the same bits, as summing the snapshots would) and the p95s stay sorted as they come
+        # and go: no tick re-reads a snapshot or re-sorts the window.
+        self._goodput: deque[float] = deque(maxlen=size)
+        self._error_rate: deque[float] = deque(maxlen=size)
+        self._depth: deque[int] = deque(maxlen=size)
+        self._offered: deque[float] = deque(maxlen=size)
+        self._p95: deque[float] = deque(maxlen=size)
+        self._p95_sorted: list[float] = []
 
     def __len__(self) -> int:
-        return len(self._window)
+        return len(self._p95)
 
     def feed(self, s: ServiceView) -> None:
-        self._window.append(s)
+        if len(self._p95) == self._size:  # the oldest leaves as this one comes in
+            self._unsort(self._p95[0])
+        self._goodput.append(s.goodput)
+        self._error_rate.append(s.error_rate)
+        self._depth.append(s.queue_depth)
+        self._offered.append(s.arrival_rate)
+        self._p95.append(s.sojourn_p95)
+        bisect.insort(self._p95_sorted, s.sojourn_p95)
 
     def forget(self, ticks: int) -> None:
         """Take the newest ``ticks`` back out: they were an incident's, not the steady state's."""
         for _ in range(ticks):
-            self._window.pop()
+            self._goodput.pop()
+            self._error_rate.pop()
+            self._depth.pop()
+            self._offered.pop()
+            self._unsort(self._p95.pop())
+
+    def _unsort(self, value: float) -> None:
+        del self._p95_sorted[bisect.bisect_left(self._p95_sorted, value)]
 
     def baseline(self) -> Baseline | None:
         """The fault-free steady state, or None until it covers ``recovery.baseline_min``."""
-        window = self._window
-        n = len(window)
+        n = len(self._p95)
         if n < self._min:
             return None
         return Baseline(
-            goodput=sum(s.goodput for s in window) / n,
-            error_rate=sum(s.error_rate for s in window) / n,
-            sojourn_p95=sorted(s.sojourn_p95 for s in window)[n // 2],
-            queue_depth=sum(s.queue_depth for s in window) / n,
+            goodput=sum(self._goodput) / n,
+            error_rate=sum(self._error_rate) / n,
+            sojourn_p95=self._p95_sorted[n // 2],
+            queue_depth=sum(self._depth) / n,
             seconds=n * self._tick,
         )
 
     def offered(self) -> float:
         """The window's mean offered rate (0 when empty)."""
-        window = self._window
-        return sum(s.arrival_rate for s in window) / len(window) if window else 0.0
+        offered = self._offered
+        return sum(offered) / len(offered) if offered else 0.0
 
     def outside(self, s: ServiceView, b: Baseline | None, offered: float = 0.0) -> list[ServiceSignal] | None:
         """The figures out of tolerance of the steady state (or the SLO), none when it is as good; None with
