@@ -25,8 +25,8 @@ class LogHistogram:
 
     ``add`` is a typed array's ``append``: a task pays for one C call that stores a raw double (no float object
     kept alive per sample), and the samples are binned in a batch (numpy, reading the array's buffer in place) when
-    the histogram is next read or drained — every telemetry tick drains them all, so the batch stays a tick's worth
-    of tasks.
+    the histogram is next read or drained: a tick's worth of tasks for those telemetry reads every tick, a few
+    seconds' worth for those it drains.
     """
 
     __slots__ = ("_count", "_counts", "_pending", "_shot", "_shot_count", "_sum", "_top", "add")
@@ -70,13 +70,13 @@ class LogHistogram:
         del pending[:]
 
     def drain(self) -> None:
-        """Bin the samples added since the last read. The telemetry tick drains every histogram a pipeline fills,
-        read or not: samples waiting for a reader nobody runs would grow for the life of a daemon."""
+        """Bin the samples added since the last read. Telemetry drains the histograms a pipeline fills and reads
+        only at its end every few seconds: samples waiting for a reader would grow for the life of a daemon."""
         self._flush()
 
     @property
     def unbinned(self) -> int:
-        """Samples added and not yet binned (a tick's worth at most while the telemetry tick drains)."""
+        """Samples added and not yet binned."""
         return len(self._pending)
 
     @property

@@ -46,6 +46,9 @@ class _Reading:
     sojourn: npt.NDArray[np.int64]
 
 
+DRAIN_EVERY = 10.0  # clock seconds between drains of the stage histograms nobody reads until the run's end
+
+
 class Telemetry:
     """Takes a reading per tick and computes window rates, percentiles and dQ/dt from the ring."""
 
@@ -58,6 +61,10 @@ class Telemetry:
         self.latest: Snapshot | None = None
         self._listeners: list[Callable[[Snapshot], None]] = []
         self._ring.append(self._read())
+        # Stage histograms are read at a run's end only: drained every DRAIN_EVERY seconds instead of being held
+        # until then, in batches large enough to bin in numpy (each tick's few samples would cost a Python loop).
+        self._drain_every = max(1, round(DRAIN_EVERY / cfg.tick))
+        self._ticks = 0
 
     def listen(self, callback: Callable[[Snapshot], None], name: str | None = None) -> None:
         """Call ``callback`` with every snapshot; one that raises is logged and counted (as ``name``), never fatal."""
@@ -89,8 +96,10 @@ class Telemetry:
         long the loop's thread waited for a CPU since the previous tick (seconds)."""
         ring = self._ring
         new = self._read()
-        for stage in self.pipeline.stages.values():  # read at the run's end only: binned now, not held until then
-            stage.stats.latency.drain()
+        self._ticks += 1
+        if self._ticks % self._drain_every == 0:
+            for stage in self.pipeline.stages.values():
+                stage.stats.latency.drain()
         ring.append(new)
         readings = list(ring)
         old = readings[max(0, len(readings) - 1 - self.window_ticks)]

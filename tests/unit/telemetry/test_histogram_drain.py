@@ -1,5 +1,5 @@
-"""A stage's latency histogram, filled every task and read by nobody until the run ends, stays a tick's worth of
-unbinned samples: the telemetry tick drains it. Held until a reader came, the samples grew for the daemon's life."""
+"""A stage's latency histogram, filled every task and read by nobody until the run ends, holds a few seconds of
+unbinned samples at most: telemetry drains it. Held until a reader came, the samples grew for the daemon's life."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from chaosd.config.settings import load_settings
 from chaosd.core.clock import LoopClock, new_event_loop
 from chaosd.core.histogram import LogHistogram
 from chaosd.experiment.runner import Experiment
+from chaosd.telemetry.engine import DRAIN_EVERY
 from chaosd.telemetry.snapshot import Snapshot
 
 pytestmark = pytest.mark.cpu
 
 RATE = 200.0  # the default config's load
-TICKS = 60
+TICKS = 300  # 30 s: three drains
 
 
 def _most_unbinned() -> tuple[int, int]:
@@ -36,16 +37,14 @@ def _most_unbinned() -> tuple[int, int]:
     return max(seen), len(seen)
 
 
-def test_a_histogram_nobody_reads_holds_no_more_than_a_tick_of_samples() -> None:
+def test_a_histogram_nobody_reads_holds_no_more_than_a_drain_s_worth() -> None:
     most, ticks = _most_unbinned()
     assert ticks >= TICKS - 1
-    settings = load_settings(None, {})
-    assert most <= RATE * settings.telemetry.tick, most
+    assert 0 < most <= 1.2 * RATE * DRAIN_EVERY, most  # a stage's attempts: the tasks, and a few retries
 
 
 def test_without_the_drain_the_samples_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
     # Negative control: the tick's drain does nothing, as before, and the held samples grow with the run.
     monkeypatch.setattr(LogHistogram, "drain", lambda self: None)
     most, _ = _most_unbinned()
-    settings = load_settings(None, {})
-    assert most > 10 * RATE * settings.telemetry.tick, most
+    assert most > 2.5 * RATE * DRAIN_EVERY, most
