@@ -91,15 +91,18 @@ class Telemetry:
             sojourn=p.sojourn.snapshot(),
         )
 
+    def _drain_stages(self) -> None:
+        self._ticks += 1
+        if self._ticks % self._drain_every == 0:
+            for stage in self.pipeline.stages.values():
+                stage.stats.latency.drain()
+
     def tick(self, lateness: float = 0.0, cpu_wait: float = 0.0) -> Snapshot:
         """The snapshot of now; ``lateness`` is how late the tick's timer fired (clock seconds), ``cpu_wait`` how
         long the loop's thread waited for a CPU since the previous tick (seconds)."""
         ring = self._ring
         new = self._read()
-        self._ticks += 1
-        if self._ticks % self._drain_every == 0:
-            for stage in self.pipeline.stages.values():
-                stage.stats.latency.drain()
+        self._drain_stages()
         ring.append(new)
         readings = list(ring)
         old = readings[max(0, len(readings) - 1 - self.window_ticks)]
