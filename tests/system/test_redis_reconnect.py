@@ -167,7 +167,9 @@ def test_a_slowed_worker_stays_slowed_across_a_redis_restart(
     # slow_agent reaches a worker process through its control hash (chaosd:control:worker-0).
     daemon, server, client = redis_daemon
     unslowed = _rates(client, 20)
-    assert _slowed(unslowed) > 0.6, unslowed  # the measure tells a slowed worker from one that is not
+    # The measure tells a slowed worker from one that is not: unslowed, worker-0's share came out 0.51 to 1.29 (the
+    # lowest in a whole parallel run, the consumer group splitting 20 tasks unevenly), slowed 0.10 to 0.20.
+    assert _slowed(unslowed) > RATIO, unslowed
     fault = _inject(daemon, {"action": "slow_agent", "target": SLOW, "params": {"factor": FACTOR}})
     before = _rates(client, 40)
     assert _slowed(before) < RATIO, before  # the fault acts
