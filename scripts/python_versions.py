@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaosd.cli.exits import EXIT_EXPECTATION
+
 ROOT = Path(__file__).resolve().parent.parent
 # Outside the checkout by default, so a fresh clone reuses them; CHAOSD_VENVS moves them.
 VENVS = Path(os.environ.get("CHAOSD_VENVS") or Path.home() / ".cache" / "chaosd" / "venvs")
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 TIMINGS = VENVS / "timings.json"  # the last run's seconds per scenario: the longest start first
 TESTS = ("tests/unit/core/test_asyncio_contract.py", "tests/system/test_clock.py")
-_VERDICT_FAILED = 3  # chaosd run's exit status for a run that failed its SLO or its users (the report is written)
 
 
 class Unavailable(Exception):
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         def wrote_report(run: Run) -> bool:
             # A scenario whose run fails its verdict (exit 3: retry_storm collapses) still writes its report.
             status = results[run][0]
-            return status == 0 or (run.scenario is not None and status == _VERDICT_FAILED)
+            return status == 0 or (run.scenario is not None and status == EXIT_EXPECTATION)
 
         for run, (status, output, seconds) in results.items():
             if not wrote_report(run):

@@ -27,19 +27,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from chaosd.cli.exits import EXIT_EXPECTATION
+from chaosd.faults.catalogue import CATALOGUE
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 README = ROOT / "docs" / "score.md"  # the file that holds the markers (--readme)
 BEGIN = "<!-- score-table:begin -->"
 END = "<!-- score-table:end -->"
 SCENARIO_SUFFIXES = (".yaml", ".yml", ".json")
-ARES_ACTIONS = (
-    "kill_leader,kill_orchestrator,kill_agent,remove_node,remove_edge,pause_agent,resume_agent,"
-    "slow_agent,network_partition,tool_timeout,memory_corrupt,mcp_disconnect,llm_failure"
-)
+ARES_ACTIONS = ",".join(name for name, spec in CATALOGUE.items() if spec.ares)  # in the catalogue's order
 SURVIVAL = ["--survival", "--interval", "10s", "--seed", "42"]
 SURVIVAL_DURATION = "30m"
-EXIT_EXPECTATION = 3  # chaosd run: the scenario missed its own expect:
 DASH = "—"
 COLUMNS = (
     "run",

@@ -100,10 +100,9 @@ class Action:
     # What the fault does to its targets, as the event log says it ("kill_agent → worker-3 killed").
     verb = "hit"
     ares = False  # one of the ARES Arena's own actions; the rest are chaosd's queue and dependency faults
-    # An instantaneous remedy (resume_agent), not a blow of its own: it takes no slot under the cap, opens no
-    # incident and has no recovery to wait for.
-    remedy = False
-    remedies: str | None = None  # the action whose damage this one undoes, for a remedy
+    # For an instantaneous remedy (resume_agent), the action whose damage it undoes: a remedy is not a blow of its
+    # own, so it takes no slot under the cap, opens no incident and has no recovery to wait for.
+    remedies: str | None = None
     heal_timer: str | None = None  # the setting whose timer paces the mechanism that heals it, as the summary names it
 
     def survival_target(self, rt: Runtime, rng: random.Random) -> str | None:

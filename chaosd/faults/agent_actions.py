@@ -124,7 +124,6 @@ class PauseAgent(Action):
 class ResumeAgent(Action):
     verb = "resumed"
     ares = True
-    remedy = True
     name = "resume_agent"
     description = "Resume paused agents now; their pause_agent faults still end (as no-ops) at their TTL."
     remedies = "pause_agent"  # survival mode plays it right after the pause it can resume

@@ -79,6 +79,6 @@ def target_problem(action: str, target: str | None, stages: Mapping[str, str]) -
 
 
 def is_remedy(action: str) -> bool:
-    """Whether ``action`` is an instantaneous remedy (see :attr:`Action.remedy`) rather than a blow of its own."""
+    """Whether ``action`` is an instantaneous remedy (see :attr:`Action.remedies`) rather than a blow of its own."""
     spec = CATALOGUE.get(action)
-    return spec is not None and spec.remedy
+    return spec is not None and spec.remedies is not None

@@ -15,18 +15,20 @@ from pathlib import Path
 
 import pytest
 
+from chaosd.cli.exits import EXIT_EXPECTATION, EXIT_OK
+
 pytestmark = pytest.mark.cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "reports"
 SCENARIOS = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
-_VERDICT_FAILED = 3  # retry_storm collapses by design: its run fails its verdict and still writes the report
 
 
 def _report(name: str, out: Path, *extra: str) -> bytes:
     cmd = [sys.executable, "-m", "chaosd", "run", name, "--quiet", "--report", str(out), *extra]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode in (0, _VERDICT_FAILED), done.stdout + done.stderr
+    # retry_storm collapses by design: its run fails its verdict (exit 3) and still writes the report
+    assert done.returncode in (EXIT_OK, EXIT_EXPECTATION), done.stdout + done.stderr
     return out.read_bytes()
 
 
