@@ -1,5 +1,5 @@
 """Byte identity across Python versions: every shipped scenario's report, under this interpreter and under each
-other version ``requires-python`` admits, compared byte for byte.
+other version ``requires-python`` admits that this machine has, compared byte for byte.
 
     python3 scripts/python_versions.py              # all scenarios, every other version, and the contract tests
     python3 scripts/python_versions.py --no-tests   # reports only
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENVS = Path(os.environ.get("CHAOSD_VENVS") or Path.home() / ".cache" / "chaosd" / "venvs")
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 TIMINGS = VENVS / "timings.json"  # the last run's seconds per scenario: the longest start first
-TESTS = ("tests/unit/core/test_asyncio_contract.py", "tests/system/test_clock.py")
+TESTS = ("tests/unit/core/test_engine.py", "tests/system/test_clock.py")
 
 
 class Unavailable(Exception):
@@ -59,12 +59,17 @@ def _pyproject() -> dict[str, Any]:
 
 
 def supported_versions(project: dict[str, Any]) -> list[str]:
-    """The minor versions ``requires-python`` admits, from a ``>=3.A,<3.B`` bound."""
+    """The minor versions ``requires-python`` admits that this machine has (pyenv's or on PATH): from its floor
+    up to its bound, or to the newest installed where it has none."""
     spec = project["project"]["requires-python"]
     low, high = re.search(r">=\s*3\.(\d+)", spec), re.search(r"<\s*3\.(\d+)", spec)
-    if low is None or high is None:
-        raise Unavailable(f"requires-python {spec!r} has no upper bound: bound it (>=3.X,<3.Y) to the versions tested")
-    return [f"3.{minor}" for minor in range(int(low.group(1)), int(high.group(1)))]
+    if low is None:
+        raise Unavailable(f"requires-python {spec!r} has no floor: give it one (>=3.X)")
+    if high is not None:
+        return [f"3.{minor}" for minor in range(int(low.group(1)), int(high.group(1)))]
+    installed = {m.group(1) for p in PYENV.glob("3.*") if (m := re.match(r"3\.(\d+)\.", p.name + "."))}
+    installed |= {str(minor) for minor in range(int(low.group(1)), 40) if shutil.which(f"python3.{minor}")}
+    return [f"3.{minor}" for minor in sorted(int(m) for m in installed) if minor >= int(low.group(1))]
 
 
 def find_python(version: str) -> str:

@@ -8,25 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ctypes
 import logging
 import select
 import selectors
 import sys
 import time
-from collections.abc import Awaitable, Iterator, Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Protocol, TypeVarTuple, Unpack
 
-from chaosd.core._asyncio_internals import Alarm, ClockedSelector, ClockedSelectorLoop, keeps_asyncio_time
+from chaosd.core.engine import Engine, EngineSelector
 
-if TYPE_CHECKING:
-    from _typeshed import FileDescriptorLike
+_Ts = TypeVarTuple("_Ts")
 
 __all__ = [
     "CATCH_UP",
     "Clock",
     "LoopClock",
     "VirtualEventLoop",
+    "keeps_asyncio_time",
     "new_event_loop",
     "realtime_selector",
     "unix_time",
@@ -41,89 +42,108 @@ CATCH_UP = 0.002
 
 
 class Clock(Protocol):
-    """Seconds on the running loop's clock (monotonic; virtual or real).
+    """Seconds on the running loop's clock (monotonic; virtual or real), and callbacks at times on it.
 
-    ``catch_up``: how much lateness a worker may make up by timing a service from its schedule (0 in virtual time,
-    whose sleeps are never late).
+    ``call_at`` is how a simulated step is scheduled: a plain callback, not a coroutine (see
+    :mod:`chaosd.core.engine`); ``cancel`` takes back what it returned. ``catch_up``: how much lateness a worker
+    may make up by timing a service from its schedule (0 in virtual time, whose callbacks are never late).
     """
 
     catch_up: float
 
     def now(self) -> float: ...
 
+    def call_at(self, when: float, callback: Callable[..., object], *args: object) -> Any: ...
+
+    def cancel(self, timer: Any) -> None: ...
+
     def sleep(self, seconds: float) -> Awaitable[None]: ...
 
     async def sleep_until(self, when: float) -> None: ...
 
+    def crashed(self) -> asyncio.Future[None]: ...
+
+
+def keeps_asyncio_time(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop.time()`` is asyncio's own, which returns ``time.monotonic()``."""
+    return type(loop).time is asyncio.BaseEventLoop.time
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
 
 class LoopClock:
-    """Reads the running event loop's clock, so a virtual loop makes it virtual."""
+    """Reads the running event loop's clock and schedules on it, so a virtual loop makes both virtual.
 
-    __slots__ = ("_loop", "catch_up", "now", "virtual")
+    On a :class:`VirtualEventLoop` callbacks go to its engine's heap; on another loop, to the loop's ``call_at``,
+    each through a guard that hands an exception to :meth:`crashed` (asyncio would only log it, and the part
+    whose callback raised would stop without anyone noticing).
+    """
+
+    __slots__ = ("_crashed", "_loop", "call_at", "cancel", "catch_up", "now", "sleep", "virtual")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.virtual = isinstance(loop, VirtualEventLoop)
         self.catch_up = 0.0 if self.virtual else CATCH_UP
-        # A bound method stored once: ``now()`` is on the per-task hot path. asyncio's own loops read
-        # time.monotonic(), so call it without the method in between (a task reads the clock three times).
-        self.now = time.monotonic if keeps_asyncio_time(loop) else loop.time
-
-    def sleep(self, seconds: float) -> Awaitable[None]:
-        """What ``asyncio.sleep`` does, in one turn of the loop instead of two (see
-        :class:`chaosd.core._asyncio_internals.Alarm`); a task sleeps several times per simulated task. A sleep of 0 or
-        less yields once, as asyncio's does."""
-        if seconds <= 0.0:
-            return asyncio.sleep(0)
-        return Alarm(self._loop, self.now() + seconds)
+        self._crashed: asyncio.Future[None] | None = None
+        # Bound methods stored once: they are on the per-task hot path.
+        self.now: Callable[[], float]
+        self.call_at: Callable[..., Any]
+        self.cancel: Callable[[Any], None]
+        self.sleep: Callable[[float], Awaitable[None]]
+        if isinstance(loop, VirtualEventLoop):
+            engine = loop.engine
+            self.now, self.call_at, self.cancel = engine.now, engine.call_at, engine.cancel
+            self.sleep = self._virtual_sleep
+        else:
+            # asyncio's own loops read time.monotonic(): call it without the method in between.
+            self.now = time.monotonic if keeps_asyncio_time(loop) else loop.time
+            self.call_at, self.cancel, self.sleep = self._guarded_call_at, _cancel_handle, asyncio.sleep
 
     async def sleep_until(self, when: float) -> None:
-        await self.sleep(when - self.now())
+        if self.virtual and when > self.now():
+            await self._virtual_sleep_until(when)  # at exactly ``when``: no round trip through a duration
+        else:
+            await self.sleep(when - self.now())
+
+    async def _virtual_sleep(self, seconds: float) -> None:
+        if seconds <= 0.0:
+            await asyncio.sleep(0)  # yields once, as asyncio's does
+            return
+        await self._virtual_sleep_until(self.now() + seconds)
+
+    async def _virtual_sleep_until(self, when: float) -> None:
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        timer = self.call_at(when, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            self.cancel(timer)  # a cancelled sleeper leaves nothing in the heap to wake
+
+    def _guarded_call_at(self, when: float, callback: Callable[..., object], *args: object) -> asyncio.TimerHandle:
+        return self._loop.call_at(when, self._guarded, callback, args)
+
+    def _guarded(self, callback: Callable[..., object], args: tuple[object, ...]) -> None:
+        try:
+            callback(*args)
+        except Exception as exc:
+            crashed = self.crashed()
+            if not crashed.done():
+                crashed.set_exception(exc)
+
+    def crashed(self) -> asyncio.Future[None]:
+        """Fails with the first exception a callback scheduled here raised in real time (virtual time raises it
+        out of the loop's run instead); whoever runs the callbacks' owners awaits it beside them."""
+        if self._crashed is None:
+            self._crashed = self._loop.create_future()
+        return self._crashed
 
 
-class _VirtualSelector(ClockedSelector):
-    """Polls real file descriptors without blocking; a wait for a timer advances the clock instead."""
-
-    def __init__(self, start: float) -> None:
-        self.now = start
-        self.grace = 0.0  # real seconds outside I/O gets before the clock jumps (see VirtualEventLoop.outside)
-        self._jumps = 0
-        self._real = selectors.DefaultSelector()
-
-    def register(self, fileobj: FileDescriptorLike, events: int, data: object = None) -> selectors.SelectorKey:
-        return self._real.register(fileobj, events, data)
-
-    def unregister(self, fileobj: FileDescriptorLike) -> selectors.SelectorKey:
-        return self._real.unregister(fileobj)
-
-    def modify(self, fileobj: FileDescriptorLike, events: int, data: object = None) -> selectors.SelectorKey:
-        return self._real.modify(fileobj, events, data)
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout == 0:
-            # Callbacks are ready: run them without a system call. Outside I/O is polled below, whenever the
-            # loop runs out of ready work, which in virtual time is every few callbacks.
-            return []
-        # Outside I/O (a thread's callback, a socket) is polled on every 8th short jump of the clock, not on each:
-        # a busy run jumps tens of thousands of times per real second, and a system call per jump would be a tenth
-        # of its time. A jump of 10 ms or more, or a wait with a grace (a client waiting on a peer), polls every
-        # time, so what comes from outside is seen within 80 simulated ms at most.
-        self._jumps += 1
-        if timeout is None or timeout >= 0.01 or self.grace or self._jumps & 7 == 0:
-            events = self._real.select(self.grace)
-            if events:
-                return events
-        if timeout is None:
-            # No timer at all: only outside I/O (a thread's callback) can wake us, so wait for it.
-            return self._real.select(None)
-        self.now += timeout
-        return []
-
-    def get_map(self) -> Mapping[FileDescriptorLike, selectors.SelectorKey]:
-        return self._real.get_map()
-
-    def close(self) -> None:
-        self._real.close()
+def _cancel_handle(timer: asyncio.TimerHandle) -> None:
+    timer.cancel()
 
 
 _FD_SETSIZE = 1024  # select() cannot watch a descriptor at or above this
@@ -168,25 +188,49 @@ def realtime_selector() -> selectors.BaseSelector:
     return selectors.DefaultSelector()
 
 
-class VirtualEventLoop(ClockedSelectorLoop):
-    """An asyncio loop whose clock jumps to the next timer whenever nothing is ready."""
+class VirtualEventLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop on an :class:`~chaosd.core.engine.Engine`: where it would wait for I/O, its selector runs
+    the engine's callbacks instead, and its clock is the engine's.
 
-    _vselector: _VirtualSelector
+    Only public methods are overridden: ``time``; and ``call_soon`` and ``call_at``, which tell the engine to hand
+    the turn back (a callback woke a coroutine, or asked for a timer the engine must not run past).
+    """
 
     def __init__(self, start: float = 0.0) -> None:
-        super().__init__(_VirtualSelector(start))
+        self.engine = Engine(start)
+        self.engine_selector = EngineSelector(self.engine)
+        super().__init__(self.engine_selector)
+
+    def time(self) -> float:
+        return self.engine.t
+
+    def call_soon(
+        self, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:
+        self.engine.interrupted = True
+        return super().call_soon(callback, *args, context=context)
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        self.engine.interrupted = True
+        return super().call_at(when, callback, *args, context=context)
 
     @contextlib.contextmanager
     def outside(self, grace: float = 0.2) -> Iterator[None]:
         """While the loop waits on the outside world (a socket's peer, a thread), give it ``grace`` real seconds
-        to answer before the clock jumps to the next timer: an HTTP client in virtual time, storage's thread.
-        """
-        before = self._vselector.grace
-        self._vselector.grace = grace
+        to answer before the clock jumps to the next callback."""
+        selector = self.engine_selector
+        before = selector.grace
+        selector.grace = grace
         try:
             yield
         finally:
-            self._vselector.grace = before
+            selector.grace = before
 
 
 _PR_SET_TIMERSLACK = 29  # linux/prctl.h

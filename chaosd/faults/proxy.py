@@ -46,7 +46,7 @@ class FaultProxy:
         )
         self._host = host
         self._server: asyncio.Server | None = None
-        self._stopping = False
+        self._closing = False
         self._port = 0
         self._tasks: set[asyncio.Task[object]] = set()  # one per client connection: what stop() ends
 
@@ -78,7 +78,7 @@ class FaultProxy:
         if self._server is not None:
             return
         self._acts.serve_on(LoopClock(asyncio.get_running_loop()))
-        self._stopping = False
+        self._closing = False
         self._server = await asyncio.start_server(self._serve, self._host, 0, limit=HEAD_LIMIT)
         self._port = self._server.sockets[0].getsockname()[1]
 
@@ -101,7 +101,7 @@ class FaultProxy:
     async def stop(self) -> None:
         """Close the listener and every connection, held ones included. Idempotent."""
         server, self._server = self._server, None
-        self._stopping = True
+        self._closing = True
         if server is not None:
             server.close()
         tasks = list(self._tasks)
@@ -123,7 +123,7 @@ class FaultProxy:
     ) -> None:
         """Runs one client connection as a task ``stop()`` can end; a broken connection ends quietly."""
         task = asyncio.current_task()
-        if self._stopping or task is None:
+        if self._closing or task is None:
             writer.transport.abort()
             return
         self._tasks.add(task)
@@ -133,7 +133,7 @@ class FaultProxy:
             writer.transport.abort()
         except asyncio.CancelledError:
             writer.transport.abort()
-            if not self._stopping:
+            if not self._closing:
                 raise
             # stop() cancelled it: end normally, as Python 3.11's stream callback reads a cancelled task's exception()
         finally:

@@ -238,7 +238,7 @@ class RedisRuntime:
         self.stream.connect(client, offset, run_id)
         p.events.record(p.elapsed(), "backend", backend="redis", run=run_id)
 
-    async def _ready(self) -> None:
+    async def _until_ready(self) -> None:
         """Until every local worker beats and a replica holds the lease (a process takes a second or two to
         start): producers that began before would only build a backlog nobody serves."""
         p = self._p
@@ -281,7 +281,7 @@ class RedisRuntime:
             self.procs = LocalProcesses(path, Path(tmp.name), p.clock)
             for agent_id, role in self._roles.items():
                 self.procs.start(agent_id, role)
-            await self._ready()
+            await self._until_ready()
             self._restart_clock()
             async with asyncio.TaskGroup() as group:
                 background = [
