@@ -135,8 +135,10 @@ class LoopClock:
                 crashed.set_exception(exc)
 
     def crashed(self) -> asyncio.Future[None]:
-        """Fails with the first exception a callback scheduled here raised in real time (virtual time raises it
-        out of the loop's run instead); whoever runs the callbacks' owners awaits it beside them."""
+        """Fails with the first exception a callback scheduled here raised: whoever runs the callbacks' owners
+        awaits it beside them, as a task group awaits its tasks."""
+        if isinstance(self._loop, VirtualEventLoop):
+            return self._loop.crashed()
         if self._crashed is None:
             self._crashed = self._loop.create_future()
         return self._crashed
@@ -200,6 +202,21 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         self.engine = Engine(start)
         self.engine_selector = EngineSelector(self.engine)
         super().__init__(self.engine_selector)
+        self._crashed: asyncio.Future[None] | None = None
+        self.engine.on_error = self._failed
+
+    def crashed(self) -> asyncio.Future[None]:
+        """Fails with the first exception one of the engine's callbacks raised: whoever runs the callbacks' owners
+        awaits it beside them, as a task group awaits its tasks."""
+        if self._crashed is None:
+            self._crashed = self.create_future()
+        return self._crashed
+
+    def _failed(self, exc: Exception) -> None:
+        crashed = self.crashed()
+        if not crashed.done():
+            crashed.set_exception(exc)
+        self.engine.interrupted = True  # whoever awaits it runs next
 
     def time(self) -> float:
         return self.engine.t

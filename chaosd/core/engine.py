@@ -44,7 +44,7 @@ class Engine:
     """The heap and the simulated clock ``t``. ``interrupted`` (asyncio has work ready) ends the current :meth:`run`
     with the instant it was set in: coroutines run between instants, never inside one."""
 
-    __slots__ = ("_cancelled", "_heap", "_seq", "interrupted", "t")
+    __slots__ = ("_cancelled", "_heap", "_seq", "interrupted", "on_error", "t")
 
     def __init__(self, start: float = 0.0) -> None:
         self.t = start
@@ -52,6 +52,9 @@ class Engine:
         self._seq = itertools.count()
         self._cancelled = 0
         self.interrupted = False
+        # Where an exception a callback raised goes (the run goes on without that callback's part); None: raised
+        # out of ``run``.
+        self.on_error: Callable[[Exception], object] | None = None
 
     def now(self) -> float:
         return self.t
@@ -102,7 +105,12 @@ class Engine:
                 continue
             entry[2] = None
             self.t = when
-            callback(*entry[3])
+            try:
+                callback(*entry[3])
+            except Exception as exc:
+                if self.on_error is None:
+                    raise
+                self.on_error(exc)
             if self.interrupted:
                 stop = when  # the rest of this instant first: coroutines woken in it see all of it
 

@@ -187,18 +187,28 @@ class Experiment:
             self._timeline.append(rounded(point))
 
     async def _ticker(self) -> None:
+        """Telemetry ticks as callbacks on the clock, for as long as this coroutine runs: a tick at ``t`` comes
+        before whatever a coroutine (a plan, a fault's end) does at ``t``, so it sums up the second before them.
+        A callback that raises ends this coroutine with the error (``clock.crashed``)."""
         tick = self.settings.telemetry.tick
         t0 = self.pipeline.t0
-        now = self.clock.now
-        k = 0
+        clock = self.clock
         cpu = CpuWait(enabled=not self.virtual)  # opened here: the loop's thread is the one whose wait counts
+        timer: object = None
+
+        def due(k: int) -> float:
+            return t0 + round(k * tick, 9)  # on the decimal grid: the tick at a run's end is at its very end
+
+        def fire(k: int) -> None:
+            nonlocal timer
+            timer = clock.call_at(due(k + 1), fire, k + 1)
+            self._on_tick(self.telemetry.tick(max(0.0, clock.now() - due(k)), cpu.take()))
+
+        timer = clock.call_at(due(1), fire, 1)
         try:
-            while True:
-                k += 1
-                due = t0 + k * tick
-                await self.clock.sleep_until(due)
-                self._on_tick(self.telemetry.tick(max(0.0, now() - due), cpu.take()))
+            await clock.crashed()
         finally:
+            clock.cancel(timer)
             cpu.close()
 
     async def run(
@@ -246,15 +256,16 @@ class Experiment:
             if deadline is not None:
                 await self.clock.sleep_until(deadline)
             return
-        waiter = asyncio.create_task(stop.wait())
+        waiters: list[asyncio.Future[object]] = [asyncio.ensure_future(stop.wait())]
+        if deadline is not None:
+            # On the clock itself, at exactly the deadline: a tick due then still comes first (see _ticker).
+            waiters.append(asyncio.ensure_future(self.clock.sleep_until(deadline)))
         try:
-            if deadline is None:
-                await waiter
-            else:
-                await asyncio.wait([waiter], timeout=max(0.0, deadline - self.clock.now()))
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            waiter.cancel()
-            await asyncio.gather(waiter, return_exceptions=True)
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
 
     def report(self, listed: int | None = None) -> ReportView:
         """The report over the measured window (warm-up excluded); public field names.

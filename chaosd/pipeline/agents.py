@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from chaosd.views import AgentKind, AgentState
 
-__all__ = ["Agent"]
+__all__ = ["Activity", "Agent"]
+
+
+class Activity(Protocol):
+    """What an agent runs as: an asyncio task, or an agent of callbacks; either stops when cancelled."""
+
+    def cancel(self) -> object: ...
 
 
 @dataclass(eq=False)
@@ -25,8 +33,10 @@ class Agent:
     restarts: list[float] = field(default_factory=list)  # restart times within the supervisor's window
     restart_count: int = 0  # restarts in all
     gave_up: bool = False  # the supervisor stopped restarting it
-    task: asyncio.Task[None] | None = None
+    task: Activity | None = None
     gate: asyncio.Event = field(default_factory=asyncio.Event)
+    # Called once the gate opens again (callback agents waiting to work), each once.
+    _on_open: list[Callable[[], object]] = field(default_factory=list)
     # Whether the gate is set, as a plain attribute: producers and workers read it once per task, and
     # ``Event.is_set`` is a Python call. Only ``refresh`` changes either.
     gate_open: bool = True
@@ -39,8 +49,19 @@ class Agent:
         self.gate_open = self.alive and not (self.paused or self.exhausted or self.partitioned)
         if self.gate_open:
             self.gate.set()
+            waiting, self._on_open = self._on_open, []
+            for callback in waiting:
+                callback()
         else:
             self.gate.clear()
+
+    def when_open(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once the gate next opens."""
+        self._on_open.append(callback)
+
+    def forget(self, callback: Callable[[], object]) -> None:
+        if callback in self._on_open:
+            self._on_open.remove(callback)
 
     @property
     def state(self) -> AgentState:

@@ -199,10 +199,19 @@ class Dispatcher:
         return self._clock.now() - self._t0
 
     async def run(self) -> None:
-        """The replicas' heartbeat: renew the lease, sweep task leases, checkpoint, elect."""
+        """The replicas' heartbeat (renew the lease, sweep task leases, checkpoint, elect), as callbacks on the
+        clock for as long as this coroutine runs: a beat at ``t`` comes before what coroutines do at ``t``."""
         interval = self.cfg.renew_interval
-        k = 0
-        while True:
-            k += 1
-            await self._clock.sleep_until(self._t0 + k * interval)
-            self.tick(self._clock.now())
+        clock = self._clock
+        timer: object = None
+
+        def beat(k: int) -> None:
+            nonlocal timer
+            timer = clock.call_at(self._t0 + (k + 1) * interval, beat, k + 1)
+            self.tick(clock.now())
+
+        timer = clock.call_at(self._t0 + interval, beat, 1)
+        try:
+            await clock.crashed()
+        finally:
+            clock.cancel(timer)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iter
 from contextlib import asynccontextmanager, contextmanager
 
 from chaosd.core.rng import Streams
-from chaosd.pipeline.agents import Agent
+from chaosd.pipeline.agents import Activity, Agent
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.parts import Assembly, Core, Parts, orchestrators, producers
 from chaosd.pipeline.producer import Producer
@@ -18,7 +18,8 @@ from chaosd.pipeline.worker import BusyMeter, Routing, Worker
 
 __all__ = ["AgentTasks", "InProcess", "Runner", "in_memory", "revive", "stop_task", "worker_for"]
 
-Runner = Callable[[], Coroutine[object, None, None]]
+# What runs an agent: a coroutine's function (an asyncio task runs it), or a callback agent's ``start``.
+Runner = Callable[[], Coroutine[object, None, None] | Activity]
 
 
 def in_memory(core: Core) -> Parts[Assembly]:
@@ -67,13 +68,13 @@ class AgentTasks:
     def start_all(self, group: asyncio.TaskGroup) -> None:
         self._group = group
         for agent_id, runner in self._runners.items():
-            self._agents[agent_id].task = group.create_task(runner(), name=agent_id)
+            self._agents[agent_id].task = _activity(group, runner, agent_id)
 
     def start(self, agent: Agent) -> None:
         """Run the agent again (no-op for one without a runner here, or outside ``running``)."""
         runner = self._runners.get(agent.id)
         if runner is not None and self._group is not None:
-            agent.task = self._group.create_task(runner(), name=agent.id)
+            agent.task = _activity(self._group, runner, agent.id)
 
     def close(self) -> None:
         self._group = None
@@ -87,6 +88,11 @@ class AgentTasks:
         finally:
             self.close()
             supervisor.close()
+
+
+def _activity(group: asyncio.TaskGroup, runner: Runner, name: str) -> Activity:
+    started = runner()
+    return group.create_task(started, name=name) if asyncio.iscoroutine(started) else started
 
 
 def stop_task(agent: Agent) -> None:
@@ -117,8 +123,8 @@ class InProcess:
         self._p = pipeline
         self._dispatcher = dispatcher
         dispatcher.on_tick.append(pipeline.heartbeat)
-        runners: dict[str, Runner] = {w.agent.id: w.run for w in pipeline.workers}
-        runners.update({p.agent.id: p.run for p in pipeline.producers})
+        runners: dict[str, Runner] = {w.agent.id: w.start for w in pipeline.workers}
+        runners.update({p.agent.id: p.start for p in pipeline.producers})
         self._tasks = AgentTasks(runners, pipeline.agents)
 
     def kill(self, agent: Agent) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import random
 from collections.abc import Callable
@@ -22,6 +23,10 @@ __all__ = ["Admission", "Producer"]
 # Catching up on arrivals already due (a slow real clock, a zero gap) yields this often.
 _YIELD_EVERY = 64
 _ONCE = (None,)  # one arrival at a time, unless bursty: iterating a tuple costs less than making a range
+
+
+def _nothing() -> None:
+    pass
 
 
 class Admission(Protocol):
@@ -73,6 +78,17 @@ class Producer:
         self.tracer: TaskTracer | None = None
         self._block = queue.when_full == "block"
         self._refusal: RefuseReason = "dropped" if queue.when_full == "drop" else "queue_full"
+        # Run as callbacks (``start``): where the arrivals stand between two of them.
+        self._next_t = 0.0
+        self._rate = 0.0
+        self._flat_rate, self._flat_until = 0.0, float("-inf")
+        self._streak = 0
+        self._left: int | None = None  # arrivals of the current burst still to emit, while one waits for room
+        self._blocked: Task | None = None
+        self._timer: object = None
+        self._incarnation = 0
+        self._opened: Callable[[], object] = _nothing
+        self._room: Callable[[], object] = _nothing
 
     def _gap_for(self, arrival: str) -> Callable[[float], float]:
         """The draw of the time to the next arrival at a rate, chosen once: Poisson's is the generator's own method,
@@ -90,6 +106,128 @@ class Producer:
         while self._rng.random() >= self._burst_p:
             n += 1
         return n
+
+    # --- as callbacks (in memory) ----------------------------------------------------------------------
+
+    def start(self) -> Producer:
+        """Offer tasks from now on, as callbacks (the agent's activity: :meth:`cancel` stops it). A resurrected
+        producer starts afresh: it does not replay what it missed."""
+        self._incarnation += 1
+        self._opened = functools.partial(self._gate_opened, self._incarnation)
+        self._room = functools.partial(self._room_made, self._incarnation)
+        self._next_t = self._first_arrival(self._clock.now())
+        self._flat_rate, self._flat_until = 0.0, float("-inf")
+        self._streak = 0
+        self._left = None
+        self._schedule()
+        return self
+
+    def cancel(self) -> None:
+        self._incarnation += 1  # a callback already on its way finds a run that is over
+        if self._timer is not None:
+            self._clock.cancel(self._timer)
+            self._timer = None
+        self.agent.forget(self._opened)
+        blocked, self._blocked = self._blocked, None
+        if blocked is not None:
+            # Stopped holding an accepted task: admit it over capacity rather than lose it.
+            self._queue.stop_waiting_for_room(self._room)
+            self._queue.admit_blocked(blocked)
+
+    def _schedule(self) -> None:
+        """What comes next: the next arrival's timer, or a wait for the gate, or nothing (no load ever again)."""
+        agent = self.agent
+        t0 = self._t0
+        while True:
+            if not agent.gate_open and not agent.partitioned:
+                agent.when_open(self._opened)  # paused: no arrivals until resumed, and no catch-up after
+                return
+            next_t = self._next_t
+            if next_t - t0 >= self._flat_until:  # the shape's rate holds until then: asked again only past it
+                rate, self._flat_until = self._shape.steady_until(next_t - t0)
+                self._flat_rate = rate * self._share
+            rate = self._flat_rate * self._surge.factor / agent.slow
+            if rate > 0.0:
+                break
+            resumed = self._after_lull(next_t)
+            if resumed is None:
+                return
+            self._next_t = resumed
+        self._rate = rate
+        t = self._clock.now()
+        if next_t > t:
+            self._timer = self._clock.call_at(next_t, self._arrive)
+        elif self._streak >= _YIELD_EVERY:
+            self._timer = self._clock.call_at(t, self._arrive)
+        else:
+            self._emit_due(t)
+
+    def _arrive(self) -> None:
+        self._timer = None
+        self._streak = 0
+        self._emit_due(self._clock.now())
+
+    def _gate_opened(self, incarnation: int) -> None:
+        if incarnation == self._incarnation:
+            self._timer = self._clock.call_at(self._clock.now(), self._resume)
+
+    def _resume(self) -> None:
+        self._timer = None
+        self._next_t = max(self._next_t, self._clock.now())
+        self._schedule()
+
+    def _emit_due(self, t: float, resumed: bool = False) -> None:
+        """Every arrival already due at ``t``, in one pass: what ``_schedule`` read (the gate, the surge, the
+        agent's slowness) changes only between callbacks, so the rate holds for as long as the shape's does.
+        ``resumed``: after a wait for room, the pass ends with the burst it was in."""
+        agent = self.agent
+        rate = self._rate
+        while True:
+            left = self._left if self._left is not None else (self._burst() if self._bursty else 1)
+            self._left = None
+            while left:
+                left -= 1
+                agent.served += 1
+                self._streak += 1
+                blocked = self._emit(t)
+                if blocked is not None:
+                    self._left = left
+                    self._wait_for_room(blocked)
+                    return
+            self._next_t += 1.0 / rate if self._arrival == "constant" else self._gap(rate)
+            if (
+                resumed
+                or self._streak >= _YIELD_EVERY
+                or self._next_t > t
+                or self._next_t - self._t0 >= self._flat_until
+            ):
+                break
+            t = self._clock.now()
+        self._schedule()
+
+    def _wait_for_room(self, task: Task) -> None:
+        queue = self._queue
+        if queue.offer(task, self._clock.now()):
+            self._emit_due(self._clock.now(), resumed=True)
+            return
+        self._blocked = task
+        queue.blocked.append(task)
+        queue.max_blocked = max(queue.max_blocked, len(queue.blocked))
+        queue.wait_for_room(self._room)
+
+    def _room_made(self, incarnation: int) -> None:
+        task = self._blocked
+        if incarnation != self._incarnation or task is None:
+            return
+        queue = self._queue
+        if not queue.offer(task, self._clock.now()):
+            queue.wait_for_room(self._room)
+            return
+        self._blocked = None
+        queue.blocked.remove(task)
+        self._emit_due(self._clock.now(), resumed=True)
+
+    # --- as a coroutine (the Redis backend's producers, whose every offer awaits Redis) --------------------
 
     async def run(self) -> None:
         clock = self._clock

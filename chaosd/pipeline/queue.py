@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 from chaosd.core.clock import Clock
 from chaosd.pipeline.task import Task
@@ -14,7 +15,8 @@ __all__ = ["IngressQueue"]
 class IngressQueue:
     """Bounded FIFO of waiting tasks.
 
-    A worker already waiting receives a task directly, so the queue holds only tasks that wait.
+    A worker already waiting receives a task directly (its getter is called back later in the same instant, so
+    nobody serves a task the producer has not finished offering), so the queue holds only tasks that wait.
     ``when_full``: ``block`` makes the producer wait for room; ``drop`` and ``reject`` refuse the
     newest task (the caller counts it with the reason). Admission never fills it beyond ``capacity``,
     but a task already accepted is never refused: one put back for re-dispatch, or admitted from a
@@ -29,8 +31,8 @@ class IngressQueue:
         self.when_full = when_full
         self._clock = clock
         self._items: deque[Task] = deque()
-        self._getters: deque[asyncio.Future[Task]] = deque()
-        self._putters: deque[asyncio.Future[None]] = deque()
+        self._getters: deque[Callable[[Task], object]] = deque()  # idle workers, called back with a task
+        self._putters: deque[Callable[[], object]] = deque()  # producers blocked for room, called back once there is
         self.blocked: list[Task] = []
         # No leader, no dispatch: tasks wait and workers are not handed any.
         self.dispatching = True
@@ -91,13 +93,33 @@ class IngressQueue:
 
     def _hand(self, task: Task) -> bool:
         getters = self._getters
-        while getters:
-            getter = getters.popleft()
-            if not getter.done():
-                getter.set_result(task)
-                self._handed[task.id] = task
-                return True
-        return False
+        if not getters:
+            return False
+        self._handed[task.id] = task
+        self._clock.call_at(self._clock.now(), self._deliver, getters.popleft(), task)
+        return True
+
+    def _deliver(self, getter: Callable[[Task], object], task: Task) -> None:
+        del self._handed[task.id]
+        getter(task)
+
+    def wait(self, getter: Callable[[Task], object]) -> None:
+        """Call ``getter`` back with the next task dispatched (a worker with nothing to do)."""
+        self._getters.append(getter)
+
+    def forget(self, getter: Callable[[Task], object]) -> None:
+        """``getter`` no longer waits (its worker stopped); a task already on its way to it comes back through
+        ``requeue``, which its owner calls."""
+        if getter in self._getters:
+            self._getters.remove(getter)
+
+    def wait_for_room(self, putter: Callable[[], object]) -> None:
+        """Call ``putter`` back once a task has left the queue (a producer blocked with ``block``)."""
+        self._putters.append(putter)
+
+    def stop_waiting_for_room(self, putter: Callable[[], object]) -> None:
+        if putter in self._putters:
+            self._putters.remove(putter)
 
     def requeue(self, task: Task) -> None:
         """Put a task back at the head, over capacity if need be: re-dispatch never refuses."""
@@ -126,17 +148,27 @@ class IngressQueue:
         """Enqueue, waiting for room while the queue is full (the ``block`` policy)."""
         while not self.offer(task, self._clock.now()):
             waiter = asyncio.get_running_loop().create_future()
-            self._putters.append(waiter)
+
+            def room(waiter: asyncio.Future[None] = waiter) -> None:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+            self.wait_for_room(room)
             self.blocked.append(task)
             self.max_blocked = max(self.max_blocked, len(self.blocked))
             try:
                 await waiter
             except asyncio.CancelledError:
                 # The producer died holding an accepted task: admit it over capacity rather than lose it.
-                self.blocked.remove(task)
-                self._push(task, self._clock.now())
+                self.stop_waiting_for_room(room)
+                self.admit_blocked(task)
                 raise
             self.blocked.remove(task)
+
+    def admit_blocked(self, task: Task) -> None:
+        """A blocked producer stopped holding an accepted task: it waits over capacity rather than be lost."""
+        self.blocked.remove(task)
+        self._push(task, self._clock.now())
 
     def get_nowait(self, now: float) -> Task | None:
         """The head task at clock time ``now`` (the caller's reading), or None when none is waiting or dispatched."""
@@ -146,28 +178,25 @@ class IngressQueue:
         self.area += len(items) * (now - self._t)
         self._t = now
         task = items.popleft()
-        putters = self._putters
-        while putters:
-            putter = putters.popleft()
-            if not putter.done():
-                putter.set_result(None)
-                break
+        if self._putters:
+            self._clock.call_at(now, self._putters.popleft())
         return task
 
     async def get(self) -> Task:
+        """The next task, waiting for one (a coroutine's way to :meth:`wait`)."""
         task = self.get_nowait(self._clock.now())
         if task is not None:
             return task
-        getter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
-        self._getters.append(getter)
+        waiter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
+
+        def got(task: Task) -> None:
+            if waiter.cancelled():
+                self.requeue(task)  # handed over as its getter was cancelled: the task goes back, not astray
+            else:
+                waiter.set_result(task)
+
+        self.wait(got)
         try:
-            task = await getter
-        except asyncio.CancelledError:
-            # Handed a task and cancelled before running: the task goes back, not astray.
-            if getter.done() and not getter.cancelled():
-                task = getter.result()
-                del self._handed[task.id]
-                self._push(task, self._clock.now(), head=True)
-            raise
-        del self._handed[task.id]
-        return task
+            return await waiter
+        finally:
+            self.forget(got)

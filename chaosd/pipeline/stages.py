@@ -289,51 +289,71 @@ class StageRunner:
         return False
 
     async def run(self, slow: float = 1.0, task: Task | None = None) -> FailReason | Degraded | None:
-        """None when the stage served the task; :data:`DEGRADED` when it went on without; else why it failed."""
-        cfg = self.cfg
-        timeout = cfg.timeout
-        sleep = self._sleep
-        rng = self._rng
-        attempt = 0
+        """None when the stage served the task; :data:`DEGRADED` when it went on without; else why it failed.
+
+        The coroutine form of what :class:`~chaosd.pipeline.stage_call.StageCall` does with callbacks: the same
+        attempts (:meth:`attempt`), the same books and retries (:meth:`attempted`)."""
+        timeout = self.cfg.timeout
         now = self._now
-        stats = self.stats
-        use_fallback = self._fallback is not None and self.is_open(now())
+        attempts = 0
+        use_fallback = self.starts_on_fallback()
         while True:
             begun = now()
             if self.handler is not None:
-                reason = await self._call(self.handler, slow, timeout, task, attempt + 1)
+                reason = await self._call(self.handler, slow, timeout, task, attempts + 1)
             else:
-                reason = await self._attempt(slow, timeout, use_fallback)
-            stats.latency.add(now() - begun)
-            if reason is None:
-                self.successes += 1
-                if not use_fallback:
-                    self._close()
-                return None
-            stats.failed(reason)
-            if not use_fallback:
-                self._failed_attempt()
-            attempt += 1
-            if self.kind == "llm" and self._fallback is not None:
-                use_fallback = True
-            if attempt > cfg.retries:
-                if reason == "tool_timeout" and cfg.degrade:
-                    self.degraded += 1
-                    return DEGRADED
-                return reason
-            self._ledger.retries += 1
-            stats.retries += 1
-            await sleep(backoff_delay(cfg.backoff, attempt, rng))
+                delay, reason = self.attempt(slow, timeout, use_fallback)
+                if delay > 0.0:
+                    await self._sleep(delay)
+            attempts += 1
+            outcome, use_fallback, backoff = self.attempted(reason, now() - begun, use_fallback, attempts)
+            if backoff is None:
+                return outcome
+            await self._sleep(backoff)
 
-    async def _attempt(self, slow: float, timeout: float, use_fallback: bool) -> FailReason | None:
-        sleep = self._sleep
+    def starts_on_fallback(self) -> bool:
+        """Whether a call goes straight to the fallback model (the primary's breaker is open)."""
+        return self._fallback is not None and self.is_open(self._now())
+
+    def attempted(
+        self, reason: FailReason | None, took: float, use_fallback: bool, attempts: int
+    ) -> tuple[FailReason | Degraded | None, bool, float | None]:
+        """Book an attempt that ended with ``reason`` after ``took`` seconds, the ``attempts``-th: the call's
+        outcome, whether the next attempt uses the fallback, and the backoff before it (None: no retry, the
+        call ended with the outcome)."""
+        stats = self.stats
+        stats.latency.add(took)
+        if reason is None:
+            self.successes += 1
+            if use_fallback:
+                self.fallback_served += 1
+            else:
+                self._close()
+            return None, use_fallback, None
+        stats.failed(reason)
+        if not use_fallback:
+            self._failed_attempt()
+        if self.kind == "llm" and self._fallback is not None:
+            use_fallback = True
+        cfg = self.cfg
+        if attempts > cfg.retries:
+            if reason == "tool_timeout" and cfg.degrade:
+                self.degraded += 1
+                return DEGRADED, use_fallback, None
+            return reason, use_fallback, None
+        self._ledger.retries += 1
+        stats.retries += 1
+        return None, use_fallback, backoff_delay(cfg.backoff, attempts, self._rng)
+
+    def attempt(self, slow: float, timeout: float, use_fallback: bool) -> tuple[float, FailReason | None]:
+        """One attempt of a stage of chaosd's own kinds, drawn now: how long it takes, and why it failed (None:
+        it served the task)."""
         if self.removed:
-            return "node_removed"
+            return 0.0, "node_removed"
         if self.mcp is not None and not self.mcp.connected:
-            return "mcp_disconnected"
+            return 0.0, "mcp_disconnected"
         if self.hang:
-            await sleep(self.hang_timeout)
-            return "tool_timeout"
+            return self.hang_timeout, "tool_timeout"
         service = (self._fallback() if use_fallback and self._fallback is not None else self.sample()) * slow
         if self.jitter:
             service += self._rng.uniform(0.0, self.jitter)
@@ -344,21 +364,14 @@ class StageRunner:
                 store.restore(i)
                 service += self.cfg.restore_time
         if self.llm_down and not use_fallback:
-            await sleep(service)
-            return "llm_error"
+            return service, "llm_error"
         p = self.failure_probability() if self.cfg.pressure.enabled or self.cfg.failure_probability else 0.0
         failed = p > 0.0 and self._rng.random() < p
         if timeout > 0.0 and (failed or service > timeout):
-            await sleep(timeout)
-            return "timeout"
+            return timeout, "timeout"
         if failed:
-            await sleep(service)
-            return "error"
-        if service > 0.0:
-            await sleep(service)
-        if use_fallback:
-            self.fallback_served += 1
-        return None
+            return service, "error"
+        return service, None
 
     async def _call(
         self, handler: Handler, slow: float, timeout: float, task: Task | None, attempt: int

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Callable
 
@@ -33,7 +32,7 @@ class Supervisor:
         self._rng = rng
         self._t0 = t0
         self._restart = restart
-        self._pending: dict[str, asyncio.TimerHandle] = {}
+        self._pending: dict[str, object] = {}  # agent id -> its restart's timer on the clock
         self.restarts = 0
         self.gave_up: list[str] = []
 
@@ -48,8 +47,7 @@ class Supervisor:
             self._events.record(now - self._t0, "supervisor", agent=agent.id, state="gave_up", restarts=len(recent))
             return
         delay = backoff_delay(self.cfg.backoff, len(recent) + 1, self._rng)
-        loop = asyncio.get_running_loop()
-        self._pending[agent.id] = loop.call_at(loop.time() + delay, self._resurrect, agent)
+        self._pending[agent.id] = self._clock.call_at(now + delay, self._resurrect, agent)
 
     def _resurrect(self, agent: Agent) -> None:
         del self._pending[agent.id]
@@ -65,6 +63,6 @@ class Supervisor:
         self._events.record(now - self._t0, "supervisor", agent=agent.id, state="restarted")
 
     def close(self) -> None:
-        for handle in self._pending.values():
-            handle.cancel()
+        for timer in self._pending.values():
+            self._clock.cancel(timer)
         self._pending.clear()

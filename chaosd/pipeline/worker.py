@@ -1,18 +1,21 @@
 """In-memory worker agents: take a dispatched task off the queue, walk it along the current route (a
-:class:`~chaosd.pipeline.stage_walk.StageWalker`), hand the outcome to the ledger and the dispatch state."""
+:class:`~chaosd.pipeline.callback_walk.CallbackWalk`), hand the outcome to the ledger and the dispatch state."""
 
 from __future__ import annotations
 
+import functools
 import random
+from collections.abc import Callable
 from typing import Protocol
 
 from chaosd.core.clock import Clock
 from chaosd.core.histogram import LogHistogram
 from chaosd.pipeline.agents import Agent
+from chaosd.pipeline.callback_walk import CallbackWalk
 from chaosd.pipeline.dispatch import Dispatcher
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.queue import IngressQueue
-from chaosd.pipeline.stage_walk import StageWalker, Walk, WalkOutcome
+from chaosd.pipeline.stage_walk import Walk, WalkOutcome
 from chaosd.pipeline.stages import DEGRADED
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import TaskTracer
@@ -52,12 +55,15 @@ class BusyMeter:
 class Worker:
     """One worker agent: serves one task at a time, start to finish, along the orchestrator's route.
 
-    A burst: while a task ends without this worker awaiting, the next one waiting is taken at once, with the clock
-    reading that ended it. Nothing another task changes (the gate, faults, the route's flags) can change in between,
-    so only the checks that depend on the task itself are made again. Nobody else can see what this worker does
-    until it awaits either: the busy meter counts it busy from the first task to the last and is brought up to date
-    only when that count changes, and a task's dispatch is recorded just before its first await, or, if it never
-    awaits, with its acknowledgement.
+    It runs as callbacks on the clock (see :mod:`chaosd.core.engine`): a stage's service is a timer, a stage that
+    can go wrong a :class:`~chaosd.pipeline.stage_call.StageCall`, and waiting for work or for its gate a callback
+    the queue or the agent makes. ``start`` sets it going; ``cancel`` stops it wherever it is.
+
+    A burst: while a task ends without a timer, the next one waiting is taken at once, with the clock reading that
+    ended it. Nothing another task changes (the gate, faults, the route's flags) can change in between, so only
+    the checks that depend on the task itself are made again. The busy meter counts the worker busy from the first
+    task of a burst to the last; a task's dispatch is recorded just before its first timer, or, if it never sets
+    one, with its acknowledgement.
 
     Without a dispatcher it only mirrors a worker process elsewhere (its flags, what its heartbeats report).
     """
@@ -82,81 +88,150 @@ class Worker:
         self._ledger = ledger
         self._dispatcher = dispatcher
         self._clock = clock
+        self._now = clock.now
         self._busy = busy
         self._wait = wait
         self._sojourn = sojourn
         self._rng = rng
         self.tracer: TaskTracer | None = None
-        self._walker = StageWalker(clock, agent, agent.id, dispatcher)
+        self._walk = CallbackWalk(clock, agent, agent.id, dispatcher, self._walked)
         self.drop_probability = 0.0  # drop_messages: a dispatch lost on its way to this worker
         self.dropped = 0
         self.current: Task | None = None
+        self._running = False
+        self._incarnation = 0  # a task on its way to an earlier run of this worker goes back to the queue
+        self._waiting = False  # on the queue's getters
+        self._holding = False  # counted busy (a burst)
+        self._served = 0  # tasks served since the worker last waited or let others run
+        self._timer: object = None
+        self._getter: Callable[[Task], object] = self._got_nothing
+        self._opened: Callable[[], object] = self._got_nothing_yet
 
-    async def run(self) -> None:
-        try:
-            await self._loop()
-        finally:
-            # Killed (or stopped) mid-task: the task stays with the dispatch state until its lease ends.
-            if self.current is not None:
-                self._busy.step(self._clock.now(), -1)
-                self.current = None
-
-    async def _loop(self) -> None:
+    def start(self) -> Worker:
+        """Serve from now on (the agent's activity: :meth:`cancel` stops it)."""
         if self._dispatcher is None:
             raise RuntimeError(f"{self.agent.id} stands for a process elsewhere: it has no dispatch to serve here")
+        self._running = True
+        self._incarnation += 1
+        self._getter = functools.partial(self._got, self._incarnation)
+        self._opened = functools.partial(self._gate_opened, self._incarnation)
+        self._served = 0
+        self._take()
+        return self
+
+    def cancel(self) -> None:
+        """Killed (or stopped): whatever it was doing ends here; a task in service stays with the dispatch state
+        until its lease ends."""
+        if not self._running:
+            return
+        self._running = False
+        self._queue.forget(self._getter)
+        self.agent.forget(self._opened)
+        self._waiting = False
+        if self._timer is not None:
+            self._clock.cancel(self._timer)
+            self._timer = None
+        self._walk.cancel()
+        if self._holding:
+            self._busy.step(self._now(), -1)
+            self._holding = False
+        self.current = None
+
+    def _got_nothing(self, task: Task) -> None:
+        self._queue.requeue(task)
+
+    def _got_nothing_yet(self) -> None:
+        pass
+
+    def _gate_opened(self, incarnation: int) -> None:
+        if incarnation == self._incarnation and self._running:
+            self._timer = self._clock.call_at(self._now(), self._take)  # next in this instant, after the opener
+
+    def _got(self, incarnation: int, task: Task) -> None:
+        """The queue hands a task to this worker, which was waiting for one."""
+        if incarnation != self._incarnation or not self._waiting:
+            self._queue.requeue(task)  # meant for a run of this worker that is over: back, not astray
+            return
+        self._waiting = False
+        self._served = 0
+        if self._burst(task, self._now()):
+            self._take()
+
+    def _take(self) -> None:
+        """Free: the next task waiting, or a callback when there is one (or when the gate opens)."""
+        self._timer = None
         agent = self.agent
         queue = self._queue
-        now = self._clock.now
-        busy = self._busy
-        routing = self._routing
-        walker = self._walker
-        in_flight = self._ledger.in_flight
-        wait_add = self._wait.add
-        settle = self._settle
-        served = 0
+        now = self._now
         while True:
             if not agent.gate_open:
-                await agent.gate.wait()
+                agent.when_open(self._opened)
+                return
             t = now()
             task = queue.get_nowait(t)
             if task is None:
-                task = await queue.get()
-                t = now()
-                served = 0
-            elif served >= _YIELD_EVERY:
-                queue.requeue(task)  # let others run; the task keeps its place at the head
-                await self._clock.sleep(0)
-                served = 0
-                continue
-            holding = False  # a burst (see the class docstring): busy from its first task to its last
-            # Only the checks that depend on the task itself; the rare refusals are made in a call.
-            while (task.id in in_flight and not self.drop_probability) or not self._refused(task, t):
-                self.current = task
-                if not task.attempts:
-                    wait_add(t - task.accepted_at)
-                task.attempts += 1
-                if not holding:
-                    # busy.step(t, 1) and, after the burst, busy.step(t, -1), written out: each saves a Python call.
-                    busy.area += busy.busy * (t - busy.since)
-                    busy.since = t
-                    busy.busy += 1
-                    holding = True
-                walk = routing.walk
-                if task.trace is not None and self.tracer is not None:
-                    outcome = await walker.traced(task, walk, t, self.tracer)
-                else:
-                    outcome = await walker.walk(task, walk, t)
-                begun, t = t, now()
-                served += 1
-                if not settle(task, walk, outcome, begun, t) or served >= _YIELD_EVERY:
-                    break
-                task = queue.get_nowait(t)
-                if task is None:
-                    break
-            if holding:
+                self._waiting = True
+                queue.wait(self._getter)
+                return
+            if self._served >= _YIELD_EVERY:
+                queue.requeue(task)  # let others run first; the task keeps its place at the head
+                self._served = 0
+                self._timer = self._clock.call_at(t, self._take)
+                return
+            if not self._burst(task, t):
+                return  # a walk goes on in callbacks: _walked takes it from there
+
+    def _burst(self, task: Task, t: float) -> bool:
+        """Serve ``task`` (taken at ``t``) and, while each ends at once, the tasks waiting after it. True when
+        the worker is free again; False when a walk goes on in callbacks."""
+        in_flight = self._ledger.in_flight
+        busy = self._busy
+        walk = self._walk
+        queue = self._queue
+        # Only the checks that depend on the task itself; the rare refusals are made in a call.
+        while (task.id in in_flight and not self.drop_probability) or not self._refused(task, t):
+            self.current = task
+            if not task.attempts:
+                self._wait.add(t - task.accepted_at)
+            task.attempts += 1
+            if not self._holding:
+                # busy.step(t, 1), written out: it saves a Python call per burst.
                 busy.area += busy.busy * (t - busy.since)
                 busy.since = t
-                busy.busy -= 1
+                busy.busy += 1
+                self._holding = True
+            route = self._routing.walk
+            tracer = self.tracer if task.trace is not None else None
+            if not walk.start(task, route, t, tracer):
+                return False
+            self._served += 1
+            if not self._settle(task, route, walk.outcome, t, t) or self._served >= _YIELD_EVERY:
+                break
+            nxt = queue.get_nowait(t)
+            if nxt is None:
+                break
+            task = nxt
+        self._release(t)
+        return True
+
+    def _walked(self) -> None:
+        """A walk that set timers ended: settle it, and the worker is free."""
+        t = self._now()
+        walk = self._walk
+        task = self.current
+        assert task is not None  # a walk is of the current task
+        self._served += 1
+        self._settle(task, walk.route, walk.outcome, walk.begun, t)
+        self._release(t)
+        self._take()
+
+    def _release(self, t: float) -> None:
+        if self._holding:
+            busy = self._busy
+            busy.area += busy.busy * (t - busy.since)
+            busy.since = t
+            busy.busy -= 1
+            self._holding = False
 
     def _refused(self, task: Task, t: float) -> bool:
         """Whether ``task`` is not to be served: a copy of a task that already ended, or a dispatch lost on its way."""
@@ -166,7 +241,7 @@ class Worker:
             ledger.deduplicated += 1
             return True
         if self.drop_probability and self._rng.random() < self.drop_probability:
-            assert self._dispatcher is not None  # _loop, the only caller, serves with one
+            assert self._dispatcher is not None  # only a worker with a dispatcher serves
             self._dispatcher.assign(task, self.agent.id, t)
             self.dropped += 1  # the dispatch never arrives; the task lease will bring it back
             return True
@@ -178,9 +253,9 @@ class Worker:
         self.current = None
         agent = self.agent
         agent.served += 1
-        waited = self._walker.waited
+        waited = self._walk.waited
         dispatcher = self._dispatcher
-        assert dispatcher is not None  # _loop, the only caller, serves with one
+        assert dispatcher is not None  # only a worker with a dispatcher serves
         if agent.partitioned:
             if not waited:
                 dispatcher.assign(task, agent.id, begun)

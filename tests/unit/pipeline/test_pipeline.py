@@ -288,11 +288,10 @@ def test_a_crashing_worker_stops_the_run_with_its_error() -> None:
         async def scenario() -> None:
             experiment = Experiment(settings(mmc(50.0, 2)), clock, warmup=0.0)
 
-            async def broken() -> None:
-                await clock.sleep(1.0)
+            def broken(*_: object) -> bool:
                 raise RuntimeError("worker bug")
 
-            experiment.pipeline.workers[0]._loop = broken  # type: ignore[method-assign]
+            experiment.pipeline.workers[0]._settle = broken  # type: ignore[method-assign]  # its first task's end
             await experiment.run(3600.0)
 
         with pytest.raises(ExceptionGroup) as info:

@@ -1,0 +1,204 @@
+"""A task's walk along the route as callbacks: each stage's service a timer on the clock, a stage that can go
+wrong a :class:`~chaosd.pipeline.stage_call.StageCall`.
+
+The same walk as :class:`~chaosd.pipeline.stage_walk.StageWalker`'s (the Redis worker processes' coroutine form):
+stages in route order, the first failure ending it, a skipped stage degrading it; a simple stage (nothing can go
+wrong) served inline, its service drawn, recorded and waited out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chaosd.core.clock import Clock
+from chaosd.pipeline.stage_call import PENDING, StageCall, StageOutcome
+from chaosd.pipeline.stage_walk import Claims, Walk, WalkOutcome, WorkerFlags
+from chaosd.pipeline.stages import DEGRADED, StageRunner
+from chaosd.pipeline.task import Task
+from chaosd.pipeline.tracing import TaskEnd, TaskTracer
+
+__all__ = ["CallbackWalk"]
+
+
+class CallbackWalk:
+    """One worker's walks, one at a time. :meth:`start` returns True when the walk ended at once (no stage took
+    time); otherwise ``done`` is called when it ends. Then ``outcome`` says how it ended, and ``waited`` whether
+    it set a timer (and so claimed its task first).
+
+    Real time: a simple stage's service ends on the model's schedule, counted from when this worker was free (its
+    previous service's due end) or the task arrived, whichever is later, so one late callback does not push back
+    every later service; at most ``catch_up`` of lateness is made up per task.
+    """
+
+    __slots__ = (
+        "_call",
+        "_catch_up",
+        "_claims",
+        "_clock",
+        "_done",
+        "_due",
+        "_flags",
+        "_free_at",
+        "_handle",
+        "_i",
+        "_slow",
+        "_stage_begun",
+        "_stages",
+        "_task",
+        "_timer",
+        "_tracer",
+        "_unsent",
+        "_worker",
+        "begun",
+        "outcome",
+        "route",
+        "waited",
+    )
+
+    def __init__(
+        self, clock: Clock, flags: WorkerFlags, worker: str, claims: Claims | None, done: Callable[[], object]
+    ) -> None:
+        self._clock = clock
+        self._flags = flags
+        self._worker = worker
+        self._claims = claims
+        self._done = done
+        self._call = StageCall(clock)
+        self._catch_up = clock.catch_up
+        self._free_at = float("-inf")  # the previous service's due end (real time)
+        self._timer: object = None
+        self._task: Task | None = None
+        self._stages: tuple[StageRunner, ...] = ()
+        self._i = 0
+        self._slow = 1.0
+        self._due = 0.0
+        self._unsent = True
+        self._tracer: TaskTracer | None = None
+        self._handle: object = None
+        self._stage_begun = 0.0
+        self.route: Walk | None = None
+        self.begun = 0.0
+        self.outcome: WalkOutcome = None
+        self.waited = False
+
+    def start(self, task: Task, route: Walk | None, t: float, tracer: TaskTracer | None) -> bool:
+        """Walk ``task``, taken at ``t``, along ``route`` (None: there is none); ``tracer`` for a sampled task."""
+        self.route, self.begun, self._task = route, t, task
+        self.outcome = None
+        self._tracer = tracer
+        if tracer is not None:
+            if self._claims is not None:
+                self._claims.assign(task, self._worker, t)
+            self._unsent = False
+            self._handle = tracer.started(task, self._worker, t)
+        else:
+            self._unsent = True  # claimed just before the first timer: until then nobody can see it is held
+        if route is None:
+            self.outcome = "no_route"
+            return self._ended()
+        self._slow = self._flags.slow
+        self._stages = route.stages
+        catch_up = self._catch_up
+        self._due = max(self._free_at, task.accepted_at, t - catch_up) if catch_up and tracer is None else 0.0
+        return self._step(0)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._clock.cancel(self._timer)
+            self._timer = None
+        self._call.cancel()
+
+    def _step(self, i: int) -> bool:
+        """Walk on from stage ``i``; True when the walk ended before any timer."""
+        stages = self._stages
+        n = len(stages)
+        clock = self._clock
+        while i < n:
+            stage = stages[i]
+            i += 1
+            if self._tracer is not None:
+                self._stage_begun = clock.now()
+            if stage.simple:
+                service = stage.sample() * self._slow
+                stage.stats.latency.add(service)
+                if service > 0.0:
+                    if self._unsent:
+                        self._claim()
+                    if self._due:
+                        self._due += service
+                        when = self._due
+                    else:
+                        when = clock.now() + service
+                    self._timer = clock.call_at(when, self._served, i)
+                    return False
+                if self._tracer is not None:
+                    self._traced(stage, None)
+                continue
+            if self._unsent:
+                self._claim()
+            self._i = i
+            assert self._task is not None  # walking one
+            ran = self._call.start(stage, self._slow, self._task, self._called)
+            if ran is PENDING:
+                return False
+            if not self._stage_ended(stage, ran):
+                break
+        return self._ended()
+
+    def _claim(self) -> None:
+        self._unsent = False
+        if self._claims is not None:
+            assert self._task is not None  # walking one
+            self._claims.assign(self._task, self._worker, self.begun)
+
+    def _stage_ended(self, stage: StageRunner, ran: StageOutcome) -> bool:
+        """Note how a stage that can go wrong ended; whether the walk goes on."""
+        if self._due:
+            self._due = self._clock.now()  # a stage that times itself: the next one starts from when it ended
+        if self._tracer is not None:
+            self._traced(stage, ran)
+        if ran == DEGRADED:
+            self.outcome = DEGRADED
+        elif ran is not None:
+            self.outcome = ran
+            return False
+        return True
+
+    def _traced(self, stage: StageRunner, ran: StageOutcome) -> None:
+        assert self._tracer is not None  # only for a sampled task
+        self._tracer.stage(self._handle, stage.name, stage.kind, self._stage_begun, self._clock.now(), ran)
+
+    def _served(self, i: int) -> None:
+        """A simple stage's service (stage ``i - 1``) ended."""
+        self._timer = None
+        if self._tracer is not None:
+            self._traced(self._stages[i - 1], None)
+        if self._step(i):
+            self._done()
+
+    def _called(self, ran: StageOutcome) -> None:
+        """A stage call that took time ended."""
+        if self._stage_ended(self._stages[self._i - 1], ran):
+            if not self._step(self._i):
+                return  # a later stage took time
+        else:
+            self._ended()
+        self._done()
+
+    def _ended(self) -> bool:
+        if self._tracer is not None:
+            outcome = self.outcome
+            ended: TaskEnd
+            if outcome is not None and outcome != DEGRADED:
+                ended = outcome
+            else:
+                ended = "lost_to_partition" if self._flags.partitioned else "completed"
+            now = self._clock.now()
+            self._tracer.ended(self._handle, now, ended)
+            self._tracer = self._handle = None
+            if self._catch_up:
+                self._free_at = now  # served off the schedule: the next service starts from here at the earliest
+        elif self._due:
+            self._free_at = self._due
+        self.waited = not self._unsent
+        return True
