@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import contextvars
 import ctypes
+import functools
 import logging
 import select
 import selectors
@@ -96,7 +97,9 @@ class LoopClock:
         self.sleep: Callable[[float], Awaitable[None]]
         if isinstance(loop, VirtualEventLoop):
             engine = loop.engine
-            self.now, self.call_at, self.cancel = engine.now, engine.call_at, engine.cancel
+            # The engine's time read by a C call (no Python frame): the clock is read several times per task.
+            self.now = functools.partial(getattr, engine, "t")
+            self.call_at, self.cancel = engine.call_at, engine.cancel
             self.sleep = self._virtual_sleep
         else:
             # asyncio's own loops read time.monotonic(): call it without the method in between.

@@ -123,7 +123,10 @@ class CallbackWalk:
                 stage.stats.latency.add(service)
                 if service > 0.0:
                     if self._unsent:
-                        self._claim()
+                        # _claim, written out: once per task.
+                        self._unsent = False
+                        if self._claims is not None:
+                            self._claims.assign(self._task, self._worker, self.begun)  # type: ignore[arg-type]
                     if self._due:
                         self._due += service
                         when = self._due
@@ -173,6 +176,11 @@ class CallbackWalk:
         self._timer = None
         if self._tracer is not None:
             self._traced(self._stages[i - 1], None)
+        elif i == len(self._stages) and not self._due:
+            # The last stage, untraced, in virtual time: what _step and _ended would do, without the two calls.
+            self.waited = True  # it set a timer, so it claimed its task
+            self._done()
+            return
         if self._step(i):
             self._done()
 

@@ -194,15 +194,19 @@ class Producer:
                     self._left = left
                     self._wait_for_room(blocked)
                     return
-            self._next_t += 1.0 / rate if self._arrival == "constant" else self._gap(rate)
-            if (
-                resumed
-                or self._streak >= _YIELD_EVERY
-                or self._next_t > t
-                or self._next_t - self._t0 >= self._flat_until
-            ):
+            next_t = self._next_t = self._next_t + (1.0 / rate if self._arrival == "constant" else self._gap(rate))
+            if resumed or self._streak >= _YIELD_EVERY or next_t > t or next_t - self._t0 >= self._flat_until:
                 break
             t = self._clock.now()
+        if (
+            next_t > t
+            and next_t - self._t0 < self._flat_until
+            and agent.gate_open
+            and self._flat_rate * self._surge.factor / agent.slow == rate
+        ):
+            # What _schedule would decide in the usual case (the rate holds, the gate is open), without the call.
+            self._timer = self._clock.call_at(next_t, self._arrive)
+            return
         self._schedule()
 
     def _wait_for_room(self, task: Task) -> None:
@@ -325,7 +329,8 @@ class Producer:
 
     def _emit(self, t: float) -> Task | None:
         """Offer one task; returns it when it must wait for room (``block``), else None."""
-        task = self._new_task(t)
+        # _new_task, written out where nothing is traced: once per arrival.
+        task = Task(next(self._ids), t, t >= self._measure_from) if self.tracer is None else self._new_task(t)
         ledger = self._ledger
         factor = self._admission.factor
         reason: RefuseReason

@@ -222,7 +222,12 @@ class Worker:
         assert task is not None  # a walk is of the current task
         self._served += 1
         self._settle(task, walk.route, walk.outcome, walk.begun, t)
-        self._release(t)
+        if self._holding:  # _release, written out: once per task
+            busy = self._busy
+            busy.area += busy.busy * (t - busy.since)
+            busy.since = t
+            busy.busy -= 1
+            self._holding = False
         self._take()
 
     def _release(self, t: float) -> None:
