@@ -16,6 +16,7 @@ from chaosd.pipeline.stage_walk import Claims, Walk, WalkOutcome, WorkerFlags
 from chaosd.pipeline.stages import DEGRADED, StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import TaskEnd, TaskTracer
+from chaosd.views import FailReason
 
 __all__ = ["CallbackWalk"]
 
@@ -140,13 +141,36 @@ class CallbackWalk:
             if self._unsent:
                 self._claim()
             self._i = i
-            assert self._task is not None  # walking one
-            ran = self._call.start(stage, self._slow, self._task, self._called)
+            if stage.handler is None:
+                # The call's first attempt made here, the rest (books, retries) by the StageCall: the usual call
+                # is one attempt, a timer and its books, without the StageCall's steps around them.
+                begun = clock.now()
+                use_fallback = stage.has_fallback and begun < stage.open_until
+                delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
+                if delay > 0.0:
+                    self._timer = clock.call_at(begun + delay, self._attempted, reason, begun, use_fallback)
+                    return False
+                ran = self._call.after_first(stage, self._slow, self._called, reason, begun, use_fallback)
+            else:
+                assert self._task is not None  # walking one
+                ran = self._call.start(stage, self._slow, self._task, self._called)
             if ran is PENDING:
                 return False
             if not self._stage_ended(stage, ran):
                 break
         return self._ended()
+
+    def _attempted(self, reason: FailReason | None, begun: float, use_fallback: bool) -> None:
+        """The first attempt of a stage call, made by :meth:`_step`, ended."""
+        self._timer = None
+        stage = self._stages[self._i - 1]
+        if reason is None:
+            ran, _, _ = stage.attempted(None, self._clock.now() - begun, use_fallback, 1)  # served: the call ends
+            self._called(ran)
+            return
+        called = self._call.after_first(stage, self._slow, self._called, reason, begun, use_fallback)
+        if called is not PENDING:
+            self._called(called)
 
     def _claim(self) -> None:
         self._unsent = False

@@ -84,6 +84,30 @@ class StageCall:
         ended, self._ended = self._ended, PENDING
         return ended
 
+    def after_first(
+        self,
+        stage: StageRunner,
+        slow: float,
+        done: Callable[[StageOutcome], object],
+        reason: FailReason | None,
+        begun: float,
+        use_fallback: bool,
+    ) -> StageOutcome | _Pending:
+        """The call whose first attempt (begun at ``begun``, ended now with ``reason``) its caller made itself:
+        its books, and its retries if it failed; what :meth:`start` returns."""
+        self._stage, self._done, self._slow = stage, done, slow
+        self._attempts = 0
+        self._use_fallback = use_fallback
+        self._begun = begun
+        self._starting = True
+        self._ended = PENDING
+        try:
+            self._tried(reason)
+        finally:
+            self._starting = False
+        ended, self._ended = self._ended, PENDING
+        return ended
+
     def cancel(self) -> None:
         """The worker stopped mid-call: nothing more of this call happens."""
         self._done = None
