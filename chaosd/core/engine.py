@@ -150,9 +150,9 @@ class EngineSelector(selectors.BaseSelector):
         engine.interrupted = False  # asyncio has run what was ready and set its timers: the heap's turn
         limit = math.inf if timeout is None else engine.t + timeout
         while True:
-            # With a grace, each instant on its own: outside I/O is polled before the clock moves on.
-            stop = max(engine.t, engine.next_at()) if self.grace else self._poll_at
-            engine.run(min(limit, stop))
+            # With a grace, outside I/O is polled before every jump of the clock: the instant now first, then the
+            # poll, then the next instant. Without one, the clock runs to the next poll mark.
+            engine.run(engine.t if self.grace else min(limit, self._poll_at))
             if engine.interrupted:
                 engine.interrupted = False
                 return []
@@ -165,4 +165,10 @@ class EngineSelector(selectors.BaseSelector):
             if nxt > limit:
                 engine.t = max(engine.t, limit)
                 return []
+            if self.grace:
+                engine.run(nxt)  # the jump, with nothing from outside in the grace
+                if engine.interrupted:
+                    engine.interrupted = False
+                    return []
+                continue
             self._poll_at = max(engine.t, nxt) + POLL_EVERY
