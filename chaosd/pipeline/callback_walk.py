@@ -165,8 +165,13 @@ class CallbackWalk:
         self._timer = None
         stage = self._stages[self._i - 1]
         if reason is None:
-            ran, _, _ = stage.attempted(None, self._clock.now() - begun, use_fallback, 1)  # served: the call ends
-            self._called(ran)
+            stage.attempted(None, self._clock.now() - begun, use_fallback, 1)  # served: the call ends, the walk goes on
+            if self._due:
+                self._due = self._clock.now()
+            if self._tracer is not None:
+                self._traced(stage, None)
+            if self._step(self._i):
+                self._done()
             return
         called = self._call.after_first(stage, self._slow, self._called, reason, begun, use_fallback)
         if called is not PENDING:

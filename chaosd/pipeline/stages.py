@@ -328,7 +328,7 @@ class StageRunner:
             self.successes += 1
             if use_fallback:
                 self.fallback_served += 1
-            else:
+            elif self._fail_streak or self._tripped:  # else closed already, its backoff at the reset
                 self._close()
             return None, use_fallback, None
         stats.failed(reason)
@@ -360,7 +360,7 @@ class StageRunner:
             service += self._rng.uniform(0.0, self.jitter)
         if self.memory is not None:
             store = self.memory
-            i = self._rng.randrange(len(store.values))
+            i = int(self._rng.random() * len(store.values))  # an entry at random: one C call, not randrange's two
             if store.check(i) == "detected":
                 store.restore(i)
                 service += self.cfg.restore_time
