@@ -497,12 +497,12 @@ class _Families(Collector):
 class MetricsRegistry(CollectorRegistry):
     """The daemon's registry. :meth:`scrape` is what ``GET /metrics`` serves; :meth:`exposition` renders it afresh.
 
-    The series read from the pipeline (the experiment's, the stages', the recoveries') are rendered once per
-    telemetry tick once the registry :meth:`follow` s one, after the tick's detector, throttle and injector, and
-    kept as bytes: a scrape reads only the HTTP server's and the process's own series, whatever the pipeline is
-    doing. Without a tick to follow, each scrape renders everything. The recovery histograms' text is kept until a
-    fault recovers (formatting them would be most of a render's cost). ``generate_latest(registry)`` still renders
-    the same series, in the same order.
+    Once it follows a telemetry tick (:meth:`follow`, as the daemon does), the series read from the pipeline (the
+    experiment's, the stages', the recoveries') are rendered once a tick, after the tick's detector, throttle and
+    injector, and kept as bytes: a scrape reads only the HTTP server's and the process's own series, whatever the
+    pipeline is doing. Without a tick to follow, each scrape renders everything. The recovery histograms' text is
+    kept until a fault recovers (formatting them would be most of a render's cost). ``generate_latest(registry)``
+    still renders the same series.
     """
 
     def __init__(self) -> None:
