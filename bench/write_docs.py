@@ -116,6 +116,16 @@ BENCHES = (
         "p95 ≤ 10 ms; 0 spans dropped",
     ),
     Bench(
+        "metrics_under_load",
+        "Scrapes at 1,000 tasks/s and after a simulated week",
+        (),
+        "`/metrics` p50/p95/max over HTTP from two real daemons offered 1,000 tasks/s, scraped in turn: as shipped "
+        "(the pipeline's series rendered once a telemetry tick) against the same build rendering at each scrape; "
+        "then the tick's render and a scrape timed after a simulated week of survival (the daemon's parts on the "
+        "virtual clock) against its first hour",
+        "p95 ≤ 10 ms at 1,000 tasks/s; the render no slower after a week",
+    ),
+    Bench(
         "api_latency",
         "API latency",
         (),

@@ -27,7 +27,7 @@ from pathlib import Path
 from aiohttp import web
 
 from chaosd.api import build_app
-from chaosd.api.keys import HTTP_STATS, LIMITS, REPORT, STORAGE
+from chaosd.api.keys import HTTP_STATS, LIMITS, REGISTRY, REPORT, STORAGE
 from chaosd.api.server import FrontDoor
 from chaosd.config.settings import Settings
 from chaosd.core.clock import LoopClock, new_event_loop, unix_time, wall_time
@@ -197,6 +197,7 @@ class Daemon:
         if self.tracing.enabled:
             out(f"chaosd: tracing to OTLP, one task in {self.tracing.every} sampled, every fault traced")
         self.app = build_app(settings, self.live, self.tracing)
+        self.app[REGISTRY].follow(self.experiment.telemetry)  # /metrics serves the last tick's render
         fds = _raise_fd_limit(settings.api.max_connections + 256)
         if fds < settings.api.max_connections + 64:
             log.warning(

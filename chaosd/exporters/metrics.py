@@ -1,4 +1,4 @@
-"""Prometheus metrics: a custom collector that reads the live experiment at each scrape.
+"""Prometheus metrics: a custom collector that reads the live experiment, rendered once per telemetry tick.
 
 Nothing is updated per task: counters come from the ledger, gauges from the latest telemetry
 snapshot, histograms from the pipeline's own log-bucket histograms (every 4th ×1.05 edge, so the
@@ -8,6 +8,7 @@ process, platform and GC collectors of prometheus_client. Names and labels: docs
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Literal, Protocol, get_args
@@ -29,6 +30,7 @@ from chaosd.experiment.runner import Experiment
 from chaosd.exporters.buckets import latency_buckets
 from chaosd.exporters.stage_series import StageSeries
 from chaosd.faults import CATALOGUE, FaultRecord
+from chaosd.telemetry.engine import Telemetry
 from chaosd.views import AgentKind, AgentState, FailReason, RefuseReason
 
 __all__ = [
@@ -167,6 +169,11 @@ class ExperimentCollector(Collector):
         self._server = server
 
     def collect(self) -> Iterator[Metric]:
+        yield from self.collect_pipeline()
+        yield from self.collect_server()
+
+    def collect_pipeline(self) -> Iterator[Metric]:
+        """The experiment's series: everything but the HTTP server's own."""
         exp = self.exp
         yield from _rate_families(exp)
         yield from _ledger_families(exp)
@@ -181,6 +188,9 @@ class ExperimentCollector(Collector):
         yield CounterMetricFamily("chaosd_spans_exported", "Spans handed to the exporter", value=exported)
         yield CounterMetricFamily("chaosd_spans_dropped", "Spans dropped", value=dropped)
         yield _observer_errors(exp)
+
+    def collect_server(self) -> Iterator[Metric]:
+        """The HTTP server's series (none without a server): its own counters, not the pipeline's."""
         if self._server is not None:
             yield from _server_families(self._server)
 
@@ -476,17 +486,35 @@ class _Some(Collector):
             yield from collector.collect()
 
 
+class _Families(Collector):
+    def __init__(self, families: Callable[[], Iterator[Metric]]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return self._families()
+
+
 class MetricsRegistry(CollectorRegistry):
-    """The daemon's registry. :meth:`exposition` is what ``GET /metrics`` serves: everything, rendered afresh,
-    except the recovery histograms, whose text is kept until a fault recovers (formatting them would be most of a
-    scrape's cost). ``generate_latest(registry)`` still renders the same series."""
+    """The daemon's registry. :meth:`scrape` is what ``GET /metrics`` serves; :meth:`exposition` renders it afresh.
+
+    Once it follows a telemetry tick (:meth:`follow`, as the daemon does), the series read from the pipeline (the
+    experiment's, the stages', the recoveries') are rendered once a tick, after the tick's detector, throttle and
+    injector, and kept as bytes: a scrape reads only the HTTP server's and the process's own series, whatever the
+    pipeline is doing. Without a tick to follow, each scrape renders everything. The recovery histograms' text is
+    kept until a fault recovers (formatting them would be most of a render's cost). ``generate_latest(registry)``
+    still renders the same series.
+    """
 
     def __init__(self) -> None:
         super().__init__(auto_describe=False)
         self._order: list[Collector] = []
+        self.experiment: ExperimentCollector | None = None
         self.recovery: _RecoveryHistograms | None = None
         self.stages: StageSeries | None = None
+        self.renders = 0  # of the pipeline's series: one a tick when following, one a scrape when not
         self._kept: tuple[int, bytes] | None = None
+        self._ticked: tuple[bytes, bytes] | None = None  # the pipeline's series of the last tick (None: not following)
+        self._due: asyncio.Handle | None = None  # the render after the current tick, until it has run
 
     def register(self, collector: Collector) -> None:
         super().register(collector)
@@ -497,16 +525,61 @@ class MetricsRegistry(CollectorRegistry):
         self._order.remove(collector)
 
     def exposition(self) -> bytes:
-        recovery, stages = self.recovery, self.stages
-        live = generate_latest(_Some([c for c in self._order if c is not recovery and c is not stages]))
-        if stages is not None:
-            live += stages.text()
-        if recovery is None:
-            return live
-        version = recovery.series.version
-        if self._kept is None or self._kept[0] != version:
-            self._kept = (version, generate_latest(recovery))
-        return live + self._kept[1]
+        """Everything, rendered now."""
+        head, tail = self._pipeline()
+        return head + self._own() + tail
+
+    def scrape(self) -> bytes:
+        """What ``GET /metrics`` serves: the pipeline's series as rendered at the last tick (rendered now before the
+        first), with the HTTP server's and the process's series as they are now; :meth:`exposition` when not
+        following a tick."""
+        if self._ticked is None:
+            return self.exposition()
+        head, tail = self._ticked
+        return head + self._own() + tail
+
+    def follow(self, telemetry: Telemetry) -> None:
+        """From now on, render the pipeline's series once per tick of ``telemetry``, and serve those.
+
+        The render is called soon after the telemetry listeners, so it runs once the tick's handlers (detector,
+        throttle, injector) are done with the same snapshot. One that raises is counted as observer ``metrics``;
+        the previous tick's series are served meanwhile.
+        """
+        self._ticked = self._pipeline()
+        render = telemetry.pipeline.events.observers.guard(self._render_tick, "metrics")
+
+        def ticked(_: object) -> None:
+            if self._due is None:
+                self._due = asyncio.get_running_loop().call_soon(render, None)
+
+        telemetry.listen(ticked, "metrics")
+
+    def _render_tick(self, _: object) -> None:
+        self._due = None
+        self._ticked = self._pipeline()
+
+    def _pipeline(self) -> tuple[bytes, bytes]:
+        """The series read from the pipeline, rendered now: the experiment's, then the stages' and the recoveries'
+        (which come after the process's in the exposition)."""
+        self.renders += 1
+        experiment, recovery, stages = self.experiment, self.recovery, self.stages
+        head = generate_latest(_Families(experiment.collect_pipeline)) if experiment is not None else b""
+        tail = stages.text() if stages is not None else b""
+        if recovery is not None:
+            version = recovery.series.version
+            if self._kept is None or self._kept[0] != version:
+                self._kept = (version, generate_latest(recovery))
+            tail += self._kept[1]
+        return head, tail
+
+    def _own(self) -> bytes:
+        """The HTTP server's series and every other collector's (process, platform, GC, storage), rendered now."""
+        experiment = self.experiment
+        pipeline: list[Collector] = [c for c in (experiment, self.recovery, self.stages) if c is not None]
+        others = [c for c in self._order if c not in pipeline]
+        if experiment is not None:
+            others.insert(0, _Families(experiment.collect_server))
+        return generate_latest(_Some(others))
 
 
 def make_registry(
@@ -520,6 +593,7 @@ def make_registry(
     registry = MetricsRegistry()
     collector = ExperimentCollector(experiment, spans, server=server)
     registry.register(collector)
+    registry.experiment = collector
     registry.recovery = _RecoveryHistograms(collector.faults)
     registry.register(registry.recovery)
     pipeline = experiment.pipeline
