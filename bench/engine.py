@@ -44,7 +44,7 @@ Each side's completions, refusals and mean sojourn are printed beside its speed,
 same queue.
 
     python bench/engine.py            # about 2 minutes
-    python bench/engine.py --quick    # about 40 seconds
+    python bench/engine.py --quick    # under a minute
 """
 
 from __future__ import annotations

@@ -351,10 +351,10 @@ def show(metrics: Sequence[Metric], unjudged: Sequence[tuple[str, str, int, int]
         f"{'p':>8s}  verdict"
     )
     for m in shown:
-        delta = (m.new.mean - m.old.mean) / abs(m.old.mean) if m.old.mean else math.nan
+        delta = f"{(m.new.mean - m.old.mean) / abs(m.old.mean):+.1%}" if m.old.mean else "—"
         verdict = "DIFFERS" if m.differs else "agrees" + (" *" if m.outside else "")
         print(
-            f"{m.scenario + ' ' + m.path:{width}s}  {_ci(m.old):>28s}  {_ci(m.new):>28s}  {delta:>+8.1%}  "
+            f"{m.scenario + ' ' + m.path:{width}s}  {_ci(m.old):>28s}  {_ci(m.new):>28s}  {delta:>8s}  "
             f"{m.p:>8.2g}  {verdict}"
         )
     for scenario, path, a, b in unjudged:
