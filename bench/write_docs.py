@@ -60,6 +60,17 @@ BENCHES = (
         "chaosd at least as fast as SimPy's bare model (ratio ≥ 1)",
     ),
     Bench(
+        "engine",
+        "The virtual-time engine against SimPy",
+        (),
+        "From one run, interleaved pairs: M/M/4 at ρ 0.9 (detector and throttle off) against SimPy's bare model, and "
+        "the default config at 200/s and 1,000/s against a SimPy model of the same stages, telemetry tick and "
+        "admission, in simulated seconds per wall second; wall time of one 600 s run against ten 60 s runs; max RSS "
+        "of fresh processes running 600 s and 3,600 s",
+        "M/M/4 ≥ 2× SimPy; the default config ≥ 1× its SimPy model; 600 s within 1.15× of 10 × 60 s; RSS within 5 MB",
+        timeout=600.0,
+    ),
+    Bench(
         "resilience_speed",
         "Virtual-time speed with faults",
         (),
@@ -183,10 +194,11 @@ BENCHES = (
     ),
     Bench(
         "replications",
-        "Replications on local processes",
+        "Replications and sweeps on local processes",
         (),
-        "Wall time of the same 8 replications (120 s survival runs) with `--jobs 1` and `--jobs 2`, interleaved; "
-        "the reports must be the same bytes",
+        "Wall time of the same 8 replications (120 s survival runs) and of an 8-point sweep (`overload` over "
+        "`load.rate`, 60 s runs) with `--jobs 1` and `--jobs 2`, interleaved with a pure-Python peer; the reports "
+        "must be the same bytes",
         "≥ 1.8× with 2 jobs on 2 cores",
     ),
 )
