@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from chaosd.arena.series import Series
-from chaosd.cli.serve import status_line
+from chaosd.cli.serve import StatusCounts, status_line
 from chaosd.config.settings import Settings
 from chaosd.core.clock import LoopClock, VirtualEventLoop
 from chaosd.daemon.control import Controller
@@ -48,11 +48,14 @@ class VirtualDaemon:
         interval = self.settings.daemon.status_interval
         next_status = [interval]
         next_score = [SCORE_EVERY]
+        counted = [StatusCounts.read(exp, 0.0)]
 
         def on_snapshot(snap: Snapshot) -> None:  # chaosd/cli/serve.py: the status line (written nowhere here)
             if snap.t >= next_status[0]:
                 next_status[0] += interval
-                status_line(snap, exp.detector.state.value, exp.throttle.factor)
+                now = StatusCounts.read(exp, snap.t)
+                status_line(snap, exp.detector.state.value, exp.throttle.factor, now, counted[0])
+                counted[0] = now
                 self.lines += 1
 
         def score_events(snap: Snapshot) -> None:  # chaosd/api/app.py: a score event every 5 s
