@@ -24,13 +24,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _virtual_daemon import VirtualDaemon
-from soak import overlay
-
-from chaosd.config.settings import load_settings
-from chaosd.experiment.runner import run_offline
-from chaosd.telemetry.engine import Telemetry
-
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config" / "chaosd.toml"
 HOUR = 3600.0
@@ -49,16 +42,27 @@ def max_rss_mb() -> float:
 
 def _leak_stage_samples() -> None:
     """The control: the stage histograms keep every sample unbinned until a reader comes (one never does)."""
+    from chaosd.telemetry.engine import Telemetry  # noqa: PLC0415 - the children import only what they run
+
     Telemetry._drain_stages = lambda self: None  # type: ignore[method-assign]
 
 
 def child_offline(duration: float) -> dict[str, Any]:
+    # What `chaosd run` imports, and no more: the daemon's parts (the soak's) would add their own RSS.
+    from chaosd.config.settings import load_settings  # noqa: PLC0415
+    from chaosd.experiment.runner import run_offline  # noqa: PLC0415
+
     settings = load_settings(CONFIG)
     report = run_offline(settings, duration=duration, warmup=duration / 10)
     return {"max_rss": max_rss_mb(), "completed": report["tasks"]["completed"], "rate": settings.load.rate}
 
 
 def child_soak(hours: list[int]) -> dict[str, Any]:
+    from _virtual_daemon import VirtualDaemon  # noqa: PLC0415 - a sibling script's helper, not a package
+    from soak import overlay  # noqa: PLC0415
+
+    from chaosd.config.settings import load_settings  # noqa: PLC0415
+
     settings = load_settings(overlay=overlay(argparse.Namespace(rate=2.0, tick=5.0)))
     daemon = VirtualDaemon(settings)
     daemon.call(daemon.controller.plans.start_survival, 60.0, (max(hours) + 1) * HOUR, None)
