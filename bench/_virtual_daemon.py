@@ -49,6 +49,7 @@ class VirtualDaemon:
         next_status = [interval]
         counted = [StatusCounts(0.0, 0, 0, 0, 0)]
         next_score = [SCORE_EVERY]
+        counted = [StatusCounts.read(exp, 0.0)]
 
         def on_snapshot(snap: Snapshot) -> None:  # chaosd/cli/serve.py: the status line (written nowhere here)
             if snap.t >= next_status[0]:
