@@ -47,7 +47,6 @@ class VirtualDaemon:
         exp = self.exp
         interval = self.settings.daemon.status_interval
         next_status = [interval]
-        counted = [StatusCounts(0.0, 0, 0, 0, 0)]
         next_score = [SCORE_EVERY]
         counted = [StatusCounts.read(exp, 0.0)]
 
