@@ -1,9 +1,9 @@
 """A task's walk along the route as callbacks: each stage's service a timer on the clock, a stage that can go
 wrong a :class:`~chaosd.pipeline.stage_call.StageCall`.
 
-The same walk as :class:`~chaosd.pipeline.stage_walk.StageWalker`'s (the Redis worker processes' coroutine form):
-stages in route order, the first failure ending it, a skipped stage degrading it; a simple stage (nothing can go
-wrong) served inline, its service drawn, recorded and waited out.
+Both backends' workers walk their tasks with it (a Redis worker process awaits each walk's end): stages in route
+order, the first failure ending it, a skipped stage degrading it; a simple stage (nothing can go wrong) served
+inline, its service drawn, recorded and waited out.
 """
 
 from __future__ import annotations
@@ -36,12 +36,14 @@ class CallbackWalk:
         "_catch_up",
         "_claims",
         "_clock",
+        "_coalesce",
         "_done",
         "_due",
         "_flags",
         "_free_at",
         "_handle",
         "_i",
+        "_pending",
         "_slow",
         "_stage_begun",
         "_stages",
@@ -57,15 +59,26 @@ class CallbackWalk:
     )
 
     def __init__(
-        self, clock: Clock, flags: WorkerFlags, worker: str, claims: Claims | None, done: Callable[[], object]
+        self,
+        clock: Clock,
+        flags: WorkerFlags,
+        worker: str,
+        claims: Claims | None,
+        done: Callable[[], object],
+        *,
+        coalesce: bool = False,
     ) -> None:
         self._clock = clock
+        # ``coalesce``: a run of simple stages is served with one timer (a worker process's every wake-up is a
+        # scheduling delay); a sampled task's stages keep a timer each, for their spans.
+        self._coalesce = coalesce
+        self._pending = 0.0
         self._flags = flags
         self._worker = worker
         self._claims = claims
         self._done = done
         self._call = StageCall(clock)
-        self._catch_up = clock.catch_up
+        self._catch_up = 0.0 if coalesce else clock.catch_up
         self._free_at = float("-inf")  # the previous service's due end (real time)
         self._timer: object = None
         self._task: Task | None = None
@@ -104,6 +117,7 @@ class CallbackWalk:
         return self._step(0)
 
     def cancel(self) -> None:
+        self._pending = 0.0
         if self._timer is not None:
             self._clock.cancel(self._timer)
             self._timer = None
@@ -122,6 +136,9 @@ class CallbackWalk:
             if stage.simple:
                 service = stage.sample() * self._slow
                 stage.stats.latency.add(service)
+                if service > 0.0 and self._coalesce and self._tracer is None:
+                    self._pending += service
+                    continue
                 if service > 0.0:
                     if self._unsent:
                         # _claim, written out: once per task.
@@ -140,6 +157,9 @@ class CallbackWalk:
                 continue
             if self._unsent:
                 self._claim()
+            if self._pending:
+                self._timer = self._sleep_pending(i - 1)  # then this stage, from the top
+                return False
             self._i = i
             if stage.handler is None:
                 # The call's first attempt made here, the rest (books, retries) by the StageCall: the usual call
@@ -158,7 +178,17 @@ class CallbackWalk:
                 return False
             if not self._stage_ended(stage, ran):
                 break
+        if self._pending:
+            if self._unsent:
+                self._claim()
+            self._timer = self._sleep_pending(n)  # then the end
+            return False
         return self._ended()
+
+    def _sleep_pending(self, i: int) -> object:
+        """One timer for the coalesced service not slept yet; the walk goes on from stage ``i`` after it."""
+        pending, self._pending = self._pending, 0.0
+        return self._clock.call_at(self._clock.now() + pending, self._served, i)
 
     def _attempted(self, reason: FailReason | None, begun: float, use_fallback: bool) -> None:
         """The first attempt of a stage call, made by :meth:`_step`, ended."""
@@ -201,7 +231,8 @@ class CallbackWalk:
         self._tracer.stage(self._handle, stage.name, stage.kind, self._stage_begun, self._clock.now(), ran)
 
     def _served(self, i: int) -> None:
-        """A simple stage's service (stage ``i - 1``) ended."""
+        """A timer ended: a simple stage's service (stage ``i - 1``), or the coalesced services before stage ``i``
+        (or before the end); the walk goes on from stage ``i``."""
         self._timer = None
         if self._tracer is not None:
             self._traced(self._stages[i - 1], None)

@@ -44,8 +44,9 @@ from chaosd.config.settings import Settings
 from chaosd.core.clock import Clock
 from chaosd.faults.proxy import NO_FAULTS
 from chaosd.pipeline import Pipeline
+from chaosd.pipeline.callback_walk import CallbackWalk
 from chaosd.pipeline.resources import MemoryStore
-from chaosd.pipeline.stage_walk import StageWalker
+from chaosd.pipeline.stage_walk import Walk, WalkOutcome
 from chaosd.pipeline.stages import DEGRADED, StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.pipeline.tracing import CarriedTracer
@@ -116,7 +117,8 @@ class RedisWorker:
         # A run of simple stages is served with one timer: every wake-up of this process is a scheduling delay, and
         # on a busy host one per stage would cost a worker much of its rate. The stage flags reach this process by
         # heartbeat, far coarser than one walk, so deciding the run at its start changes no fault's effect.
-        self._walker = StageWalker(clock, self.control, agent_id, coalesce=True)
+        self._walker = CallbackWalk(clock, self.control, agent_id, None, self._walk_ended, coalesce=True)
+        self._walking: asyncio.Future[None] | None = None  # the end of the walk in progress
         self._resume = asyncio.Event()
         self._resume.set()
         self._offset = 0.0
@@ -250,6 +252,25 @@ class RedisWorker:
             still_cancelled()
             await self._clock.sleep(_RETRY)
 
+    async def _walked(self, task: Task, walk: Walk | None, tracer: CarriedTracer | None) -> WalkOutcome:
+        """The walk of ``task`` (its steps callbacks on the clock), awaited; a callback that raised fails it."""
+        if not self._walker.start(task, walk, self._clock.now(), tracer):
+            self._walking = asyncio.get_running_loop().create_future()
+            crashed = self._clock.crashed()
+            try:
+                await asyncio.wait((self._walking, crashed), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not self._walking.done():
+                    self._walker.cancel()  # cancelled (or crashed) mid-walk: none of its timers outlive it
+                self._walking = None
+            if crashed.done():
+                crashed.result()
+        return self._walker.outcome
+
+    def _walk_ended(self) -> None:
+        if self._walking is not None and not self._walking.done():
+            self._walking.set_result(None)
+
     async def _walk(self, entry: str, fields: dict[str, str]) -> _Outcome:
         """The task a stream entry carries along the current route; a sampled one continues its producer's trace."""
         self.current = fields.get("i")
@@ -259,10 +280,8 @@ class RedisWorker:
         tracer, header = self.tracer, fields.get("t")
         if tracer is not None and header is not None:
             task.trace = tracer.continued(header)
-        if tracer is not None and task.trace is not None:
-            outcome = await self._walker.traced(task, walk, self._clock.now(), tracer)
-        else:
-            outcome = await self._walker.walk(task, walk, self._clock.now())
+        sampled = tracer if tracer is not None and task.trace is not None else None
+        outcome = await self._walked(task, walk, sampled)
         if outcome is None or outcome == DEGRADED:
             if walk is not None and walk.bypassed:
                 outcome = walk.count_bypassed()
