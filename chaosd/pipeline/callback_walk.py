@@ -9,9 +9,10 @@ inline, its service drawn, recorded and waited out.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 from chaosd.core.clock import Clock
-from chaosd.pipeline.stage_call import PENDING, StageCall, StageOutcome
+from chaosd.pipeline.stage_call import PENDING, Pending, StageCall, StageOutcome
 from chaosd.pipeline.stage_walk import Claims, Walk, WalkOutcome, WorkerFlags
 from chaosd.pipeline.stages import DEGRADED, StageRunner
 from chaosd.pipeline.task import Task
@@ -155,38 +156,43 @@ class CallbackWalk:
                 if self._tracer is not None:
                     self._traced(stage, None)
                 continue
-            if self._unsent:
-                self._claim()
             if self._pending:
                 self._timer = self._sleep_pending(i - 1)  # then this stage, from the top
                 return False
-            self._i = i
-            if stage.handler is None:
-                # The call's first attempt made here, the rest (books, retries) by the StageCall: the usual call
-                # is one attempt, a timer and its books, without the StageCall's steps around them.
-                begun = clock.now()
-                use_fallback = stage.has_fallback and begun < stage.open_until
-                delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
-                if delay > 0.0:
-                    self._timer = clock.call_at(begun + delay, self._attempted, reason, begun, use_fallback)
-                    return False
-                ran = self._call.after_first(stage, self._slow, self._called, reason, begun, use_fallback)
-            else:
-                assert self._task is not None  # walking one
-                ran = self._call.start(stage, self._slow, self._task, self._called)
+            ran = self._call_stage(stage, i)
             if ran is PENDING:
                 return False
             if not self._stage_ended(stage, ran):
                 break
         if self._pending:
-            if self._unsent:
-                self._claim()
             self._timer = self._sleep_pending(n)  # then the end
             return False
         return self._ended()
 
+    def _call_stage(self, stage: StageRunner, i: int) -> StageOutcome | Literal[Pending.PENDING]:
+        """Call stage ``i - 1``, one that can go wrong: its outcome when it ended at once, else :data:`PENDING`.
+
+        The call's first attempt is made here, the rest (books, retries) by the StageCall: the usual call is one
+        attempt, a timer and its books, without the StageCall's steps around them."""
+        if self._unsent:
+            self._claim()
+        self._i = i
+        if stage.handler is not None:
+            assert self._task is not None  # walking one
+            return self._call.start(stage, self._slow, self._task, self._called)
+        clock = self._clock
+        begun = clock.now()
+        use_fallback = stage.has_fallback and begun < stage.open_until
+        delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
+        if delay > 0.0:
+            self._timer = clock.call_at(begun + delay, self._attempted, reason, begun, use_fallback)
+            return PENDING
+        return self._call.after_first(stage, self._slow, self._called, reason, begun, use_fallback)
+
     def _sleep_pending(self, i: int) -> object:
         """One timer for the coalesced service not slept yet; the walk goes on from stage ``i`` after it."""
+        if self._unsent:
+            self._claim()
         pending, self._pending = self._pending, 0.0
         return self._clock.call_at(self._clock.now() + pending, self._served, i)
 

@@ -18,18 +18,18 @@ from chaosd.pipeline.stages import Degraded, StageRunner
 from chaosd.pipeline.task import Task
 from chaosd.views import FailReason
 
-__all__ = ["PENDING", "StageCall", "StageOutcome"]
+__all__ = ["PENDING", "Pending", "StageCall", "StageOutcome"]
 
 StageOutcome = FailReason | Degraded | None
 
 
-class _Pending(enum.Enum):
+class Pending(enum.Enum):
     """What :meth:`StageCall.start` returns when the call goes on in callbacks (its outcome comes to ``done``)."""
 
     PENDING = "pending"
 
 
-PENDING: Final = _Pending.PENDING
+PENDING: Final = Pending.PENDING
 
 
 class StageCall:
@@ -61,11 +61,11 @@ class StageCall:
         self._timer: object = None
         self._child: asyncio.Task[StageOutcome] | None = None
         self._starting = False
-        self._ended: StageOutcome | _Pending = PENDING
+        self._ended: StageOutcome | Pending = PENDING
 
     def start(
         self, stage: StageRunner, slow: float, task: Task, done: Callable[[StageOutcome], object]
-    ) -> StageOutcome | _Pending:
+    ) -> StageOutcome | Pending:
         """The call's outcome when it ended at once (no attempt took time), else :data:`PENDING`: ``done`` gets it."""
         self._stage, self._done, self._slow = stage, done, slow
         if stage.handler is not None:
@@ -92,7 +92,7 @@ class StageCall:
         reason: FailReason | None,
         begun: float,
         use_fallback: bool,
-    ) -> StageOutcome | _Pending:
+    ) -> StageOutcome | Pending:
         """The call whose first attempt (begun at ``begun``, ended now with ``reason``) its caller made itself:
         its books, and its retries if it failed; what :meth:`start` returns."""
         self._stage, self._done, self._slow = stage, done, slow
