@@ -6,17 +6,17 @@ real clock, the real clock with no catch-up (each service timed from the worker'
 and the real clock again with every task's timeline recorded. The plain runs give the real/virtual ratios of mean
 sojourn, mean wait and p95 sojourn; the recorded run gives, per task:
 
-- arrival timer: how late the producer woke for a scheduled arrival;
+- arrival timer: how late a scheduled arrival's callback fired;
 - admission: from that reading (the task's ``accepted_at``) to the task being queued or handed to a worker;
 - dispatch: from the later of "queued" and "its worker was free" (the worker's previous task acknowledged) to the
   worker's start;
-- service: how late the service's sleep woke against the time it asked for, and the span the worker spent
+- service: how late the service's end fired against the time it was scheduled for, and the span the worker spent
   against the sampled service (the inflation a queue feels);
 - completion: from the end of service to the outcome written to the ledger and acknowledged;
 
 against the clock's own lateness: a bare sleep on the same loop during the recorded run (about 80 a second).
-Also the telemetry tick's cost (the loop is blocked while it runs). The recorded run's clock wrapper adds a
-coroutine per sleep, so its ratios are not the ones printed: those come from the plain pair.
+Also the telemetry tick's cost (the loop is blocked while it runs). The recorded run's clock wrapper adds a call per
+recorded callback, so its ratios are not the ones printed: those come from the plain pair.
 
     python bench/realtime_breakdown.py            # 30 s per real run
     python bench/realtime_breakdown.py --quick    # 8 s per real run
@@ -28,17 +28,15 @@ import argparse
 import asyncio
 import random
 import statistics
-import sys
-from collections.abc import Awaitable, Callable
-from types import CodeType
+from collections.abc import Callable
 from typing import Any
 
 from chaosd.config.settings import Settings, load_settings
 from chaosd.core.clock import LoopClock, new_event_loop, wall_time
 from chaosd.experiment.runner import Experiment, run_offline
+from chaosd.pipeline.callback_walk import CallbackWalk
 from chaosd.pipeline.producer import Producer
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.worker import Worker
 from chaosd.views import ReportView
 
 OVERLAY: dict[str, Any] = {
@@ -51,32 +49,36 @@ WARMUP_SHARE = 0.1
 
 
 class _RecordingClock:
-    """The loop's clock, recording how late the producers' and the workers' sleeps wake (and when)."""
+    """The loop's clock, recording how late the producers' arrivals and the workers' service ends fire (and when)."""
 
     def __init__(self, inner: LoopClock) -> None:
         self._inner = inner
         self.now = inner.now
         self.virtual = inner.virtual
-        self.catch_up = getattr(inner, "catch_up", 0.0)
-        self._kinds: dict[CodeType, str] = {Producer.run.__code__: "arrival", Worker._loop.__code__: "service"}
+        self.catch_up = inner.catch_up
+        self.cancel = inner.cancel
+        self.sleep = inner.sleep
+        self.crashed = inner.crashed
+        # The callbacks whose lateness is recorded: a producer's next arrival, a walk's end of a service.
+        self._kinds: dict[object, str] = {Producer._arrive: "arrival", CallbackWalk._served: "service"}
         self.late: dict[str, list[float]] = {"arrival": [], "service": []}
-        self.woke: dict[asyncio.Task[Any] | None, float] = {}  # each worker's last service wake-up
+        self.woke: dict[object, float] = {}  # each walk's last service end
 
-    def sleep(self, seconds: float) -> Awaitable[None]:
-        kind = self._kinds.get(sys._getframe(1).f_code)
+    def call_at(self, when: float, callback: Callable[..., object], *args: object) -> object:
+        kind = self._kinds.get(getattr(callback, "__func__", None))
         if kind is None:
-            return self._inner.sleep(seconds)
-        return self._recorded(self._inner.sleep(seconds), kind, self.now() + max(0.0, seconds))
+            return self._inner.call_at(when, callback, *args)
+        return self._inner.call_at(when, self._fired, kind, when, callback, args)
 
-    async def _recorded(self, sleeping: Awaitable[None], kind: str, target: float) -> None:
-        await sleeping
+    def _fired(self, kind: str, when: float, callback: Callable[..., object], args: tuple[object, ...]) -> None:
         woke = self.now()
-        self.late[kind].append(woke - target)
+        self.late[kind].append(woke - when)
         if kind == "service":
-            self.woke[asyncio.current_task()] = woke
+            self.woke[getattr(callback, "__self__", None)] = woke
+        callback(*args)
 
     async def sleep_until(self, when: float) -> None:
-        await self._inner.sleep(when - self.now())
+        await self._inner.sleep_until(when)
 
 
 def _patch(obj: object, name: str, fn: Callable[..., Any]) -> None:
@@ -97,8 +99,10 @@ class _Timeline:
         self.tick: list[float] = []
         queued: dict[int, float] = {}
         started: dict[int, float] = {}
-        sampled: dict[asyncio.Task[Any] | None, float] = {}
+        drawn = [0.0]  # the last service drawn: its task is the next one assigned (the walk draws, then claims)
+        sampled: dict[int, float] = {}
         free: dict[str, float] = {}
+        walks = {w.agent.id: w._walk for w in p.workers}
         dispatcher: Any = p.dispatcher  # the in-memory Dispatcher (this pipeline's), whose hot-path calls are wrapped
         offer, assign, ack = p.queue.offer, dispatcher.assign, dispatcher.ack
 
@@ -114,16 +118,16 @@ class _Timeline:
             ready = max(queued.pop(task.id, t), free.get(worker, t))
             self.dispatch.append(t - ready)
             started[task.id] = t
+            sampled[task.id] = drawn[0]
 
         def ack_(task_id: int, worker: str) -> None:
             ack(task_id, worker)
             done = now()
             free[worker] = done
-            me = asyncio.current_task()
-            woke = clock.woke.pop(me, None)
+            woke = clock.woke.pop(walks.get(worker), None)
             start = started.pop(task_id, None)
             if woke is not None and start is not None:
-                self.inflation.append(woke - start - sampled.pop(me, 0.0))
+                self.inflation.append(woke - start - sampled.pop(task_id, 0.0))
                 self.completion.append(done - woke)
 
         _patch(p.queue, "offer", offer_)
@@ -134,7 +138,7 @@ class _Timeline:
 
             def sample_(sample: Callable[[], float] = sample) -> float:
                 value = sample()
-                sampled[asyncio.current_task()] = value
+                drawn[0] = value
                 return value
 
             _patch(stage, "sample", sample_)

@@ -126,7 +126,10 @@ class LoopClock:
         finally:
             self.cancel(timer)  # a cancelled sleeper leaves nothing in the heap to wake
 
-    def _guarded_call_at(self, when: float, callback: Callable[..., object], *args: object) -> asyncio.TimerHandle:
+    def _guarded_call_at(self, when: float, callback: Callable[..., object], *args: object) -> asyncio.Handle:
+        if when <= self.now():
+            # Due already (a hand-over, a yield): the loop's next turn, without a timer on its heap.
+            return self._loop.call_soon(self._guarded, callback, args)
         return self._loop.call_at(when, self._guarded, callback, args)
 
     def _guarded(self, callback: Callable[..., object], args: tuple[object, ...]) -> None:
@@ -147,7 +150,7 @@ class LoopClock:
         return self._crashed
 
 
-def _cancel_handle(timer: asyncio.TimerHandle) -> None:
+def _cancel_handle(timer: asyncio.Handle) -> None:
     timer.cancel()
 
 

@@ -167,6 +167,11 @@ class CallbackWalk:
         if self._pending:
             self._timer = self._sleep_pending(n)  # then the end
             return False
+        if self._tracer is None:  # _ended's part for an untraced walk, written out: once per walk that ends here
+            if self._due:
+                self._free_at = self._due
+            self.waited = not self._unsent
+            return True
         return self._ended()
 
     def _call_stage(self, stage: StageRunner, i: int) -> StageOutcome | Literal[Pending.PENDING]:
