@@ -230,24 +230,30 @@ def test_dependency_faults_reach_the_worker_processes_and_the_daemon_sees_each_s
     assert seen["reached_s"] < 1.5, seen
     assert seen["fault"][0] >= 0.2 and seen["fault"][1] >= 0.2, seen
     assert seen["after"][0] < 0.02 and seen["after"][1] < 0.15, seen  # reverted at the TTL
+
     # The handlers' own clocks: 0.2 s more while the latency acted (the worker knew the fault by name), a few ms
     # once it was lifted.
-    slowed = [c for c in made if "dependency_latency" in c["faults"]]
+    def begun(c: dict[str, Any]) -> float:
+        return float(c["t"] - c["latency"])
+
+    named = [c for c in made if "dependency_latency" in c["faults"]]
+    # A call whose context named the fault may reach its proxy just after the worker heard it lifted (its handler was
+    # still connecting): it is served plainly, as it should be. Those begun in the fault's last 0.3 s (a heartbeat
+    # and a poll) are left out, as below.
+    slowed = [c for c in named if begun(c) < seen["latency_ended"] - 0.3]
     assert len(slowed) >= 10 and min(c["latency"] for c in slowed) >= 0.2, slowed[:5]
 
     # Applied at once: the switch wakes the daemon's monitor, which writes the stage document, which each worker
     # reads at its next heartbeat; from the first call begun under it to the TTL, no call went without it.
-    def begun(c: dict[str, Any]) -> float:
-        return float(c["t"] - c["latency"])
 
-    first_slow = min(begun(c) for c in slowed)
+    first_slow = min(begun(c) for c in named)
     before = [begun(c) for c in made if not c["faults"] and seen["latency_injected"] < begun(c) < first_slow]
     seen["apply_lag_s"] = max(before, default=seen["latency_injected"]) - seen["latency_injected"]
     assert seen["apply_lag_s"] < 0.3, seen
     assert not [c for c in made if not c["faults"] and first_slow < begun(c) < seen["latency_ended"] - 0.3]
     # Lifted at the TTL: the last call begun under it began within a heartbeat and a poll of its end, and the calls
     # begun after that are fast again.
-    last_slow = max(begun(c) for c in slowed)
+    last_slow = max(begun(c) for c in named)
     seen["lift_lag_s"] = last_slow - seen["latency_ended"]
     assert seen["lift_lag_s"] < 0.3, seen
     later = [c["latency"] for c in made if begun(c) > last_slow and not c["faults"]]
