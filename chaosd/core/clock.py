@@ -28,6 +28,7 @@ __all__ = [
     "Clock",
     "LoopClock",
     "VirtualEventLoop",
+    "every",
     "keeps_asyncio_time",
     "new_event_loop",
     "realtime_selector",
@@ -148,6 +149,23 @@ class LoopClock:
         if self._crashed is None:
             self._crashed = self._loop.create_future()
         return self._crashed
+
+
+async def every(clock: Clock, due: Callable[[int], float], beat: Callable[[int], object]) -> None:
+    """``beat(k)`` at ``due(k)`` for k = 1, 2, …, as callbacks on ``clock``, for as long as this coroutine runs: a beat
+    at ``t`` comes before what coroutines do at ``t``. A callback on the clock that raises ends it with the error."""
+    timer: object = None
+
+    def fire(k: int) -> None:
+        nonlocal timer
+        timer = clock.call_at(due(k + 1), fire, k + 1)
+        beat(k)
+
+    timer = clock.call_at(due(1), fire, 1)
+    try:
+        await clock.crashed()
+    finally:
+        clock.cancel(timer)
 
 
 def _cancel_handle(timer: asyncio.Handle) -> None:

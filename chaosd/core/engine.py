@@ -56,9 +56,6 @@ class Engine:
         # out of ``run``.
         self.on_error: Callable[[Exception], object] | None = None
 
-    def now(self) -> float:
-        return self.t
-
     def call_at(self, when: float, callback: Callable[..., object], *args: object) -> Timer:
         """Run ``callback(*args)`` at simulated time ``when`` (at once, in order, if that is past)."""
         entry = [when, next(self._seq), callback, args]

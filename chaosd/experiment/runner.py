@@ -16,7 +16,7 @@ from chaosd.admission.detector import CollapseDetector, DetectorState
 from chaosd.admission.throttle import Throttle
 from chaosd.backends import make_pipeline
 from chaosd.config.settings import Settings
-from chaosd.core.clock import Clock, LoopClock, new_event_loop, wall_time
+from chaosd.core.clock import Clock, LoopClock, every, new_event_loop, wall_time
 from chaosd.core.history import RecentLog
 from chaosd.core.hostwait import CpuWait
 from chaosd.core.rng import Streams
@@ -187,28 +187,22 @@ class Experiment:
             self._timeline.append(rounded(point))
 
     async def _ticker(self) -> None:
-        """Telemetry ticks as callbacks on the clock, for as long as this coroutine runs: a tick at ``t`` comes
-        before whatever a coroutine (a plan, a fault's end) does at ``t``, so it sums up the second before them.
-        A callback that raises ends this coroutine with the error (``clock.crashed``)."""
+        """Telemetry ticks as callbacks on the clock (``every``), for as long as this coroutine runs: a tick at ``t``
+        sums up the tick before whatever a plan or a fault's end does at ``t``."""
         tick = self.settings.telemetry.tick
         t0 = self.pipeline.t0
         clock = self.clock
         cpu = CpuWait(enabled=not self.virtual)  # opened here: the loop's thread is the one whose wait counts
-        timer: object = None
 
         def due(k: int) -> float:
             return t0 + round(k * tick, 9)  # on the decimal grid: the tick at a run's end is at its very end
 
-        def fire(k: int) -> None:
-            nonlocal timer
-            timer = clock.call_at(due(k + 1), fire, k + 1)
+        def beat(k: int) -> None:
             self._on_tick(self.telemetry.tick(max(0.0, clock.now() - due(k)), cpu.take()))
 
-        timer = clock.call_at(due(1), fire, 1)
         try:
-            await clock.crashed()
+            await every(clock, due, beat)
         finally:
-            clock.cancel(timer)
             cpu.close()
 
     async def run(

@@ -167,11 +167,6 @@ class CallbackWalk:
         if self._pending:
             self._timer = self._sleep_pending(n)  # then the end
             return False
-        if self._tracer is None:  # _ended's part for an untraced walk, written out: once per walk that ends here
-            if self._due:
-                self._free_at = self._due
-            self.waited = not self._unsent
-            return True
         return self._ended()
 
     def _call_stage(self, stage: StageRunner, i: int) -> StageOutcome | Literal[Pending.PENDING]:
@@ -187,7 +182,7 @@ class CallbackWalk:
             return self._call.start(stage, self._slow, self._task, self._called)
         clock = self._clock
         begun = clock.now()
-        use_fallback = stage.has_fallback and begun < stage.open_until
+        use_fallback = stage.starts_on_fallback()
         delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
         if delay > 0.0:
             self._timer = clock.call_at(begun + delay, self._attempted, reason, begun, use_fallback)

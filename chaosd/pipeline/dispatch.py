@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from chaosd.config.settings import OrchestratorConfig
-from chaosd.core.clock import Clock
+from chaosd.core.clock import Clock, every
 from chaosd.events.log import EventLog
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.queue import IngressQueue
@@ -200,18 +200,7 @@ class Dispatcher:
 
     async def run(self) -> None:
         """The replicas' heartbeat (renew the lease, sweep task leases, checkpoint, elect), as callbacks on the
-        clock for as long as this coroutine runs: a beat at ``t`` comes before what coroutines do at ``t``."""
+        clock (``every``) for as long as this coroutine runs: a beat at ``t`` comes before coroutines' work at ``t``."""
         interval = self.cfg.renew_interval
-        clock = self._clock
-        timer: object = None
-
-        def beat(k: int) -> None:
-            nonlocal timer
-            timer = clock.call_at(self._t0 + (k + 1) * interval, beat, k + 1)
-            self.tick(clock.now())
-
-        timer = clock.call_at(self._t0 + interval, beat, 1)
-        try:
-            await clock.crashed()
-        finally:
-            clock.cancel(timer)
+        now = self._clock.now
+        await every(self._clock, lambda k: self._t0 + k * interval, lambda _: self.tick(now()))

@@ -215,9 +215,7 @@ class Producer:
             self._emit_due(self._clock.now(), resumed=True)
             return
         self._blocked = task
-        queue.blocked.append(task)
-        queue.max_blocked = max(queue.max_blocked, len(queue.blocked))
-        queue.wait_for_room(self._room)
+        queue.block(task, self._room)
 
     def _room_made(self, incarnation: int) -> None:
         task = self._blocked
@@ -228,7 +226,7 @@ class Producer:
             queue.wait_for_room(self._room)
             return
         self._blocked = None
-        queue.blocked.remove(task)
+        queue.unblock(task)
         self._emit_due(self._clock.now(), resumed=True)
 
     # --- as a coroutine (the Redis backend's producers, whose every offer awaits Redis) --------------------

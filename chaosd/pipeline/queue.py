@@ -153,9 +153,7 @@ class IngressQueue:
                 if not waiter.done():
                     waiter.set_result(None)
 
-            self.wait_for_room(room)
-            self.blocked.append(task)
-            self.max_blocked = max(self.max_blocked, len(self.blocked))
+            self.block(task, room)
             try:
                 await waiter
             except asyncio.CancelledError:
@@ -163,7 +161,17 @@ class IngressQueue:
                 self.stop_waiting_for_room(room)
                 self.admit_blocked(task)
                 raise
-            self.blocked.remove(task)
+            self.unblock(task)
+
+    def block(self, task: Task, putter: Callable[[], object]) -> None:
+        """``task``, accepted, waits for room (the ``block`` policy): ``putter`` is called back once a task left."""
+        self.blocked.append(task)
+        self.max_blocked = max(self.max_blocked, len(self.blocked))
+        self.wait_for_room(putter)
+
+    def unblock(self, task: Task) -> None:
+        """``task`` waits no more: offered again, it found room."""
+        self.blocked.remove(task)
 
     def admit_blocked(self, task: Task) -> None:
         """A blocked producer stopped holding an accepted task: it waits over capacity rather than be lost."""

@@ -63,26 +63,14 @@ class StageCall:
         self._starting = False
         self._ended: StageOutcome | Pending = PENDING
 
-    def start(
-        self, stage: StageRunner, slow: float, task: Task, done: Callable[[StageOutcome], object]
-    ) -> StageOutcome | Pending:
-        """The call's outcome when it ended at once (no attempt took time), else :data:`PENDING`: ``done`` gets it."""
+    def start(self, stage: StageRunner, slow: float, task: Task, done: Callable[[StageOutcome], object]) -> Pending:
+        """Call a ``python`` stage: the user's handler runs as a coroutine, and ``done`` gets the call's outcome."""
+        assert stage.handler is not None, "chaosd's own kinds begin with their first attempt: after_first"
         self._stage, self._done, self._slow = stage, done, slow
-        if stage.handler is not None:
-            child = asyncio.ensure_future(stage.run(slow, task))
-            child.add_done_callback(self._returned)
-            self._child = child
-            return PENDING
-        self._attempts = 0
-        self._use_fallback = stage.starts_on_fallback()
-        self._starting = True
-        self._ended = PENDING
-        try:
-            self._try()
-        finally:
-            self._starting = False
-        ended, self._ended = self._ended, PENDING
-        return ended
+        child = asyncio.ensure_future(stage.run(slow, task))
+        child.add_done_callback(self._returned)
+        self._child = child
+        return PENDING
 
     def after_first(
         self,
@@ -94,7 +82,8 @@ class StageCall:
         use_fallback: bool,
     ) -> StageOutcome | Pending:
         """The call whose first attempt (begun at ``begun``, ended now with ``reason``) its caller made itself:
-        its books, and its retries if it failed; what :meth:`start` returns."""
+        its books, and its retries if it failed. Its outcome when it ended at once (no retry took time), else
+        :data:`PENDING`: ``done`` gets it."""
         self._stage, self._done, self._slow = stage, done, slow
         self._attempts = 0
         self._use_fallback = use_fallback

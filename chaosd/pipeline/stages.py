@@ -125,7 +125,6 @@ class StageRunner:
         self._rng = rng
         self.sample = make_sampler(cfg.service, rng)
         self._fallback = make_sampler(cfg.fallback, rng) if cfg.fallback is not None and cfg.kind != "python" else None
-        self.has_fallback = self._fallback is not None
         # python: imported once here, at build; the service time is only the handler's expected duration.
         self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None
         self._params = MappingProxyType(dict(cfg.params))
@@ -314,7 +313,7 @@ class StageRunner:
 
     def starts_on_fallback(self) -> bool:
         """Whether a call goes straight to the fallback model (the primary's breaker is open)."""
-        return self.has_fallback and self._now() < self.open_until
+        return self._fallback is not None and self._now() < self.open_until
 
     def attempted(
         self, reason: FailReason | None, took: float, use_fallback: bool, attempts: int
