@@ -59,7 +59,7 @@ class StageCall:
         self._use_fallback = False
         self._begun = 0.0
         self._timer: object = None
-        self._child: asyncio.Task[StageOutcome] | None = None
+        self._child: asyncio.Task[None] | None = None
         self._starting = False
         self._ended: StageOutcome | Pending = PENDING
 
@@ -67,10 +67,15 @@ class StageCall:
         """Call a ``python`` stage: the user's handler runs as a coroutine, and ``done`` gets the call's outcome."""
         assert stage.handler is not None, "chaosd's own kinds begin with their first attempt: after_first"
         self._stage, self._done, self._slow = stage, done, slow
-        child = asyncio.ensure_future(stage.run(slow, task))
-        child.add_done_callback(self._returned)
-        self._child = child
+        self._child = asyncio.ensure_future(self._handled(stage, slow, task))
         return PENDING
+
+    async def _handled(self, stage: StageRunner, slow: float, task: Task) -> None:
+        # The outcome goes on in the step that reached it: with a turn of the loop between (a done callback), a
+        # stop in that turn would lose a call the stage had already counted (a timeout, a success).
+        outcome = await stage.run(slow, task)
+        self._child = None
+        self._finish(outcome)
 
     def after_first(
         self,
@@ -134,11 +139,6 @@ class StageCall:
             self._timer = clock.call_at(clock.now() + backoff, self._try)
         else:
             self._try()
-
-    def _returned(self, child: asyncio.Task[StageOutcome]) -> None:
-        self._child = None
-        if not child.cancelled():
-            self._finish(child.result())
 
     def _finish(self, outcome: StageOutcome) -> None:
         done, self._done, self._stage = self._done, None, None
