@@ -57,9 +57,8 @@ class Throttle:
         self.queue_capacity = capacity
         self.limit = capacity
         self.capacity_rate = 0.0  # the measured capacity the limit was last set from, tasks/s
-        horizon = deadline if deadline > 0 else 1.0
-        self.max_wait = cfg.max_wait * horizon  # the longest wait admitted: a task behind more ends late
-        self.target = min(self.max_wait, cfg.target if cfg.target > 0 else horizon / 4)
+        self.deadline = deadline
+        self.set_horizon(deadline)
         self.standing = False  # capacity: the queue stood above target, and is kept to target's worth
         self._binding = False  # capacity: the bound refused, or the queue reached it, on the last tick judged
         self._ages: deque[float] = deque(maxlen=max(1, round(cfg.standing / tick)))  # head ages, newest last
@@ -70,6 +69,15 @@ class Throttle:
         self.changes = 0  # capacity: mode changes
         self.lowest_factor = 1.0
         self.lowest_limit = capacity
+
+    def set_horizon(self, deadline: float, caller_timeout: float = 0.0) -> None:
+        """What the admitted wait is a share of: the deadline, or the callers' timeout where it is shorter (work
+        that would wait past it is refused at once, where a refusal is cheap, instead of served for nobody)."""
+        horizons = [h for h in (deadline, caller_timeout) if h > 0]
+        horizon = min(horizons) if horizons else 1.0
+        cfg = self.cfg
+        self.max_wait = cfg.max_wait * horizon  # the longest wait admitted: a task behind more ends late
+        self.target = min(self.max_wait, cfg.target if cfg.target > 0 else horizon / 4)
 
     def update(self, state: DetectorState, snap: Snapshot) -> ThrottleAction | None:
         """One tick: the detector's state now and the snapshot it judged."""

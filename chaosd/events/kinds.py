@@ -35,6 +35,7 @@ __all__ = [
     "BackendUnlisted",
     "BackendUnreachable",
     "BreakerChanged",
+    "ClientsChanged",
     "DagRerouted",
     "DetectorChanged",
     "EventKind",
@@ -274,6 +275,13 @@ class ThrottleChanged(TypedDict):
     action: ThrottleMove
     factor: float
     limit: int
+
+
+class ClientsChanged(TypedDict):
+    """The callers' policy pushed at run time: the settings now in force (``clients``), and which keys changed."""
+
+    clients: dict[str, object]
+    changed: list[str]
 
 
 class ScoreChanged(TypedDict):

@@ -22,6 +22,7 @@ from chaosd.events.kinds import (
     BackendUnlisted,
     BackendUnreachable,
     BreakerChanged,
+    ClientsChanged,
     DagRerouted,
     DetectorChanged,
     EventKind,
@@ -180,6 +181,9 @@ class EventLog:
 
     @overload
     def record(self, t: float, kind: Literal["score"], **data: Unpack[ScoreChanged]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["clients"], **data: Unpack[ClientsChanged]) -> Event: ...
 
     @overload
     def record(self, t: float, kind: Literal["survival"], **data: Unpack[SurvivalStarted]) -> Event: ...

@@ -137,4 +137,9 @@ def report_tasks(p: Pipeline, accounted: tuple[int, int, int]) -> ReportTasks:
         "failed_by": dict(sorted(measured.failed_by.items())),
         "lost_all_cohorts": lost_all,
         "retries": p.ledger.retries,
+        "retried": measured.retried,
+        "abandoned": measured.abandoned,
+        "abandoned_by": dict(sorted(measured.abandoned_by.items())),
+        "wasted": measured.wasted,
+        "gave_up": measured.gave_up,
     }

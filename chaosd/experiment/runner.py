@@ -15,7 +15,7 @@ from typing_extensions import TypedDict
 from chaosd.admission.detector import CollapseDetector, DetectorState
 from chaosd.admission.throttle import Throttle
 from chaosd.backends import make_pipeline
-from chaosd.config.settings import Settings
+from chaosd.config.settings import ClientsConfig, Settings
 from chaosd.core.clock import Clock, LoopClock, every, new_event_loop, wall_time
 from chaosd.core.history import RecentLog
 from chaosd.core.hostwait import CpuWait
@@ -90,11 +90,13 @@ class Experiment:
         self.throttle = Throttle(
             settings.throttle, keep.entries, tick=tick, capacity=settings.queue.capacity, deadline=deadline
         )
+        self.throttle.set_horizon(deadline, settings.clients.timeout)
         self.pipeline = make_pipeline(settings, clock, admission=self.throttle, measure_from=warmup, events=self.events)
         self.detector = CollapseDetector(
             settings.detector, tick, keep.entries, deadline=deadline, window=settings.telemetry.window
         )
         self.telemetry = Telemetry(settings.telemetry, self.pipeline, settings.detector.slope_window)
+        self.pipeline.callers.retry_after = self._retry_after
         self._timeline: deque[TimelinePoint] = deque(maxlen=keep.timeline)
         self._next_sample = settings.run.timeline
         self._warm: Mark | None = None
@@ -115,6 +117,25 @@ class Experiment:
         self.plan_log = RecentLog(keep.entries)  # scenario actions and survival picks, as they happened
         self.expectations: list[ExpectationView] = []
         self._walked: tuple[float, tuple[int, int, int]] | None = None  # accounted(): the last walk, and when
+
+    def _retry_after(self) -> float:
+        """The hint a refusal carries (as HTTP's Retry-After): how long the queue needs to serve what waits in it
+        and one more, at the capacity last measured; 0 before anything was measured."""
+        snap = self.telemetry.latest
+        rate = snap.capacity_rate if snap is not None else 0.0
+        return (self.pipeline.queue.depth + 1) / rate if rate > 0 else 0.0
+
+    def configure_clients(self, cfg: ClientsConfig) -> list[str]:
+        """Push the callers' policy ``cfg`` (already validated) from now on, as a configuration push would: recorded
+        as an event; admission's horizon follows the new timeout. Returns the keys that changed."""
+        old = self.pipeline.callers.cfg
+        changed = [key for key in type(cfg).model_fields if getattr(cfg, key) != getattr(old, key)]
+        self.pipeline.configure_callers(cfg)
+        self.throttle.set_horizon(self.throttle.deadline, cfg.timeout)
+        self.events.record(
+            self.clock.now() - self.pipeline.t0, "clients", clients=cfg.model_dump(mode="json"), changed=changed
+        )
+        return changed
 
     @property
     def timeline_points(self) -> int:
@@ -176,6 +197,10 @@ class Experiment:
             point: TimelinePoint = {
                 "t": snap.t,
                 "offered_per_s": snap.arrival_rate,
+                "attempts_per_s": snap.attempt_rate,
+                "retries_per_s": snap.caller_retry_rate,
+                "abandoned_per_s": snap.abandon_rate,
+                "wasted_per_s": snap.waste_rate,
                 "throughput_per_s": snap.throughput,
                 "goodput_per_s": snap.goodput,
                 "queue_depth": snap.queue_depth,
@@ -319,9 +344,11 @@ class Experiment:
         book = self.injector.book
         return compute_score(
             ScoreInputs(
-                offered=m.offered - in_flight,
+                offered=m.offered + m.retried - in_flight,
                 accepted=m.accepted - in_flight,
-                good=m.completed - m.late - m.degraded,
+                good=m.completed - m.late - m.degraded - m.wasted,
+                # Each caller ends once: served (a completion it still waited for) or given up.
+                callers=m.completed - m.wasted + m.gave_up if self.pipeline.callers.on or m.retried else None,
                 lost=lost,
                 duplicated=p.audit.measured.count,
                 undetected_corruptions=sum(s.undetected_reads for s in p.memory.values()),

@@ -97,6 +97,9 @@ class ScoreInputs:
     # A long run's running total instead of every time: then recovery_times_s is empty, and the mean is this
     # over faults_recovered.
     recovery_total_s: float | None = None
+    # Callers with a policy (retries): the callers that reached an outcome (served, or gave up), which availability
+    # is over; None when every caller makes one attempt, and offered is it.
+    callers: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -115,6 +118,8 @@ class ScoreInputs:
                 raise ValueError(f"{name}: must be >= 0, got {value!r}")
         if self.accepted > self.offered:
             raise ValueError(f"accepted: {self.accepted} exceeds offered ({self.offered})")
+        if self.callers is not None and not 0 <= self.good <= self.callers:
+            raise ValueError(f"callers: {self.callers} is below good ({self.good}) or negative")
         if self.good > self.accepted:
             raise ValueError(f"good: {self.good} exceeds accepted ({self.accepted})")
         if self.good + self.lost > self.accepted:
@@ -189,7 +194,9 @@ def compute_score(inputs: ScoreInputs, weights: ScoreWeights = ScoreWeights()) -
     """Score a run from its measured counts (formula version 2). Nothing is rounded here.
 
     - availability = 100·good/offered: refused, throttled and dropped work is unavailable service, so
-      shedding load never raises it. Nothing offered yet (warm-up): no score at all (every field None).
+      shedding load never raises it. Callers that retry: 100·good/callers (a caller served on its second attempt
+      was served once; one that gave up was not), and good excludes wasted work. Nothing offered yet (warm-up):
+      no score at all (every field None).
     - consistency = 100·(accepted − lost − duplicated − undetected_corruptions)/accepted, clamped at 0,
       or, if lower, the share of judged incidents that kept every effect exactly once (100·(judged −
       inconsistent)/judged): a sink that double-applies after every failover is not 99.99 % consistent.
@@ -199,9 +206,10 @@ def compute_score(inputs: ScoreInputs, weights: ScoreWeights = ScoreWeights()) -
       judged fault (none injected, or all pending or unmeasured) recovery is None, not a free 100.
     - total = the weighted mean of the dimensions that were measured (weights renormalised over them).
     """
-    if inputs.offered == 0:
+    asked = inputs.offered if inputs.callers is None else inputs.callers
+    if asked == 0:
         return Score(None, None, None, None, None, None, None, FORMULA_VERSION)
-    availability = 100.0 * inputs.good / inputs.offered
+    availability = 100.0 * inputs.good / asked
     consistency = _consistency(inputs)
     recovery_rate, recovery_speed, recovery = _recovery(inputs, weights)
     total = _weighted_total(

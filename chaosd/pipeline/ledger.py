@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from chaosd.pipeline.audit import Audit
 from chaosd.pipeline.task import Task
-from chaosd.views import FailReason, RefuseReason
+from chaosd.views import AbandonReason, FailReason, RefuseReason
 
 __all__ = ["Counts", "Ledger"]
 
@@ -25,6 +25,12 @@ class Counts:
     rejected: int = 0
     rejected_by: dict[RefuseReason, int] = field(default_factory=dict)
     failed_by: dict[FailReason, int] = field(default_factory=dict)
+    # The callers' side (offered counts first attempts): attempts = offered + retried = accepted + rejected.
+    retried: int = 0
+    abandoned: int = 0  # attempts whose caller stopped waiting (its timeout, or its patience in the queue)
+    abandoned_by: dict[AbandonReason, int] = field(default_factory=dict)
+    wasted: int = 0  # completions for a caller that had stopped waiting
+    gave_up: int = 0  # callers out of retries (or budget), or whose patience ran out
 
 
 class Ledger:
@@ -49,10 +55,11 @@ class Ledger:
 
     @property
     def good(self) -> int:
-        """Completions within the deadline (all of them when there is no deadline) and not degraded: goodput.
-        Each completion is exactly one of good, late and degraded, so the good ones need no count of their own."""
+        """Completions for a caller still waiting, within the deadline (all of them when there is no deadline) and
+        not degraded: goodput. Each completion is exactly one of good, wasted, late and degraded, so the good ones
+        need no count of their own."""
         total = self.total
-        return total.completed - total.late - total.degraded
+        return total.completed - total.late - total.degraded - total.wasted
 
     def offer(self, task: Task) -> None:
         self.total.offered += 1
@@ -78,6 +85,20 @@ class Ledger:
         if task.measured:
             self.measured.accepted += 1
 
+    def retry(self, task: Task) -> None:
+        """A caller's retry offered (its first attempt was counted as offered)."""
+        for counts in (self.total, self.measured) if task.measured else (self.total,):
+            counts.retried += 1
+
+    def abandon(self, measured: bool, reason: AbandonReason) -> None:
+        for counts in (self.total, self.measured) if measured else (self.total,):
+            counts.abandoned += 1
+            counts.abandoned_by[reason] = counts.abandoned_by.get(reason, 0) + 1
+
+    def give_up(self, measured: bool) -> None:
+        for counts in (self.total, self.measured) if measured else (self.total,):
+            counts.gave_up += 1
+
     def refuse(self, task: Task, reason: RefuseReason) -> None:
         for counts in (self.total, self.measured) if task.measured else (self.total,):
             counts.rejected += 1
@@ -99,6 +120,11 @@ class Ledger:
         self.total.completed += 1
         if task.measured:
             self.measured.completed += 1
+        caller = task.caller
+        if caller is not None and not caller.owner.completed(task):
+            for counts in (self.total, self.measured) if task.measured else (self.total,):
+                counts.wasted += 1
+            return True
         deadline = self.deadline
         if deadline > 0 and now - task.accepted_at > deadline:
             for counts in (self.total, self.measured) if task.measured else (self.total,):
@@ -116,6 +142,8 @@ class Ledger:
         for counts in (self.total, self.measured) if task.measured else (self.total,):
             counts.failed += 1
             counts.failed_by[reason] = counts.failed_by.get(reason, 0) + 1
+        if task.caller is not None:
+            task.caller.owner.failed(task)
 
     def _again(self, task: Task) -> None:
         """A second outcome for a task that already ended."""

@@ -18,6 +18,7 @@ from chaosd.core.histogram import LogHistogram
 from chaosd.core.rng import Streams
 from chaosd.events.log import EventLog
 from chaosd.pipeline.agents import Agent
+from chaosd.pipeline.callers import Callers
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.producer import Admission, Producer
@@ -49,6 +50,7 @@ class Core:
     wait: LogHistogram
     sojourn: LogHistogram
     measure_from: float  # seconds after t0
+    callers: Callers
 
 
 class Leadership(Protocol):
@@ -152,6 +154,7 @@ def producers(kind: type[P], core: Core, queue: IngressQueue) -> list[P]:
     load = core.settings.load
     streams = Streams(core.settings.seed)
     ids = itertools.count(1)
+    core.callers.ids = ids.__next__  # a caller's retries are tasks too, numbered with the first attempts
     n = load.producers
     return [
         kind(
@@ -170,6 +173,7 @@ def producers(kind: type[P], core: Core, queue: IngressQueue) -> list[P]:
             t0=core.t0,
             measure_from=core.t0 + core.measure_from,
             phase=i / n,
+            callers=core.callers,
         )
         for i in range(n)
     ]

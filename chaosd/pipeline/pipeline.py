@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
 from chaosd.config.handlers import refuse_virtual_time
-from chaosd.config.settings import Settings, dependency_kind
+from chaosd.config.settings import ClientsConfig, Settings, dependency_kind
 from chaosd.core.clock import Clock
 from chaosd.core.histogram import LogHistogram
 from chaosd.core.rng import Streams
@@ -15,6 +16,7 @@ from chaosd.events.log import EventLog
 from chaosd.pipeline.agent_controls import AgentControls
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.audit import Audit
+from chaosd.pipeline.callers import Callers
 from chaosd.pipeline.dag import Dag
 from chaosd.pipeline.in_memory import in_memory
 from chaosd.pipeline.ledger import Ledger
@@ -102,8 +104,10 @@ class Pipeline:
         self.sojourn = LogHistogram()
         self.admission: Admission = admission if admission is not None else _Unthrottled()
         self.surge = Surge()
+        self.callers = Callers(settings.clients, clock, streams.stream("callers"), self.ledger)
         parts = backend(self._core(measure_from))
         self.queue = parts.queue
+        self.queue.on_renege = self._reneged
         self.busy = parts.busy
         self.dispatcher = parts.dispatcher
         self.producers = list(parts.producers)
@@ -124,6 +128,8 @@ class Pipeline:
         self.supervisor = Supervisor(
             settings.supervisor, clock, self.events, streams.stream("supervisor"), self.t0, self.host.start
         )
+        self._patience_rng = streams.stream("patience")
+        self.configure_callers(settings.clients)
         self.mean_service = sum(self.stages[name].cfg.service.expected() for name in self.route_names or ())
         self._take_faults()
 
@@ -140,6 +146,7 @@ class Pipeline:
             wait=self.wait,
             sojourn=self.sojourn,
             measure_from=measure_from,
+            callers=self.callers,
         )
 
     def _take_faults(self) -> None:
@@ -162,6 +169,22 @@ class Pipeline:
         self.mcp_drop, self.mcp_restore, self.mcp_connected = stages.mcp_drop, stages.mcp_restore, stages.mcp_connected
         self.dependency_fault = stages.dependency_fault
         self.spike_load = self.surge.spike_load
+
+    def configure_callers(self, cfg: ClientsConfig) -> None:
+        """Put the callers' policy ``cfg`` in force from now on."""
+        self.callers.configure(cfg)
+        patience = cfg.patience
+        if patience is None:
+            self.queue.patience = None
+        elif patience.distribution == "constant":
+            self.queue.patience = functools.partial(float, patience.mean)
+        else:
+            self.queue.patience = functools.partial(self._patience_rng.expovariate, 1.0 / patience.mean)
+
+    def _reneged(self, task: Task) -> None:
+        """An attempt left the queue unserved, its caller out of patience: it ends as abandoned."""
+        self.callers.reneged(task)
+        self.ledger.fail(task, "abandoned")
 
     def make_worker(self, agent: Agent) -> Worker:
         """A worker for ``agent`` as this pipeline's backend makes them (not listed: the caller lists it)."""

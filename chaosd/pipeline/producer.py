@@ -7,10 +7,11 @@ import functools
 import itertools
 import random
 from collections.abc import Callable
-from typing import Protocol
+from typing import Literal, Protocol
 
 from chaosd.core.clock import Clock
 from chaosd.pipeline.agents import Agent
+from chaosd.pipeline.callers import Callers
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.load import LoadShape
 from chaosd.pipeline.queue import IngressQueue
@@ -56,6 +57,7 @@ class Producer:
         t0: float,
         measure_from: float,
         phase: float,
+        callers: Callers | None = None,
     ) -> None:
         self._share = share
         self._shape = shape
@@ -75,6 +77,7 @@ class Producer:
         self._measure_from = measure_from
         self._phase = phase  # constant arrivals: this producer's offset within one gap
         self._credit = 0.0
+        self._callers = callers
         self.tracer: TaskTracer | None = None
         self._block = queue.when_full == "block"
         self._refusal: RefuseReason = "dropped" if queue.when_full == "drop" else "queue_full"
@@ -329,9 +332,13 @@ class Producer:
         """Offer one task; returns it when it must wait for room (``block``), else None."""
         # _new_task, written out where nothing is traced: once per arrival.
         task = Task(next(self._ids), t, t >= self._measure_from) if self.tracer is None else self._new_task(t)
+        callers = self._callers
+        if callers is not None and callers.on:
+            return self._emit_called(task, t, callers)
         ledger = self._ledger
         factor = self._admission.factor
         reason: RefuseReason
+        # _refusal_of, written out: once per arrival.
         if self.agent.partitioned:
             reason = "partitioned"
         elif factor < 1.0 and self._throttled(factor):
@@ -340,7 +347,7 @@ class Producer:
             ledger.admit(task)
             return None
         elif self._queue.throttles():
-            reason = "shed"  # over admission control's limit, not a full queue: refused whatever when_full says
+            reason = "shed"
         elif self._block:
             ledger.admit(task)
             return task  # accepted: it waits for room
@@ -349,3 +356,46 @@ class Producer:
         ledger.offer(task)
         ledger.refuse(task, reason)
         return None
+
+    def _refusal_of(self, task: Task, t: float) -> RefuseReason | Literal["blocked"] | None:
+        """Offer ``task`` to the queue: None when it is in, "blocked" when it is accepted to wait for room (``block``),
+        else why it was refused."""
+        factor = self._admission.factor
+        if self.agent.partitioned:
+            return "partitioned"
+        if factor < 1.0 and self._throttled(factor):
+            return "throttled"
+        if self._queue.offer(task, t):
+            return None
+        if self._queue.throttles():
+            return "shed"  # over admission control's limit, not a full queue: refused whatever when_full says
+        if self._block:
+            return "blocked"
+        return self._refusal
+
+    def _emit_called(self, task: Task, t: float, callers: Callers) -> Task | None:
+        """A first attempt with a caller behind it, who times out, retries or leaves as its policy says."""
+        callers.arrived(task, self)
+        ledger = self._ledger
+        reason = self._refusal_of(task, t)
+        if reason is None or reason == "blocked":
+            ledger.admit(task)
+            callers.accepted(task)
+            return task if reason == "blocked" else None
+        ledger.offer(task)
+        ledger.refuse(task, reason)
+        callers.refused(task, reason)
+        return None
+
+    def offer_retry(self, task: Task, t: float) -> RefuseReason | None:
+        """A caller's retry, through this producer: None when accepted, else why it was refused. A retry never
+        waits for room: under ``block`` a full queue refuses it as ``queue_full``."""
+        ledger = self._ledger
+        ledger.retry(task)
+        reason = self._refusal_of(task, t)
+        if reason is None:
+            ledger.accept(task)
+            return None
+        refused: RefuseReason = "queue_full" if reason == "blocked" else reason
+        ledger.refuse(task, refused)
+        return refused

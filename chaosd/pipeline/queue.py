@@ -12,6 +12,10 @@ from chaosd.pipeline.task import Task
 __all__ = ["IngressQueue"]
 
 
+def _ignore(task: Task) -> None:
+    pass
+
+
 class IngressQueue:
     """Bounded FIFO of waiting tasks.
 
@@ -44,6 +48,10 @@ class IngressQueue:
         # Integral of depth over clock time; its slope is the time-average depth.
         self.area = 0.0
         self._t = clock.now()
+        # Callers' patience (reneging): a draw per attempt that waits, and who hears of one leaving unserved.
+        self.patience: Callable[[], float] | None = None
+        self.on_renege: Callable[[Task], object] = _ignore
+        self._leaving: dict[int, object] = {}  # task id → the timer of its caller's patience
 
     @property
     def depth(self) -> int:
@@ -89,7 +97,21 @@ class IngressQueue:
         items.append(task)
         if n >= self.max_depth:
             self.max_depth = n + 1
+        if self.patience is not None and task.caller is not None:
+            self._leaving[task.id] = self._clock.call_at(now + self.patience(), self._renege, task)
         return True
+
+    def _renege(self, task: Task) -> None:
+        """``task``'s caller ran out of patience while it waited: it leaves the queue unserved."""
+        del self._leaving[task.id]
+        now = self._clock.now()
+        items = self._items
+        self.area += len(items) * (now - self._t)
+        self._t = now
+        items.remove(task)
+        self.on_renege(task)
+        if self._putters:
+            self._clock.call_at(now, self._putters.popleft())
 
     def _hand(self, task: Task) -> bool:
         getters = self._getters
@@ -186,6 +208,10 @@ class IngressQueue:
         self.area += len(items) * (now - self._t)
         self._t = now
         task = items.popleft()
+        if self._leaving:
+            timer = self._leaving.pop(task.id, None)
+            if timer is not None:
+                self._clock.cancel(timer)
         if self._putters:
             self._clock.call_at(now, self._putters.popleft())
         return task

@@ -189,7 +189,9 @@ class Worker:
         walk = self._walk
         queue = self._queue
         # Only the checks that depend on the task itself; the rare refusals are made in a call.
-        while (task.id in in_flight and not self.drop_probability) or not self._refused(task, t):
+        while (task.id in in_flight and not self.drop_probability and task.caller is None) or not self._refused(
+            task, t
+        ):
             self.current = task
             if not task.attempts:
                 self._wait.add(t - task.accepted_at)
@@ -244,6 +246,13 @@ class Worker:
         if task.id not in ledger.in_flight and ledger.idempotent:
             # A re-dispatched copy of a task that already ended: the sink would ignore it anyway.
             ledger.deduplicated += 1
+            return True
+        caller = task.caller
+        if caller is not None and caller.owner.drop_expired and caller.current is not task:
+            # Its caller stopped waiting (deadline propagation): dropped unserved, at no service cost.
+            assert self._dispatcher is not None  # only a worker with a dispatcher serves
+            ledger.fail(task, "expired")
+            self._dispatcher.served_at_once(task, self.agent.id, t)
             return True
         if self.drop_probability and self._rng.random() < self.drop_probability:
             assert self._dispatcher is not None  # only a worker with a dispatcher serves

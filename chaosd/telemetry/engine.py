@@ -44,6 +44,9 @@ class _Reading:
     head_age: float
     wait: npt.NDArray[np.int64]
     sojourn: npt.NDArray[np.int64]
+    retried: int
+    abandoned: int
+    wasted: int
 
 
 DRAIN_EVERY = 10.0  # clock seconds between drains of the stage histograms nobody reads until the run's end
@@ -89,6 +92,9 @@ class Telemetry:
             head_age=p.queue.head_age(now),
             wait=p.wait.snapshot(),
             sojourn=p.sojourn.snapshot(),
+            retried=total.retried,
+            abandoned=total.abandoned,
+            wasted=total.wasted,
         )
 
     def _drain_stages(self) -> None:
@@ -150,6 +156,10 @@ class Telemetry:
             unserved_rate=(new.unserved - old.unserved) / dt,
             lateness=lateness,
             cpu_wait=cpu_wait,
+            attempt_rate=(new.offered + new.retried - old.offered - old.retried) / dt,
+            caller_retry_rate=(new.retried - old.retried) / dt,
+            abandon_rate=(new.abandoned - old.abandoned) / dt,
+            waste_rate=(new.wasted - old.wasted) / dt,
         )
         self.latest = snap
         for listener in self._listeners:

@@ -39,6 +39,11 @@ class Snapshot:
     unserved_rate: float = 0.0  # refused for a partition or an unavailable backend: users failed, tasks/s
     lateness: float = 0.0  # how late this tick ran: the loop's own lateness (a paused process shows here)
     cpu_wait: float = 0.0  # seconds since the previous tick the loop waited for a CPU (a busy host shows here)
+    # The callers' side (arrival_rate counts callers: first attempts).
+    attempt_rate: float = 0.0  # attempts offered per second, first and retries, refused ones included
+    caller_retry_rate: float = 0.0  # callers' retries offered per second
+    abandon_rate: float = 0.0  # attempts per second whose caller stopped waiting (timeout or patience)
+    waste_rate: float = 0.0  # completions per second for callers that had stopped waiting
 
     @property
     def saturation(self) -> float:

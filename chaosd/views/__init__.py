@@ -77,6 +77,7 @@ from chaosd.views.status import (
     TimeseriesBody,
 )
 from chaosd.views.tasks import (
+    AbandonReason,
     FailReason,
     LatencyBlock,
     LatencyView,
@@ -107,6 +108,7 @@ from chaosd.views.verdict import (
 )
 
 __all__ = [
+    "AbandonReason",
     "ActionView",
     "ActionsBody",
     "AdmissionView",

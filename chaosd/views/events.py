@@ -14,6 +14,7 @@ EventKind = Literal[
     "agent",
     "backend",
     "breaker",
+    "clients",
     "dag",
     "detector",
     "fault",

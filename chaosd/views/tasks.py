@@ -16,9 +16,22 @@ from chaosd.views.units import SECONDS, Duration, closed_view, open_view
 RefuseReason = Literal["queue_full", "dropped", "shed", "throttled", "partitioned", "unavailable"]
 # Why an accepted task failed: a stage's (timeout, error, tool_timeout, llm_error, mcp_disconnected,
 # node_removed, handler_error) or the route's (no_route: no stage to send it to).
+# expired: dropped unserved by a worker because its caller had stopped waiting (clients.drop_expired); abandoned:
+# left the queue unserved when its caller's patience ran out.
 FailReason = Literal[
-    "timeout", "error", "tool_timeout", "llm_error", "mcp_disconnected", "node_removed", "no_route", "handler_error"
+    "timeout",
+    "error",
+    "tool_timeout",
+    "llm_error",
+    "mcp_disconnected",
+    "node_removed",
+    "no_route",
+    "handler_error",
+    "expired",
+    "abandoned",
 ]
+# Why a caller stopped waiting for an attempt: its timeout passed, or its patience ran out in the queue.
+AbandonReason = Literal["timeout", "patience"]
 
 
 @open_view
@@ -42,7 +55,14 @@ class ReportTasks(TaskCounts):
     rejected_by: Annotated[dict[str, int], Field(description="refused tasks by reason: a RefuseReason")]
     failed_by: Annotated[dict[str, int], Field(description="failed tasks by reason: a FailReason")]
     lost_all_cohorts: Annotated[int, Field(ge=0, description="lost among every task, warm-up's too")]
-    retries: Annotated[int, Field(ge=0)]
+    retries: Annotated[int, Field(ge=0, description="stage retries (a stage's own retry policy)")]
+    retried: Annotated[
+        int, Field(ge=0, description="callers' retries: attempts after the first (offered counts callers)")
+    ]
+    abandoned: Annotated[int, Field(ge=0, description="attempts whose caller stopped waiting (timeout or patience)")]
+    abandoned_by: Annotated[dict[str, int], Field(description="abandoned attempts by reason: timeout, patience")]
+    wasted: Annotated[int, Field(ge=0, description="completions for a caller that had stopped waiting")]
+    gave_up: Annotated[int, Field(ge=0, description="callers out of retries or budget, or out of patience")]
 
 
 @closed_view

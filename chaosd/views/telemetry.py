@@ -59,14 +59,30 @@ class SnapshotView(TypedDict):
     cpu_wait: Annotated[
         float, Field(ge=0, description="seconds since the previous tick the daemon waited for a CPU: a busy host")
     ]
+    attempt_rate: Annotated[
+        float, Field(ge=0, description="attempts offered per second, callers' retries and refused ones included")
+    ]
+    caller_retry_rate: Annotated[float, Field(ge=0, description="callers' retries offered per second")]
+    abandon_rate: Annotated[
+        float, Field(ge=0, description="attempts per second whose caller stopped waiting (timeout or patience)")
+    ]
+    waste_rate: Annotated[float, Field(ge=0, description="completions per second for callers that had stopped waiting")]
 
 
 @closed_view
 class TimelinePoint(TypedDict):
     t: RunInstant
-    offered_per_s: Rate
+    offered_per_s: Annotated[float, Field(ge=0, description="callers per second: first attempts")]
+    attempts_per_s: Annotated[float, Field(ge=0, description="attempts per second, retries and refused included")]
+    retries_per_s: Annotated[float, Field(ge=0, description="callers' retries per second")]
+    abandoned_per_s: Annotated[
+        float, Field(ge=0, description="attempts per second whose caller stopped waiting (timeout or patience)")
+    ]
+    wasted_per_s: Annotated[float, Field(ge=0, description="completions per second nobody waited for any more")]
     throughput_per_s: Rate
-    goodput_per_s: Rate
+    goodput_per_s: Annotated[
+        float, Field(ge=0, description="completions per second for callers still waiting, in time, not degraded")
+    ]
     queue_depth: Annotated[int, Field(ge=0)]
     sojourn_p95: Annotated[float, Field(ge=0, description=SECONDS)]
     utilisation: Share
