@@ -120,6 +120,7 @@ _FILE_SECONDS = {
     "test_compare_engines.py": 20,
     "test_memory_flat.py": 15,
     "test_detector.py": 22,
+    "test_simpy_callers_model.py": 22,
     "test_redis_scenario_memory.py": 21,
     "test_redis_scenario.py": 21,
     "test_redis_faults_more.py": 20,
