@@ -14,6 +14,11 @@
 - **collapse**: the workers are saturated and goodput is below ``collapse_goodput`` of what could be good
   (the smaller of the offered load and the measured capacity): work is done that nobody can use, the
   metastable signature.
+- **metastable** (a retry storm): goodput below ``collapse_goodput`` of the callers offered while attempts exceed
+  ``storm_attempts`` per caller and more than ``storm_waste`` of the completions are for callers that had stopped
+  waiting: work that nobody waits for keeps the servers busy and the callers retrying, which holds the state after
+  whatever triggered it has ended. Without callers' retries attempts equal callers, so a plain overload never
+  shows it.
 - **failing**: the queue is short (none of the above, no standing queue) yet the tasks with an outcome are not
   good (failed, late or degraded, or refused because the queue could not be reached: a partition, a backend
   down): the good share of them is below ``failing_goodput`` of its baseline (of all of them before a baseline
@@ -50,18 +55,27 @@ class DetectorState(enum.Enum):
     WARNING = "warning"
     OVERLOAD = "overload"
     COLLAPSED = "collapsed"
+    METASTABLE = "metastable"
     FAILING = "failing"
     STALL = "stall"
     RECOVERING = "recovering"
 
 
 # The congestion alarms: what admission control answers. Failing is an alarm too, but not congestion.
-ALARMS = frozenset({DetectorState.OVERLOAD, DetectorState.COLLAPSED})
+ALARMS = frozenset({DetectorState.OVERLOAD, DetectorState.COLLAPSED, DetectorState.METASTABLE})
 ALARMED = ALARMS | {DetectorState.FAILING}  # every state an episode is raised in
 # An episode's kind is the worst it got: an overload that failed is failing, one that collapsed a collapse.
-_WORSE: dict[DetectorState, AlarmKind] = {DetectorState.FAILING: "failing", DetectorState.COLLAPSED: "collapse"}
+_WORSE: dict[DetectorState, AlarmKind] = {
+    DetectorState.FAILING: "failing",
+    DetectorState.COLLAPSED: "collapse",
+    DetectorState.METASTABLE: "collapse",  # a storm is a collapse that sustains itself
+}
 _RANK: dict[AlarmKind, int] = {"overload": 0, "failing": 1, "collapse": 2}
-_RAISES = {"goodput_collapse": DetectorState.COLLAPSED, "tasks_failing": DetectorState.FAILING}  # else overload
+_RAISES = {  # else overload
+    "retry_storm": DetectorState.METASTABLE,
+    "goodput_collapse": DetectorState.COLLAPSED,
+    "tasks_failing": DetectorState.FAILING,
+}
 _DRAIN_WINDOWS = 5  # the longest a stall's backlog is taken for the pause's, in telemetry windows
 _EVIDENCE_WINDOWS = 10  # failing: how many telemetry windows back the outcomes are gathered from at low load
 
@@ -97,6 +111,7 @@ class _Signals:
     draining: bool  # a stall's backlog, still the pause's
     overloaded: bool
     collapsing: bool
+    storming: bool  # callers retrying, their attempts mostly wasted, goodput far below them
     slow: bool  # p95 grown against the baseline
     failing: bool
     latency_growing: bool  # rule 2: slow with a growing standing queue
@@ -104,7 +119,7 @@ class _Signals:
     @property
     def quiet(self) -> bool:
         """No signal at all: what a baseline may learn from."""
-        return not (self.overloaded or self.collapsing or self.slow or self.draining or self.failing)
+        return not (self.overloaded or self.collapsing or self.storming or self.slow or self.draining or self.failing)
 
 
 class CollapseDetector:
@@ -121,6 +136,7 @@ class CollapseDetector:
         self._growth: deque[bool] = deque(maxlen=hold_ticks)
         self._over: deque[bool] = deque(maxlen=hold_ticks)
         self._collapse: deque[bool] = deque(maxlen=hold_ticks)
+        self._storm: deque[bool] = deque(maxlen=hold_ticks)
         self._latency: deque[bool] = deque(maxlen=max(1, round(cfg.latency_hold / tick)))
         self._baseline: deque[float] = deque(maxlen=max(1, round(cfg.baseline_window / tick)))
         self._min_baseline_ticks = self._baseline.maxlen or 1
@@ -162,6 +178,7 @@ class CollapseDetector:
             self._growth,
             self._over,
             self._collapse,
+            self._storm,
             self._failing,
             self._outcomes,
             self._latency,
@@ -209,8 +226,10 @@ class CollapseDetector:
                 self.episode_count += 1
                 self._episode_failed = False
                 return self._go(s.t, _RAISES.get(raised, DetectorState.OVERLOAD), raised)
-            if sig.overloaded or sig.collapsing or sig.slow or sig.failing:
-                return self._go(s.t, DetectorState.WARNING, _signal(sig.overloaded, sig.collapsing, sig.failing))
+            if sig.overloaded or sig.collapsing or sig.storming or sig.slow or sig.failing:
+                return self._go(
+                    s.t, DetectorState.WARNING, _signal(sig.overloaded, sig.collapsing or sig.storming, sig.failing)
+                )
             return self._go(s.t, DetectorState.HEALTHY, "calm")
         return self._hold_or_clear(s, sig, raised)
 
@@ -232,6 +251,13 @@ class CollapseDetector:
         collapsing = (
             not draining and saturated and s.arrival_rate > 0 and s.goodput < cfg.collapse_goodput * could_be_good
         )
+        storming = (
+            not draining
+            and s.arrival_rate > 0
+            and s.attempt_rate > cfg.storm_attempts * s.arrival_rate
+            and s.waste_rate > cfg.storm_waste * s.throughput
+            and s.goodput < cfg.collapse_goodput * s.arrival_rate
+        )
         slow = not draining and self.baseline_p95 > 0 and s.sojourn_p95 >= (1 + cfg.latency_growth) * self.baseline_p95
         failing = self._failing_now(s, draining or standing or overloaded or collapsing)
         return _Signals(
@@ -243,6 +269,7 @@ class CollapseDetector:
             draining=draining,
             overloaded=overloaded,
             collapsing=collapsing,
+            storming=storming,
             slow=slow,
             failing=failing,
             latency_growing=slow and standing and saturated and s.queue_slope > 0,
@@ -253,8 +280,11 @@ class CollapseDetector:
         self._growth.append(sig.growing)
         self._over.append(sig.overloaded)
         self._collapse.append(sig.collapsing)
+        self._storm.append(sig.storming)
         self._failing.append(sig.failing)
         self._latency.append(sig.latency_growing)
+        if self._held(self._storm):
+            return "retry_storm"
         if self._held(self._collapse):
             return "goodput_collapse"
         if self._held(self._growth):
@@ -279,7 +309,9 @@ class CollapseDetector:
         """While alarmed or recovering: the alarm holds while what raised it persists, else it clears in two steps."""
         cfg = self.cfg
         state = self.state
-        congested = sig.standing or sig.slow or sig.full or sig.shedding or sig.expired or sig.collapsing
+        congested = (
+            sig.standing or sig.slow or sig.full or sig.shedding or sig.expired or sig.collapsing or sig.storming
+        )
         was_failing = self._alarm is DetectorState.FAILING
         self._persist.append(congested or (sig.failing and was_failing))
         # Hysteresis: the alarm holds while what raised it shows on at least half of recent ticks.

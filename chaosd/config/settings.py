@@ -402,6 +402,12 @@ class DetectorConfig(_Model):
     collapse_goodput: float = Field(
         default=0.5, gt=0, le=1, description="collapse: goodput below this share of min(offered, capacity)"
     )
+    storm_attempts: float = Field(
+        default=1.5, gt=1, description="metastable: attempts per caller above this (callers retrying)"
+    )
+    storm_waste: float = Field(
+        default=0.5, gt=0, le=1, description="metastable: completions nobody waited for above this share of them"
+    )
     stall: Seconds = Field(default=0.05, gt=0, description="a tick this late means the process was paused")
     failing_goodput: float = Field(
         default=0.75,

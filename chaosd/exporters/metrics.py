@@ -30,8 +30,9 @@ from chaosd.experiment.runner import Experiment
 from chaosd.exporters.buckets import latency_buckets
 from chaosd.exporters.stage_series import StageSeries
 from chaosd.faults import CATALOGUE, FaultRecord
+from chaosd.pipeline.ledger import Counts
 from chaosd.telemetry.engine import Telemetry
-from chaosd.views import AgentKind, AgentState, FailReason, RefuseReason
+from chaosd.views import AbandonReason, AgentKind, AgentState, FailReason, RefuseReason
 
 __all__ = [
     "REFUSAL_REASONS",
@@ -48,8 +49,10 @@ RECOVERY_DOC = "Recovery time (mechanism: from injection; service: heal or resto
 
 # chaosd_tasks_total{outcome}: overlapping counts (offered = accepted + rejected; late ⊂ completed).
 OUTCOMES = ("offered", "accepted", "completed", "late", "failed", "rejected")
-# chaosd_tasks_ended_total{outcome}: a partition of the offered tasks that have an outcome (each counted once).
-ENDINGS = ("good", "late", "degraded", "failed", "rejected")
+# chaosd_tasks_ended_total{outcome}: a partition of the attempts that have an outcome (each counted once); wasted:
+# completed for a caller that had stopped waiting.
+ENDINGS = ("good", "wasted", "late", "degraded", "failed", "rejected")
+ABANDON_REASONS: tuple[AbandonReason, ...] = get_args(AbandonReason)
 # Label values, in the order their Literals declare them: one list each.
 REJECT_REASONS: tuple[RefuseReason, ...] = get_args(RefuseReason)
 FAIL_REASONS: tuple[FailReason, ...] = get_args(FailReason)
@@ -209,7 +212,14 @@ def _rate_families(exp: Experiment) -> Iterator[Metric]:
         "chaosd_offered_rate": ("Tasks offered per second (lambda)", "arrival_rate"),
         "chaosd_service_rate": ("Tasks per second the workers could serve (mu)", "service_rate"),
         "chaosd_throughput_rate": ("Tasks ending per second", "throughput"),
-        "chaosd_goodput_rate": ("Completions within the deadline, not degraded, per second", "goodput"),
+        "chaosd_goodput_rate": (
+            "Completions for callers still waiting, within the deadline, not degraded, per second",
+            "goodput",
+        ),
+        "chaosd_attempt_rate": ("Attempts offered per second, callers' retries and refusals included", "attempt_rate"),
+        "chaosd_caller_retry_rate": ("Callers' retries offered per second", "caller_retry_rate"),
+        "chaosd_abandon_rate": ("Attempts per second whose caller stopped waiting", "abandon_rate"),
+        "chaosd_waste_rate": ("Completions per second for callers that had stopped waiting", "waste_rate"),
         "chaosd_utilisation_ratio": ("Busy share of the workers over the window", "utilisation"),
         # The detector's own window percentiles, for probes that cannot use the histograms' rules.
         "chaosd_sojourn_p95_seconds": ("p95 sojourn of tasks completed in the telemetry window", "sojourn_p95"),
@@ -231,11 +241,12 @@ def _ledger_families(exp: Experiment) -> Iterator[Metric]:
     yield tasks
     ended = CounterMetricFamily(
         "chaosd_tasks_ended",
-        "Offered tasks by their one outcome (good, late, degraded, failed, rejected): these add up",
+        "Attempts by their one outcome (good, wasted, late, degraded, failed, rejected): these add up",
         labels=["outcome"],
     )
     ending = {
         "good": p.ledger.good,
+        "wasted": total.wasted,
         "late": total.late,
         "degraded": total.degraded,
         "failed": total.failed,
@@ -262,6 +273,26 @@ def _ledger_families(exp: Experiment) -> Iterator[Metric]:
     for why in sorted({*FAIL_REASONS, *total.failed_by}):
         failed.add_metric([why], float(total.failed_by.get(why, 0)))
     yield failed
+    yield from _caller_families(total)
+
+
+def _caller_families(total: Counts) -> Iterator[Metric]:
+    """The callers' side: attempts by kind, attempts abandoned by reason, callers that gave up."""
+    attempts = CounterMetricFamily(
+        "chaosd_attempts", "Attempts offered, refused ones included, by kind (first = callers)", labels=["kind"]
+    )
+    attempts.add_metric(["first"], float(total.offered))
+    attempts.add_metric(["retry"], float(total.retried))
+    yield attempts
+    abandoned = CounterMetricFamily(
+        "chaosd_abandoned", "Attempts whose caller stopped waiting, by reason (timeout, patience)", labels=["reason"]
+    )
+    for why in ABANDON_REASONS:
+        abandoned.add_metric([why], float(total.abandoned_by.get(why, 0)))
+    yield abandoned
+    yield CounterMetricFamily(
+        "chaosd_callers_gave_up", "Callers out of retries or retry budget, or out of patience", value=total.gave_up
+    )
 
 
 def _loss_families(exp: Experiment, accounted: tuple[int, int, int]) -> Iterator[Metric]:
@@ -291,6 +322,11 @@ def _detector_families(exp: Experiment) -> Iterator[Metric]:
     for s in DetectorState:
         one_hot.add_metric([s.value], 1.0 if s is state else 0.0)
     yield one_hot
+    yield GaugeMetricFamily(
+        "chaosd_metastable_state",
+        "1 while in a retry storm (callers retrying, their attempts mostly wasted)",
+        value=1.0 if state is DetectorState.METASTABLE else 0.0,
+    )
     yield GaugeMetricFamily(
         "chaosd_overload_state",
         "1 while overloaded (more offered than served)",

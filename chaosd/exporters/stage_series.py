@@ -13,11 +13,11 @@ from prometheus_client.utils import floatToGoString as _untyped_go
 
 from chaosd.exporters.buckets import EDGE_INDEX, EDGE_LABELS
 from chaosd.pipeline.stages import StageRunner
-from chaosd.views import BreakerState, FailReason
+from chaosd.views import BreakerState, StageFailReason
 
 __all__ = ["BREAKER_LEVELS", "MAX_STAGE_LABELS", "OTHER_STAGES", "StageSeries"]
 
-_REASONS: tuple[FailReason, ...] = get_args(FailReason)
+_REASONS: tuple[StageFailReason, ...] = get_args(StageFailReason)
 # chaosd_stage_breaker_state: one gauge per stage, its level the state (alerts compare it with 2 for open).
 BREAKER_LEVELS: dict[BreakerState, float] = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
 # The stage label's bound: stages past the first 64 of the configuration share one label value.

@@ -85,6 +85,7 @@ from chaosd.views.tasks import (
     QueueBlock,
     RefuseReason,
     ReportTasks,
+    StageFailReason,
     TaskCounts,
 )
 from chaosd.views.telemetry import (
@@ -183,6 +184,7 @@ __all__ = [
     "SloView",
     "SnapshotView",
     "StageBreakerView",
+    "StageFailReason",
     "StageNowView",
     "StageReportView",
     "StatusBody",

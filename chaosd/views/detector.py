@@ -9,7 +9,9 @@ from typing_extensions import TypedDict
 
 from chaosd.views.units import Duration, RunInstant, Share, closed_view, open_view
 
-DetectorStateName = Literal["healthy", "warning", "overload", "collapsed", "failing", "stall", "recovering"]
+DetectorStateName = Literal[
+    "healthy", "warning", "overload", "collapsed", "metastable", "failing", "stall", "recovering"
+]
 
 
 # The worst an alarm got: collapse once goodput collapsed, else failing once tasks failed with a short queue.

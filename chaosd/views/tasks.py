@@ -16,20 +16,13 @@ from chaosd.views.units import SECONDS, Duration, closed_view, open_view
 RefuseReason = Literal["queue_full", "dropped", "shed", "throttled", "partitioned", "unavailable"]
 # Why an accepted task failed: a stage's (timeout, error, tool_timeout, llm_error, mcp_disconnected,
 # node_removed, handler_error) or the route's (no_route: no stage to send it to).
-# expired: dropped unserved by a worker because its caller had stopped waiting (clients.drop_expired); abandoned:
-# left the queue unserved when its caller's patience ran out.
-FailReason = Literal[
-    "timeout",
-    "error",
-    "tool_timeout",
-    "llm_error",
-    "mcp_disconnected",
-    "node_removed",
-    "no_route",
-    "handler_error",
-    "expired",
-    "abandoned",
+# Why a stage's attempt failed.
+StageFailReason = Literal[
+    "timeout", "error", "tool_timeout", "llm_error", "mcp_disconnected", "node_removed", "no_route", "handler_error"
 ]
+# Why an accepted task failed: a stage's, or its caller's: expired (dropped unserved by a worker because its caller
+# had stopped waiting: clients.drop_expired), abandoned (left the queue unserved when its caller's patience ran out).
+FailReason = Literal[StageFailReason, "expired", "abandoned"]
 # Why a caller stopped waiting for an attempt: its timeout passed, or its patience ran out in the queue.
 AbandonReason = Literal["timeout", "patience"]
 

@@ -458,7 +458,8 @@ async def _spike_and_failures(exp: Experiment) -> None:
 
 def test_task_outcomes_add_up_on_a_scrape() -> None:
     """The identities docs/metrics.md states (section "Task accounting"), on one scrape of a run."""
-    overrides = {"throttle": {"policy": "none"}, "queue": {"capacity": 1000}}  # the spike fills the queue
+    # The spike fills the queue; callers that wait 1.3 s (the deadline is 1 s) and retry once make wasted completions and retries.
+    overrides = {"throttle": {"policy": "none"}, "queue": {"capacity": 1000}, "clients": {"timeout": 1.3, "retries": 1}}
     exp, text = _run_with(_spike_and_failures, duration=20.0, overrides=overrides)
     families = {f.name: f for f in text_string_to_metric_families(text.decode())}
 
@@ -472,13 +473,16 @@ def test_task_outcomes_add_up_on_a_scrape() -> None:
     # Every outcome the identities split into happened in this run: none of them holds by being 0.
     assert all(ended[o] > 0 for o in ENDINGS), ended
     assert in_flight > 0
-    assert tasks["offered"] == tasks["accepted"] + tasks["rejected"]
+    attempts = by("chaosd_attempts", "kind")
+    assert attempts["first"] == tasks["offered"] and attempts["retry"] > 0
+    assert tasks["offered"] + attempts["retry"] == tasks["accepted"] + tasks["rejected"]
     assert tasks["accepted"] == tasks["completed"] + tasks["failed"] + in_flight
     assert 0 <= lost <= in_flight
     assert tasks["late"] <= tasks["completed"]
-    assert ended["good"] + ended["late"] + ended["degraded"] == tasks["completed"]
+    assert ended["good"] + ended["wasted"] + ended["late"] + ended["degraded"] == tasks["completed"]
     assert (ended["late"], ended["failed"], ended["rejected"]) == (tasks["late"], tasks["failed"], tasks["rejected"])
-    assert sum(ended.values()) + in_flight == tasks["offered"]  # a partition: sum() is meaningful
+    assert sum(ended.values()) + in_flight == sum(attempts.values())  # a partition: sum() is meaningful
+    assert by("chaosd_abandoned", "reason")["timeout"] >= ended["wasted"]  # each wasted one was abandoned first
     assert sum(by("chaosd_tasks_rejected", "reason").values()) == tasks["rejected"]
     assert sum(by("chaosd_tasks_failed", "reason").values()) == tasks["failed"]
     # The goodput counter is the one the detector's goodput gauge is computed from.
