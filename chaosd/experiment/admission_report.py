@@ -48,6 +48,7 @@ def collapse_view(
         "time_stalled_s": in_state["stall"],
         "failing": detector.failing_count,
         "time_failing_s": in_state["failing"],
+        "time_metastable_s": in_state["metastable"],
         "final_state": detector.state.value,
     }
 

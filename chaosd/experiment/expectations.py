@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast, get_args
 
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError, ValidationError, core_schema
 
 from chaosd.core.durations import parse_duration
 from chaosd.core.errors import ScenarioError
-from chaosd.views import IncidentView, PlanReport, ReportView
+from chaosd.views import CollapseView, DetectorStateName, IncidentView, PlanReport, ReportView
 
 __all__ = [
     "EXPECT_KEYS",
@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 GRADES = ("F", "D", "C", "B", "A", "A+")  # worst first
+DETECTOR_STATES: tuple[str, ...] = get_args(DetectorStateName)
 
 Written = str | int | float | bool  # an ``expect:`` value as written, once checked (ExpectationView.expected)
 Measured = str | int | float | bool | None  # what a check measures (None: a measurement the report has not got)
@@ -63,6 +64,18 @@ def _min_score(wanted: float, report: JudgedReport, incidents: list[IncidentView
 def _min_availability(wanted: float, report: JudgedReport, incidents: list[IncidentView]) -> Judged:
     measured = report["score"]["availability"]
     return measured, measured is not None and measured >= wanted, None
+
+
+def _max_availability(wanted: float, report: JudgedReport, incidents: list[IncidentView]) -> Judged:
+    measured = report["score"]["availability"]
+    return measured, measured is not None and measured <= wanted, None
+
+
+def _final_state(wanted: str, report: JudgedReport, incidents: list[IncidentView]) -> Judged:
+    # A scenario's window on the daemon has no detector summary of its own: nothing to measure there.
+    collapse = cast("CollapseView | None", report.get("collapse"))
+    measured = collapse["final_state"] if collapse is not None else None
+    return measured, measured == wanted, None
 
 
 def _max_recovery_s(wanted: float, report: JudgedReport, incidents: list[IncidentView]) -> Judged:
@@ -118,6 +131,12 @@ def _most_tasks(wanted: object) -> int | _Problem:
     return int(wanted)
 
 
+def _state(wanted: object) -> str | _Problem:
+    if not isinstance(wanted, str) or wanted not in DETECTOR_STATES:
+        return _Problem(f"must be a detector state ({', '.join(DETECTOR_STATES)})")
+    return wanted
+
+
 def _flag(wanted: object) -> bool | _Problem:
     if not isinstance(wanted, bool):
         return _Problem("must be true or false")
@@ -166,6 +185,8 @@ _CHECKS: dict[str, tuple[_Read, _Judge]] = {
     "all_recovered": _check(bool, _flag, _all_recovered),
     "checks_pass": _check(bool, _flag, _checks_pass),
     "min_availability": _check(float, _points, _min_availability),
+    "max_availability": _check(float, _points, _max_availability),
+    "final_state": _check(str, _state, _final_state),
 }
 EXPECT_KEYS = tuple(_CHECKS)
 

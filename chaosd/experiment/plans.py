@@ -11,6 +11,9 @@ import random
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
+from chaosd.config.settings import ClientsConfig
 from chaosd.core.confidence import mean_ci
 from chaosd.core.errors import FaultError, ScenarioError
 from chaosd.core.history import RecentLog
@@ -25,7 +28,7 @@ from chaosd.experiment.expectations import (
     read_expectations,
 )
 from chaosd.experiment.runner import Experiment
-from chaosd.experiment.scenario import CHECKS, Scenario, ScenarioAction, split_metadata
+from chaosd.experiment.scenario import CHECKS, ActionSpec, Scenario, ScenarioAction, split_metadata
 from chaosd.experiment.score import ScoreInputs, ScoreWeights, compute_score, grade
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.faults.catalogue import is_remedy
@@ -73,6 +76,9 @@ def check_actions(actions: Sequence[ScenarioAction], source: str, max_ttl: float
     for i, item in enumerate(actions):
         where = f"actions.{i}.action"
         kind = item.action.type
+        if kind == "set_clients":
+            problems.extend((source, f"{where}.metadata.{key}", why) for key, why in _clients_problems(item.action))
+            continue
         if kind in CHECKS:
             continue
         spec = CATALOGUE.get(kind)
@@ -134,6 +140,10 @@ def scenario_plan(
                     if stretch is not None and waited > 0:
                         stretch(waited)
             entry: PlanLogEntry = {"at": exp.pipeline.elapsed(), "action": spec.type, "target": spec.target_id}
+            if spec.type == "set_clients":
+                entry["ok"], entry["changed"] = True, exp.configure_clients(pushed_clients(exp, spec))
+                entries.append(entry)
+                continue
             if spec.type == "verify_leader":
                 leader, waited = await _leader_within_failover(exp)
                 entry["ok"], entry["leader"], entry["waited_s"] = leader is not None, leader, waited
@@ -152,6 +162,21 @@ def scenario_plan(
             entries.append(entry)
 
     return plan
+
+
+def pushed_clients(exp: Experiment, spec: ActionSpec) -> ClientsConfig:
+    """A ``set_clients`` action's policy: its metadata's keys over the policy in force (checked when loaded)."""
+    current = exp.pipeline.callers.cfg.model_dump()
+    return ClientsConfig.model_validate({**current, **spec.metadata})
+
+
+def _clients_problems(spec: ActionSpec) -> list[tuple[str, str]]:
+    """What is wrong with a ``set_clients`` action's metadata, as (key, why): each key as the config checks it."""
+    try:
+        ClientsConfig.model_validate(spec.metadata)
+    except ValidationError as exc:
+        return [(".".join(str(part) for part in e["loc"]), e["msg"]) for e in exc.errors()]
+    return []
 
 
 def verdicts_due(exp: Experiment, records: Sequence[FaultRecord]) -> float:
@@ -438,7 +463,7 @@ def evaluate_expectations(expect: Mapping[str, object], report: JudgedReport) ->
 # Over replications, a threshold on a number is judged on its 95 % CI: a min_* passes only if the interval's lower
 # bound meets it, a max_* only if its upper bound does. A limit on counts or a flag holds only if every run meets it.
 _LOWER = ("min_score", "min_availability")
-_UPPER = ("max_recovery_s",)
+_UPPER = ("max_recovery_s", "max_availability")
 
 
 def evaluate_replicated(expect: Mapping[str, object], reports: Sequence[ReportView]) -> list[ExpectationView]:

@@ -65,8 +65,8 @@ MAX_SCENARIO_BYTES = 64 * 1024
 # (recovery.confirm is 3 s; the shipped scenarios' slowest recovery is about 15 s) without waiting for
 # recovery.limit (60 s), the point at which a recovery counts as failed.
 SETTLE_S = 30.0
-# Actions that check the pipeline instead of injecting a fault: no TTL.
-CHECKS = ("verify_leader",)
+# Actions that do not inject a fault, so have no TTL: a check of the pipeline, or a push of the callers' policy.
+CHECKS = ("verify_leader", "set_clients")
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _SUFFIXES = (".yaml", ".yml", ".json")

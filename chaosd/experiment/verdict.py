@@ -11,7 +11,8 @@ from chaosd.views import FailedRunView, ReportView, VerdictView
 
 __all__ = ["FAILING_MOST", "run_verdict", "service_verdict", "verdict_view"]
 
-# With no availability objective: failing or collapsed (users failing with a short queue, or behind a saturated one)
+# With no availability objective: failing or collapsed (users failing with a short queue, or behind a saturated one,
+# a retry storm included)
 # for more than this share of the measured window fails.
 FAILING_MOST = 0.5
 
@@ -54,9 +55,11 @@ def service_verdict(report: ReportView) -> tuple[bool, str]:
     objective = slo["availability"]
     if objective is not None:
         t = report["tasks"]
-        judged = t["offered"] - t["in_flight"]
+        wasted = t.get("wasted", 0)
+        good = t["completed"] - t["late"] - t["degraded"] - wasted
+        # Callers that retry: each ends once, served (a completion it still waited for) or given up.
+        judged = t["completed"] - wasted + t["gave_up"] if t.get("retried") else t["offered"] - t["in_flight"]
         if judged > 0:
-            good = t["completed"] - t["late"] - t["degraded"]
             measured = good / judged
             words = f"availability {percent(measured)} ({good} good of {judged} offered)"
             if measured < objective:
@@ -72,7 +75,8 @@ def service_verdict(report: ReportView) -> tuple[bool, str]:
     if objective is None:
         collapse = report["collapse"]
         failing = float(collapse.get("time_failing_s", 0.0))
-        collapsed = float(collapse.get("time_collapsed_s", 0.0))
+        storm = float(collapse.get("time_metastable_s", 0.0))
+        collapsed = float(collapse.get("time_collapsed_s", 0.0)) + storm  # a storm is a collapse that holds itself
         share = (failing + collapsed) / window if window > 0 else 0.0
         words = (
             f"failing or collapsed {seconds(failing + collapsed)} of the measured {seconds(window)} ({percent(share)})"
@@ -81,6 +85,8 @@ def service_verdict(report: ReportView) -> tuple[bool, str]:
             why = (
                 "most tasks ended failed, late or degraded while the queue was short"
                 if failing >= collapsed
+                else "callers kept retrying while the workers served attempts nobody waited for (a retry storm)"
+                if storm >= collapsed - storm
                 else "goodput fell far below what the workers could serve while the load held"
             )
             return False, f"no availability objective in [slo], and the pipeline was {words}: {why}"

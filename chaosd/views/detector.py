@@ -47,6 +47,9 @@ class CollapseView(TypedDict):
     time_failing_s: NotRequired[
         Annotated[float, Field(ge=0, description="a duration in seconds: in the failing state")]
     ]
+    time_metastable_s: NotRequired[
+        Annotated[float, Field(ge=0, description="a duration in seconds: in the metastable state (a retry storm)")]
+    ]
     final_state: DetectorStateName
 
 

@@ -48,6 +48,7 @@ class PlanLogEntry(_PlanLogFor):
     incident: NotRequired[Annotated[int, Field(ge=1, description="wait: the open incident it waits for")]]
     previous: NotRequired[Annotated[int, Field(ge=1, description="skip: the fault still recovering")]]
     reverted: NotRequired[Annotated[list[int], Field(description="stop: the faults it reverted")]]
+    changed: NotRequired[Annotated[list[str], Field(description="set_clients: the callers' settings it changed")]]
 
 
 @closed_view

@@ -78,10 +78,10 @@ def overload() -> Runs:
 
 
 @pytest.fixture(scope="module")
-def retry_storm() -> Runs:
-    """The shipped retry_storm scenario once per policy, for every test that reads it. With "none" it is the
+def pressure_storm() -> Runs:
+    """The shipped pressure_storm scenario once per policy, for every test that reads it. With "none" it is the
     scenario as shipped (it turns admission control off: the same report, byte for byte, as policy none)."""
-    return {policy: _scenario("retry_storm", policy) for policy in ("capacity", "none")}
+    return {policy: _scenario("pressure_storm", policy) for policy in ("capacity", "none")}
 
 
 def test_overload_hold_is_served_at_capacity_where_aimd_halves_it_and_none_collapses(overload: Runs) -> None:
@@ -192,11 +192,11 @@ def test_capacity_comes_back_and_admission_with_it_within_a_second() -> None:
     assert restored.t - fault[1] <= 1.5, restored.t
 
 
-def test_retry_storm_leaves_its_metastable_state_with_the_capacity_policy_and_not_without(retry_storm: Runs) -> None:
+def test_pressure_storm_leaves_its_metastable_state_with_the_capacity_policy_and_not_without(pressure_storm: Runs) -> None:
     spike_end = 35.0
     goodput = {}
     for policy in ("capacity", "none"):
-        _, snaps = retry_storm[policy]
+        _, snaps = pressure_storm[policy]
         goodput[policy] = _mean(snaps, spike_end + 30, 240.0, "goodput") / 280.0  # share of what is offered
     assert goodput["capacity"] >= 0.95, goodput
     assert goodput["none"] < 0.1, goodput
@@ -205,8 +205,8 @@ def test_retry_storm_leaves_its_metastable_state_with_the_capacity_policy_and_no
 # --- The shipped scenarios that show admission control, on and off (their runs shared with the tests above) ---
 
 
-def test_retry_storm_without_throttle_stays_collapsed_after_the_spike(retry_storm: Runs) -> None:
-    report, _ = retry_storm["none"]  # the scenario as shipped
+def test_pressure_storm_without_throttle_stays_collapsed_after_the_spike(pressure_storm: Runs) -> None:
+    report, _ = pressure_storm["none"]  # the scenario as shipped
     spike_end = 35.0
     after = [p for p in report["timeline"] if p["t"] >= spike_end + 30]
     assert after and all(p["state"] == "collapsed" for p in after)
@@ -224,15 +224,15 @@ def test_retry_storm_without_throttle_stays_collapsed_after_the_spike(retry_stor
     assert report["diagnostics"][0]["cause"] == "refused:queue_full"
     collapsed = causes["collapsed_s"]
     assert collapsed["final_state"] == "collapsed" and collapsed["episodes"] == 1
-    assert collapsed["count"] >= _duration("retry_storm") - spike_end - 10
+    assert collapsed["count"] >= _duration("pressure_storm") - spike_end - 10
 
 
 def _duration(name: str) -> float:
     return load_scenario(ROOT / "scenarios" / f"{name}.yaml").duration
 
 
-def test_retry_storm_with_throttle_drains_and_returns_to_healthy(retry_storm: Runs) -> None:
-    report, _ = retry_storm["capacity"]
+def test_pressure_storm_with_throttle_drains_and_returns_to_healthy(pressure_storm: Runs) -> None:
+    report, _ = pressure_storm["capacity"]
     episodes = report["collapse"]["episodes"]
     assert len(episodes) >= 1 and all(e["cleared_at"] is not None for e in episodes)
     assert report["collapse"]["final_state"] == "healthy"
@@ -240,7 +240,7 @@ def test_retry_storm_with_throttle_drains_and_returns_to_healthy(retry_storm: Ru
     # pressure failures never start and the spike's excess is shed, not retried into a storm.
     throttle = report["throttle"]
     assert throttle["policy"] == "capacity" and throttle["refused"] > 0
-    tail = [p for p in report["timeline"] if p["t"] >= _duration("retry_storm") - 60]
+    tail = [p for p in report["timeline"] if p["t"] >= _duration("pressure_storm") - 60]
     assert all(p["queue_depth"] < 50 for p in tail)
     assert all(p["goodput_per_s"] > 0.8 * p["offered_per_s"] for p in tail)
     # Shed work is unavailable service, and availability counts it: what the spike brought above capacity.

@@ -248,7 +248,7 @@ GOLDEN = ROOT / "tests" / "golden"
 _LONG_DECIMALS = re.compile(r"\d\.\d{4,}")  # the rounding policy (chaosd/core/humanize.py) never prints these
 
 
-# retry_storm stays collapsed after its spike: the run fails its verdict (exit 3) and still writes its report.
+# retry_storm stays in its storm after the spike: the run fails its verdict (exit 3) and still writes its report.
 @pytest.mark.parametrize(("scenario", "seed", "code"), [("leader_assassination", "7", 0), ("retry_storm", "42", 3)])
 def test_report_prints_the_golden_summary(
     scenario: str,
@@ -305,7 +305,10 @@ def test_report_help_says_it_prints_the_summary_and_writes_html_with_out(capsys:
 
 # --- a CLI that helps: names the option or key, and the fix ------------------------------------------------------
 
-SHIPPED_NAMES = "baseline, cascading_storm, leader_assassination, overload, retry_storm, saturation"
+SHIPPED_NAMES = (
+    "baseline, capacity_loss_storm, cascading_storm, leader_assassination, overload, pressure_storm, retry_storm, "
+    "retry_storm_admission, retry_storm_ways_out, saturation"
+)
 
 
 @pytest.mark.parametrize(
@@ -358,8 +361,8 @@ def test_the_top_level_help_says_how_to_start_the_daemon_and_lists_commands_scen
     assert "`chaosd --config FILE` (or `chaosd serve --config FILE`) starts the daemon" in text
     for command in ("serve", "run", "report", "sweep", "worker", "inject", "faults", "scenario"):
         assert f"\n    {command} " in text, command
-    assert "  baseline              Healthy steady state\n" in text
-    assert "  overload              Ramps past capacity\n" in text
+    assert "  baseline               Healthy steady state\n" in text
+    assert "  overload               Ramps past capacity\n" in text
     assert "examples:\n  chaosd --config config/chaosd.toml" in text
 
 
@@ -390,7 +393,9 @@ def test_run_help_lists_every_option_the_scenarios_the_order_of_settings_and_exa
     assert "built-in defaults, --config FILE, the scenario's config: and load:" in text
     assert "durations: 90 (seconds), 250ms, 1.5m, 1m30s, 2h15m" in text
     assert "examples:\n  chaosd run baseline --duration 1m --warmup 10s" in text
-    assert "  retry_storm           Metastable failure\n" in _help(["sweep", "--help"], capsys)
+    assert "  retry_storm            Metastable failure sustained by the callers themselves\n" in _help(
+        ["sweep", "--help"], capsys
+    )
 
 
 @pytest.fixture

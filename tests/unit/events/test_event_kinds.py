@@ -121,9 +121,14 @@ def test_what_the_pipeline_records_is_what_each_kind_declares() -> None:
     )
     # Each scenario runs 10 s past the last event whose payload has a shape (keys, value types, short texts) not
     # seen before in the whole scenario: at 125 s of cascading_storm's 180, 68 s of leader_assassination's 120 and
-    # 90 s of retry_storm's 240 (an incident failing). Later events repeat those shapes; the run's end is recorded
-    # wherever it ends.
-    for name, until in (("cascading_storm", 135.0), ("leader_assassination", 78.0), ("retry_storm", 100.0)):
+    # 90 s of pressure_storm's 240 (an incident failing) and retry_storm_ways_out's pushes of the callers' policy.
+    # Later events repeat those shapes; the run's end is recorded wherever it ends.
+    for name, until in (
+        ("cascading_storm", 135.0),
+        ("leader_assassination", 78.0),
+        ("pressure_storm", 100.0),
+        ("retry_storm_ways_out", 135.0),
+    ):
         events += _scenario_events(name, until)
     wrong = [(e.kind, dict(e.data)) for e in events if not conforms(e.kind, e.data)]
     assert wrong == []

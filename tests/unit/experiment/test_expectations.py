@@ -26,6 +26,7 @@ REPORT: dict[str, Any] = {
         }
     ],
     "actions": [{"action": "kill_leader", "ok": True}],
+    "collapse": {"final_state": "metastable"},
 }
 VALID: dict[str, Any] = {
     "min_grade": "B",
@@ -36,6 +37,8 @@ VALID: dict[str, Any] = {
     "all_recovered": True,
     "checks_pass": True,
     "min_availability": 99,
+    "max_availability": 99.5,
+    "final_state": "metastable",
 }
 
 
@@ -70,3 +73,24 @@ def test_every_accepted_key_is_judged_under_one_vocabulary() -> None:
     assert [k for k, e in results.items() if not e["passed"]] == ["max_recovery_s", "lost_tasks"]
     assert results["max_recovery_s"]["measured"] == 2.5 and results["max_recovery_s"]["incident"]["id"] == 1
     assert results["lost_tasks"]["because"] == "lost_tasks: measured 1"
+
+
+@pytest.mark.parametrize(
+    ("expect", "measured", "passed"),
+    [
+        ({"max_availability": 99.5}, 99.0, True),
+        ({"max_availability": 98}, 99.0, False),  # the storm did not hold down availability: the check fails
+        ({"final_state": "metastable"}, "metastable", True),
+        ({"final_state": "healthy"}, "metastable", False),
+    ],
+)
+def test_a_storm_is_expected_by_its_ceiling_and_its_final_state(
+    expect: dict[str, Any], measured: object, passed: bool
+) -> None:
+    (result,) = evaluate_expectations(expect, REPORT)
+    assert (result["measured"], result["passed"]) == (measured, passed)
+
+
+def test_a_final_state_the_detector_has_not_is_refused_naming_the_states() -> None:
+    message = _refusal({"final_state": "stormy"}, judge=False)
+    assert "expect.final_state: must be a detector state (healthy, warning, overload, collapsed, metastable" in message

@@ -147,10 +147,10 @@ def test_replications_fail_when_any_run_does(tmp_path: Path, capsys: pytest.Capt
 def test_a_run_collapsed_for_most_of_its_window_fails_and_the_throttled_one_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """retry_storm without admission control stays collapsed after its spike: goodput far below what the workers
+    """pressure_storm without admission control stays collapsed after its spike: goodput far below what the workers
     could serve. Users failed behind a saturated queue, so the run fails as a failing one does; with admission
     control on (the negative control) it drains and passes."""
-    shortened = ["retry_storm", "--duration", "120s", "--warmup", "10s", "--quiet"]
+    shortened = ["pressure_storm", "--duration", "120s", "--warmup", "10s", "--quiet"]
     code, report, _ = _run(shortened, tmp_path, capsys)
     collapsed = report["collapse"]["time_collapsed_s"]
     assert collapsed > 0.5 * 110.0 and report["collapse"]["time_failing_s"] < collapsed
@@ -160,3 +160,16 @@ def test_a_run_collapsed_for_most_of_its_window_fails_and_the_throttled_one_pass
     monkeypatch.setenv("CHAOSD_THROTTLE__ENABLED", "true")  # as the scenario's description says to
     code, report, _ = _run(shortened, tmp_path, capsys)
     assert code == 0 and report["verdict"]["passed"], report["verdict"]
+
+
+def test_a_retry_storm_for_most_of_the_window_fails_naming_the_storm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """retry_storm: the callers' retries hold the pipeline metastable after the spike; the verdict says so, and the
+    expectations (final state metastable, availability at most 40 %) hold."""
+    code, report, _ = _run(["retry_storm", "--quiet"], tmp_path, capsys)
+    storm = report["collapse"]["time_metastable_s"]
+    assert storm > 0.5 * 110.0, report["collapse"]
+    assert code == 3 and report["verdict"]["passed"] is False
+    assert "callers kept retrying while the workers served attempts nobody waited for" in report["verdict"]["reason"]
+    assert [e["passed"] for e in report["expectations"]] == [True, True]
