@@ -458,7 +458,8 @@ async def _spike_and_failures(exp: Experiment) -> None:
 
 def test_task_outcomes_add_up_on_a_scrape() -> None:
     """The identities docs/metrics.md states (section "Task accounting"), on one scrape of a run."""
-    # The spike fills the queue; callers that wait 1.3 s (the deadline is 1 s) and retry once make wasted completions and retries.
+    # The spike fills the queue; callers that wait 1.3 s (the deadline is 1 s) and retry once make wasted
+    # completions and retries.
     overrides = {"throttle": {"policy": "none"}, "queue": {"capacity": 1000}, "clients": {"timeout": 1.3, "retries": 1}}
     exp, text = _run_with(_spike_and_failures, duration=20.0, overrides=overrides)
     families = {f.name: f for f in text_string_to_metric_families(text.decode())}

@@ -192,7 +192,9 @@ def test_capacity_comes_back_and_admission_with_it_within_a_second() -> None:
     assert restored.t - fault[1] <= 1.5, restored.t
 
 
-def test_pressure_storm_leaves_its_metastable_state_with_the_capacity_policy_and_not_without(pressure_storm: Runs) -> None:
+def test_pressure_storm_leaves_its_metastable_state_with_capacity_admission_and_not_without(
+    pressure_storm: Runs,
+) -> None:
     spike_end = 35.0
     goodput = {}
     for policy in ("capacity", "none"):
