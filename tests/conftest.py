@@ -121,6 +121,7 @@ _FILE_SECONDS = {
     "test_memory_flat.py": 15,
     "test_detector.py": 22,
     "test_simpy_callers_model.py": 22,
+    "test_clients.py": 60,
     "test_redis_scenario_memory.py": 21,
     "test_redis_scenario.py": 21,
     "test_redis_faults_more.py": 20,
