@@ -220,6 +220,7 @@ class Tracing:
             worker.tracer = self
         for producer in pipeline.producers:
             producer.tracer = self
+        pipeline.callers.tracer = self
         self.watch_faults(experiment.injector, pipeline.t0)
         experiment.events.subscribe(self.on_event)
 
@@ -305,6 +306,20 @@ class Tracing:
             kind=SpanKind.PRODUCER,
             start_time=self.ns(at),
             attributes={"chaosd.task.id": task.id, "chaosd.producer": producer},
+        )
+        span.end(end_time=self.ns(at))
+        return span.get_span_context()
+
+    def retried(self, task: Task, first: object, attempt: int, at: float) -> SpanContext:
+        """A caller's retry: its own produce span, linked to the caller's first attempt (``first``, the context
+        :meth:`produced` gave it), so a trace backend shows every attempt one caller made."""
+        links = [Link(first, {"chaosd.link": "first_attempt"})] if isinstance(first, SpanContext) else []
+        span = self.tracer.start_span(
+            "task retry",
+            kind=SpanKind.PRODUCER,
+            start_time=self.ns(at),
+            links=links,
+            attributes={"chaosd.task.id": task.id, "chaosd.attempt": attempt},
         )
         span.end(end_time=self.ns(at))
         return span.get_span_context()

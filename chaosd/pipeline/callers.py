@@ -19,6 +19,7 @@ from chaosd.config.settings import ClientsConfig
 from chaosd.core.clock import Clock
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.task import Task
+from chaosd.pipeline.tracing import TaskTracer
 from chaosd.views import RefuseReason
 
 __all__ = ["BUDGET_WINDOW", "Caller", "Callers", "Offers"]
@@ -37,7 +38,7 @@ class Offers(Protocol):
 class Caller:
     """One caller: the attempt it waits for (None while it backs off, and once it is done)."""
 
-    __slots__ = ("current", "measured", "owner", "retries", "via")
+    __slots__ = ("current", "first_trace", "measured", "owner", "retries", "via")
 
     def __init__(self, owner: Callers, via: Offers, first: Task) -> None:
         self.owner = owner
@@ -45,6 +46,7 @@ class Caller:
         self.current: Task | None = first
         self.measured = first.measured
         self.retries = 0
+        self.first_trace = first.trace  # a sampled caller's retries are traced too, linked to its first attempt
 
 
 class Callers:
@@ -67,6 +69,7 @@ class Callers:
         self._retried: deque[float] = deque()
         # The server's hint to refused callers: how long until the queue has room (the runner supplies it).
         self.retry_after: Callable[[], float] = lambda: 0.0
+        self.tracer: TaskTracer | None = None
         self.configure(cfg)
 
     def configure(self, cfg: ClientsConfig) -> None:
@@ -183,6 +186,8 @@ class Callers:
         task = Task(self.ids(), t, caller.measured)
         task.caller = caller
         caller.current = task
+        if caller.first_trace is not None and self.tracer is not None:
+            task.trace = self.tracer.retried(task, caller.first_trace, caller.retries + 1, t)
         reason = caller.via.offer_retry(task, t)
         if reason is None:
             self.accepted(task)

@@ -28,6 +28,11 @@ class TaskTracer(Protocol):
         """The produced task's trace context; the pipeline keeps it as ``task.trace``."""
         ...
 
+    def retried(self, task: Task, first: object, attempt: int, at: float) -> object:
+        """A retry of a caller whose first attempt was sampled (``first``: that attempt's ``task.trace``): the
+        retry's own trace context, linked to the first; the pipeline keeps it as the retry's ``task.trace``."""
+        ...
+
     def started(self, task: Task, worker: str, at: float) -> object:
         """The handle of the task's processing, handed back to :meth:`stage` and :meth:`ended`."""
         ...

@@ -229,6 +229,44 @@ def test_spans_for_faults_and_sampled_tasks() -> None:
     assert tracing.dropped == 0
 
 
+def test_a_retry_span_links_its_callers_first_attempt() -> None:
+    """Callers that time out and retry: each sampled caller's retries get a "task retry" span linked to the
+    caller's first attempt, and each attempt's processing links to its own produce span; without retries (the
+    control) no retry span is made."""
+
+    def spans(clients: dict[str, object]) -> list[Any]:
+        memory = InMemorySpanExporter()
+        loop = new_event_loop(virtual=True)
+        try:
+            clock = LoopClock(loop)
+            tracing = Tracing(clock, 1_700_000_000.0, 5, processor=SimpleSpanProcessor(memory))
+            overlay = {
+                "load": {"rate": 150.0, "phases": [{"type": "spike", "at": 5.0, "rate": 1500.0, "duration": 5.0}]},
+                "throttle": {"policy": "none"},
+                "clients": clients,
+            }
+            exp = Experiment(settings(overlay), clock, warmup=0.0)
+            tracing.attach(exp)
+            loop.run_until_complete(exp.run(15.0))
+        finally:
+            loop.close()
+        return list(memory.get_finished_spans())
+
+    finished = spans({"timeout": 0.3, "retries": 2})
+    first = {s.context.span_id: s for s in finished if s.name == "task produce"}
+    retries = [s for s in finished if s.name == "task retry"]
+    assert retries, "no retry of a sampled caller was traced"
+    for span in retries:
+        assert span.attributes is not None and span.attributes["chaosd.attempt"] in (2, 3)
+        (link,) = span.links
+        assert link.context.span_id in first  # the caller's first attempt
+        assert link.attributes is not None and link.attributes["chaosd.link"] == "first_attempt"
+    retry_ids = {s.context.span_id for s in retries}
+    processed = [s for s in finished if s.name == "task process" and s.links]
+    assert any(s.links[0].context.span_id in retry_ids for s in processed)  # a retry's processing, linked to it
+    assert not [s for s in spans({"timeout": 0.3, "retries": 0}) if s.name == "task retry"]
+
+
 def test_no_endpoint_means_no_exporter_and_the_protocol_picks_http_or_grpc() -> None:
     assert otlp_exporter_from_env({}) is None
     http = otlp_exporter_from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
