@@ -140,13 +140,8 @@ def scenario_plan(
                     if stretch is not None and waited > 0:
                         stretch(waited)
             entry: PlanLogEntry = {"at": exp.pipeline.elapsed(), "action": spec.type, "target": spec.target_id}
-            if spec.type == "set_clients":
-                entry["ok"], entry["changed"] = True, exp.configure_clients(pushed_clients(exp, spec))
-                entries.append(entry)
-                continue
-            if spec.type == "verify_leader":
-                leader, waited = await _leader_within_failover(exp)
-                entry["ok"], entry["leader"], entry["waited_s"] = leader is not None, leader, waited
+            if spec.type in CHECKS:
+                await _carry_out(exp, spec, entry)
                 entries.append(entry)
                 continue
             ttl, params = split_metadata(spec.metadata)
@@ -162,6 +157,15 @@ def scenario_plan(
             entries.append(entry)
 
     return plan
+
+
+async def _carry_out(exp: Experiment, spec: ActionSpec, entry: PlanLogEntry) -> None:
+    """An action that injects no fault: a push of the callers' policy, or a check for a leader."""
+    if spec.type == "set_clients":
+        entry["ok"], entry["changed"] = True, exp.configure_clients(pushed_clients(exp, spec))
+        return
+    leader, waited = await _leader_within_failover(exp)
+    entry["ok"], entry["leader"], entry["waited_s"] = leader is not None, leader, waited
 
 
 def pushed_clients(exp: Experiment, spec: ActionSpec) -> ClientsConfig:

@@ -13,40 +13,17 @@ import itertools
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
 
 from chaosd.config.settings import ClientsConfig
 from chaosd.core.clock import Clock
 from chaosd.pipeline.ledger import Ledger
-from chaosd.pipeline.task import Task
+from chaosd.pipeline.task import Caller, Offers, Task
 from chaosd.pipeline.tracing import TaskTracer
 from chaosd.views import RefuseReason
 
-__all__ = ["BUDGET_WINDOW", "Caller", "Callers", "Offers"]
+__all__ = ["BUDGET_WINDOW", "Callers"]
 
 BUDGET_WINDOW = 10.0  # seconds of first attempts and retries a retry budget compares
-
-
-class Offers(Protocol):
-    """Where a caller's retry is offered: the producer that made its first attempt."""
-
-    def offer_retry(self, task: Task, t: float) -> RefuseReason | None:
-        """Offer ``task`` at ``t``: None when accepted, else why it was refused."""
-        ...
-
-
-class Caller:
-    """One caller: the attempt it waits for (None while it backs off, and once it is done)."""
-
-    __slots__ = ("current", "first_trace", "measured", "owner", "retries", "via")
-
-    def __init__(self, owner: Callers, via: Offers, first: Task) -> None:
-        self.owner = owner
-        self.via = via
-        self.current: Task | None = first
-        self.measured = first.measured
-        self.retries = 0
-        self.first_trace = first.trace  # a sampled caller's retries are traced too, linked to its first attempt
 
 
 class Callers:

@@ -49,6 +49,16 @@ class _Reading:
     wasted: int
 
 
+def _caller_rates(new: _Reading, old: _Reading, dt: float) -> dict[str, float]:
+    """The callers' side over the window: attempts (first and retries), retries, abandoned, wasted per second."""
+    return {
+        "attempt_rate": (new.offered + new.retried - old.offered - old.retried) / dt,
+        "caller_retry_rate": (new.retried - old.retried) / dt,
+        "abandon_rate": (new.abandoned - old.abandoned) / dt,
+        "waste_rate": (new.wasted - old.wasted) / dt,
+    }
+
+
 DRAIN_EVERY = 10.0  # clock seconds between drains of the stage histograms nobody reads until the run's end
 
 
@@ -156,10 +166,7 @@ class Telemetry:
             unserved_rate=(new.unserved - old.unserved) / dt,
             lateness=lateness,
             cpu_wait=cpu_wait,
-            attempt_rate=(new.offered + new.retried - old.offered - old.retried) / dt,
-            caller_retry_rate=(new.retried - old.retried) / dt,
-            abandon_rate=(new.abandoned - old.abandoned) / dt,
-            waste_rate=(new.wasted - old.wasted) / dt,
+            **_caller_rates(new, old, dt),
         )
         self.latest = snap
         for listener in self._listeners:
