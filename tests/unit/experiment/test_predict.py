@@ -6,11 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from pydantic import TypeAdapter
 
 from chaosd.config.settings import Settings, deep_merge, load_settings
 from chaosd.core.clock import LoopClock, new_event_loop
 from chaosd.experiment.predict import mean_service, predict
 from chaosd.pipeline import Pipeline
+from chaosd.views import StormPredictionView
+
+VIEW = TypeAdapter(StormPredictionView)  # closed: a key it does not declare, or a rate below 0, is refused
 
 # 4 workers on two constant stages of 4 ms and 6 ms: 10 ms a task, 400 tasks/s. Callers wait 2 s and retry twice
 # (3 attempts); 150 callers/s; a queue of 10,000 holds 25 s of waiting at 400/s; admission off.
@@ -33,6 +37,7 @@ def _settings(change: Mapping[str, object] | None = None) -> Settings:
 
 def test_the_storm_configuration_holds_a_storm_by_the_numbers_worked_by_hand() -> None:
     p = predict(_settings())
+    assert VIEW.validate_python(p) == p
     assert p["mean_service_s"] == pytest.approx(0.010)
     assert p["capacity_per_s"] == pytest.approx(400.0)  # 4 / 0.010
     assert p["attempts_per_caller"] == 3  # 1 + 2 retries
@@ -81,6 +86,7 @@ def test_a_load_over_capacity_is_said_to_be_an_overload_as_well() -> None:
 def test_one_change_rules_the_storm_out_and_the_reason_names_it(change: dict[str, object], named: str) -> None:
     """Negative controls: the self-sustaining configuration above, with one thing changed, can hold no storm."""
     p = predict(_settings(change))
+    assert VIEW.validate_python(p) == p
     assert not p["storm_possible"] and not p["self_sustaining"]
     assert p["threshold_per_s"] is None
     assert p["reason"].startswith("no storm can hold: ") and named in p["reason"], p["reason"]
