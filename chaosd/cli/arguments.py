@@ -199,6 +199,7 @@ def parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_report(sub)
     _add_sweep(sub)
+    _add_predict(sub)
     _add_worker(sub)
     # Its subcommands are built by the same _Parser class; typeshed's action is invariant in the parser type.
     add_client_commands(cast("argparse._SubParsersAction[argparse.ArgumentParser]", sub))
@@ -307,6 +308,33 @@ def _add_sweep(sub: _Commands) -> None:
     )
     sweep.add_argument("--actions", help="survival: comma-separated subset of the catalogue (default: every action)")
     sweep.add_argument("--overlap", action="store_true", help="survival: faults last 2×interval and stack")
+
+
+def _predict_epilog() -> str:
+    return f"""\
+{_scenario_list("scenarios (a name, or the path of a YAML or JSON scenario file):")}
+
+examples:
+  chaosd predict my.toml                      a config file
+  chaosd predict retry_storm --config my.toml a scenario over a config file
+  chaosd predict --json                       the defaults, as JSON
+"""
+
+
+def _add_predict(sub: _Commands) -> None:
+    predict = sub.add_parser(
+        "predict",
+        help="say whether a retry storm, once triggered, holds under a config or scenario, and above which load",
+        description="Work out, from the configuration alone (nothing is run), the load above which a retry storm "
+        "sustains itself: the capacity over the attempts each caller makes when every attempt times out, provided "
+        "the queue can hold more than the callers' timeout of waiting; or why no storm can hold.",
+        epilog_of=_predict_epilog,
+    )
+    predict.add_argument(
+        "target", nargs="?", metavar="CONFIG_OR_SCENARIO", help="a TOML config file, or a scenario file or name"
+    )
+    predict.add_argument("--config", type=Path, metavar="FILE", help="TOML config file, under the scenario's own keys")
+    predict.add_argument("--json", action="store_true", help="print the prediction as JSON")
 
 
 def _add_worker(sub: _Commands) -> None:

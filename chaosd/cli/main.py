@@ -1,4 +1,5 @@
-"""Command line: ``chaosd [serve] --config FILE``, ``chaosd run [SCENARIO] …`` and the client commands.
+"""Command line: ``chaosd [serve] --config FILE``, ``chaosd run [SCENARIO] …``, ``chaosd predict`` and the client
+commands.
 
 The only module that exits the process (with its parser, :mod:`chaosd.cli.arguments`): bad input → a message
 naming the field, exit code 2; Ctrl-C during ``chaosd run`` → the partial report, exit code 130.
@@ -377,6 +378,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _sweep(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "predict":
+            from chaosd.cli.predict_command import predict_command  # noqa: PLC0415 - the engine's models
+
+            return predict_command(args, _out)
         if args.command == "worker":
             return _worker(args)
         if args.command in COMMANDS:

@@ -64,6 +64,7 @@ from chaosd.views.plans import (
     WindowMeasures,
     WindowSpan,
 )
+from chaosd.views.predict import StormPredictionView
 from chaosd.views.report import DiagnosticView, FaultsSummaryView, ReportView, RuntimeView, SloView
 from chaosd.views.runs import RunBody, RunsBody, RunStatus, RunSummary
 from chaosd.views.status import (
@@ -188,6 +189,7 @@ __all__ = [
     "StageNowView",
     "StageReportView",
     "StatusBody",
+    "StormPredictionView",
     "TaskCounts",
     "ThrottleAction",
     "ThrottleMove",
