@@ -414,7 +414,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         answers=(
             "the callers' policy in force, as the config's `[clients]` table: `{timeout, retries, retry_on, backoff"
             " {base, factor, max, jitter}, budget {ratio}|null, patience {distribution, mean}|null, drop_expired,"
-            " retry_after}` (see [clients.md](clients.md))"
+            " retry_after}` (keys: `config/chaosd.toml`, and *The callers' policy* below)"
         ),
     ),
     Endpoint(

@@ -5,7 +5,10 @@ bad input refused naming ``clients.<key>`` with nothing changed, and the pushed 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -254,3 +257,41 @@ def test_a_pushed_policy_acts_on_the_running_pipeline(tmp_path: Path) -> None:
         assert retry5 - retry4 <= 0.05 * (first5 - first4), (first4, retry4, first5, retry5)
     finally:
         d.kill()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root (CI is root)")
+def test_a_push_storage_cannot_record_is_answered_503_and_the_policy_is_as_before(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(store)], check=True)
+    try:
+        d = Daemon(tmp_path, env={"CHAOSD_STORAGE__PATH": str(store / "chaosd.db")})
+        try:
+            assert d.request("PATCH", PATH, {"retries": 2})[0] == 200  # the negative control: stored, answered
+            before = d.get(PATH)[1]
+            filler = store / "filler"
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, b"\0" * 4096)
+                with pytest.raises(OSError) as full:
+                    os.write(fd, b"\0" * 4096)
+                assert full.value.errno == errno.ENOSPC
+            finally:
+                os.close(fd)
+            for method in ("PATCH", "PUT", "PATCH"):  # at once (undone), then once storage is known to fail
+                code, refused = d.request(method, PATH, {"retries": 7, "drop_expired": True})
+                assert (code, refused["error"]["field"]) == (503, "storage"), refused
+                message = refused["error"]["message"]
+                assert "so undone" in message or "nothing was changed" in message, message
+                assert d.get(PATH) == (200, before)
+            filler.unlink()
+            wait_for(lambda: d.get("/readyz")[0] == 200, 10, "/readyz once the disk has room")
+            code, pushed = d.request("PATCH", PATH, {"retries": 7})
+            assert (code, pushed["changed"]) == (200, ["retries"])
+        finally:
+            d.kill()
+    finally:
+        if subprocess.run(["umount", str(store)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(store)], check=True)
