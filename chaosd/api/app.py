@@ -94,19 +94,23 @@ _SAFETY = frozenset(
 )
 
 
+_CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
 def _unstored(message: str) -> web.Response:
     return _error(503, message, "storage")
 
 
 @web.middleware
 async def durable(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A change is answered 2xx only once it is committed to storage: a fault answered 201 survives ``kill -9``.
+    """A change is answered 2xx only once it is committed to storage: a fault answered 201 (or a callers' policy
+    pushed, its ``clients`` event) survives ``kill -9``.
 
     Storage known to fail (the last write, or the file gone) refuses a change before it is made (503, nothing
     changed) unless a probe write succeeds now. A change whose writes fail is undone (the handler's
     ``UNDO`` steps: a fault injected is reverted at once) and answered 503: the state is as before.
     """
-    if request.method not in ("POST", "DELETE") or STORAGE not in request.app:
+    if request.method not in _CHANGES or STORAGE not in request.app:
         return await handler(request)
     resource = request.match_info.route.resource
     if resource is None or request.match_info.http_exception is not None:
@@ -204,7 +208,6 @@ def _auth(token: str | None) -> Middleware:
     return auth
 
 
-_CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})  # DELETE takes no body: see docs/security.md
 
 

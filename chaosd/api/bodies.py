@@ -1,19 +1,30 @@
-"""Request bodies, validated at the edge, and the answers of the Arena's routes that chaosd.views lacks."""
+"""Request bodies, validated at the edge, and the answers of the routes that chaosd.views lacks (the Arena's, and
+those that carry a config model)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypedDict
 
+from chaosd.api.errors import HttpError
+from chaosd.config.problems import problems_of
+from chaosd.config.settings import ClientsConfig
 from chaosd.core.durations import Seconds
 
 __all__ = [
+    "ClientsKey",
+    "ClientsPushed",
     "InjectRequest",
     "LeverRequest",
     "ScenarioRunRequest",
     "StagesBody",
     "SurvivalRequest",
     "WindowRequest",
+    "clients_policy",
+    "merge_patch",
 ]
 
 
@@ -61,3 +72,53 @@ class StagesBody(TypedDict):
     """``GET /arena/stages``: each stage's kind, so the page offers only the faults that apply."""
 
     stages: dict[str, str]
+
+
+# --- the callers' policy ([clients]) pushed at run time --------------------------------------------------------
+
+ClientsKey = Literal[
+    "timeout", "retries", "retry_on", "backoff", "budget", "patience", "drop_expired", "retry_after"
+]  # fmt: skip
+
+
+class ClientsPushed(TypedDict):
+    """``PUT``/``PATCH /api/v1/clients``: the policy now in force, and the keys the push changed (in the policy's
+    field order), as the ``clients`` event it recorded says."""
+
+    clients: ClientsConfig
+    changed: list[ClientsKey]
+
+
+def merge_patch(target: Mapping[str, object], patch: Mapping[str, object]) -> dict[str, object]:
+    """``target`` with ``patch`` merged in as a JSON merge patch (RFC 7396): an object merges key by key, null
+    removes a key (it takes its default again), anything else replaces."""
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping):
+            inner = merged.get(key)
+            merged[key] = merge_patch(inner if isinstance(inner, Mapping) else {}, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class _Pushed(BaseModel):
+    """The policy where a config file holds it, so its errors are named as the config's are: ``clients.timeout``."""
+
+    model_config = ConfigDict(extra="forbid")
+    clients: ClientsConfig
+
+
+def clients_policy(data: Mapping[str, object], sent: Mapping[str, object]) -> ClientsConfig:
+    """``data`` validated as the config's ``[clients]`` table is; ``sent`` is what the request gave (its problems
+    are named from it). Invalid: 422 naming ``clients.<key>`` in the config's words; the message holds the first
+    key's problem, then each other's with its key (``…; clients.retries: …``), so ``field: message`` reads whole."""
+    try:
+        return _Pushed.model_validate({"clients": data}).clients
+    except ValidationError as exc:
+        problems = problems_of(exc, _Pushed, {"clients": data}, [("request", {"clients": sent})], None)
+    (_, field, first), *others = problems
+    message = "; ".join([first, *(f"{name}: {problem}" for _, name, problem in others)])
+    raise HttpError(422, field, message) from None

@@ -15,7 +15,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
-from chaosd.api.bodies import InjectRequest, LeverRequest, ScenarioRunRequest, SurvivalRequest, WindowRequest
+from chaosd.api.bodies import (
+    InjectRequest,
+    LeverRequest,
+    ScenarioRunRequest,
+    SurvivalRequest,
+    WindowRequest,
+    clients_policy,
+    merge_patch,
+)
 from chaosd.api.errors import HttpError
 from chaosd.api.keys import BROKER, CONTROLLER, LIMITS, OPENAPI, REGISTRY, RUN_ID, STARTED, STOP, STORAGE, TRACING
 from chaosd.config.redact import redacted
@@ -40,6 +48,7 @@ from chaosd.views.wire import MAX_WAIT_S, STATES
 __all__ = [
     "UNDO",
     "actions",
+    "clients",
     "close_window",
     "declared_body_type",
     "events",
@@ -50,7 +59,9 @@ __all__ = [
     "metrics",
     "open_window",
     "openapi",
+    "patch_clients",
     "pull_lever",
+    "put_clients",
     "readyz",
     "release_lever",
     "report",
@@ -130,20 +141,26 @@ def _unsupported(request: web.Request, takes: str) -> HttpError:
     return HttpError(415, "Content-Type", f"this route takes {takes} (sent: {sent})")
 
 
-async def _body(request: web.Request, model: type[M], *, optional: bool = False) -> M:
+async def _object(request: web.Request, *, optional: bool = False) -> dict[str, object] | None:
+    """The JSON object the body holds; None for an empty body when it is ``optional``."""
     # Declared even with no body: an empty POST without it is what a page of any site may send unasked.
     if not _is_json(request.content_type):
         raise _unsupported(request, "a JSON body (Content-Type: application/json), declared even when empty")
     raw = await _read(request)
     if not raw.strip() and optional:
-        return model()
+        return None
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise HttpError(400, "body", "malformed JSON") from None
     if not isinstance(data, dict):
         raise HttpError(422, "body", "must be a JSON object")
-    return model.model_validate(data)
+    return data
+
+
+async def _body(request: web.Request, model: type[M], *, optional: bool = False) -> M:
+    data = await _object(request, optional=optional)
+    return model() if data is None else model.model_validate(data)
 
 
 # --- health, docs, status ---------------------------------------------------------------------------
@@ -363,6 +380,47 @@ async def release_lever(request: web.Request) -> web.Response:
     _undo(request, take_back)
     answer: LeverBody = {"lever": None}
     return _ok(answer)
+
+
+# --- the callers' policy ([clients]) -------------------------------------------------------------------------
+
+
+def _policy_answer(body: object) -> web.Response:
+    # Neither rounded nor sorted as other answers are: the policy in force exactly (a 1 µs timeout is not 0), its
+    # keys in the order of the config's [clients] table.
+    return web.json_response(body)
+
+
+async def clients(request: web.Request) -> web.Response:
+    return _policy_answer(request.app[CONTROLLER].clients.policy.model_dump(mode="json"))
+
+
+async def _push(request: web.Request, *, merge: bool) -> web.Response:
+    """Validate the policy as the config's ``[clients]`` table, then put it in force (an event records it); when
+    the push cannot be stored, the policy it replaced is put back (the request is answered 503)."""
+    control = request.app[CONTROLLER].clients
+    sent = await _object(request) or {}
+    previous = control.policy
+    data = merge_patch(previous.model_dump(mode="json"), sent) if merge else sent
+    policy = clients_policy(data, sent)  # 422 naming clients.<key>: nothing changed
+    changed = control.push(policy)
+
+    async def take_back() -> None:
+        control.restore(previous)
+
+    _undo(request, take_back)
+    # ClientsPushed, its policy as JSON
+    return _policy_answer({"clients": policy.model_dump(mode="json"), "changed": changed})
+
+
+async def put_clients(request: web.Request) -> web.Response:
+    """A whole new policy: a key left out takes its default, as in a ``[clients]`` table that leaves it out."""
+    return await _push(request, merge=False)
+
+
+async def patch_clients(request: web.Request) -> web.Response:
+    """A JSON merge patch (RFC 7396) on the policy in force: only the keys sent change; null restores a default."""
+    return await _push(request, merge=True)
 
 
 # --- survival and scenarios --------------------------------------------------------------------------

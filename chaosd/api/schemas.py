@@ -64,25 +64,30 @@ def _param(p: Param) -> dict[str, object]:
     return out
 
 
-def _success(answer: type | Media) -> dict[str, object]:
+# Each schema's reference by (type, mode): a model both taken and answered (the callers' policy) has two schemas,
+# ``ClientsConfig-Input`` (durations as text too) and ``ClientsConfig-Output``.
+_Refs = Mapping[tuple[type, str], Mapping[str, object]]
+
+
+def _success(answer: type | Media, refs: _Refs) -> dict[str, object]:
     if not isinstance(answer, Media):
-        return {"description": "success", **_json(_ref(answer.__name__))}
+        return {"description": "success", **_json(dict(refs[answer, "serialization"]))}
     schema = {"schema": dict(answer.schema)} if answer.schema is not None else {}
     return {"description": answer.description, "content": {t: dict(schema) for t in answer.types}}
 
 
-def _operation(e: Endpoint) -> dict[str, object]:
+def _operation(e: Endpoint, refs: _Refs) -> dict[str, object]:
     op: dict[str, object] = {
         "summary": e.summary,
         "responses": {
-            str(e.ok): _success(e.answer),
+            str(e.ok): _success(e.answer, refs),
             **{str(s): {"description": _STATUSES[s], **_json(_ref("Error"))} for s in e.errors},
         },
     }
     if e.params:
         op["parameters"] = [_param(p) for p in e.params]
     if e.body is not None:
-        content: dict[str, object] = {"application/json": {"schema": _ref(e.body.__name__)}}
+        content: dict[str, object] = {"application/json": {"schema": dict(refs[e.body, "validation"])}}
         if e.yaml:
             content["application/yaml"] = {"schema": {"type": "string"}}
         op["requestBody"] = {"required": True, "content": content}
@@ -106,7 +111,7 @@ def _object_at(schema: object, *path: str | int) -> dict[str, object]:
     return node
 
 
-def _schemas(endpoints: Iterable[Endpoint]) -> dict[str, object]:
+def _schemas(endpoints: Iterable[Endpoint]) -> tuple[_Refs, dict[str, object]]:
     requests: dict[str, type[BaseModel]] = {}
     answers: dict[str, type] = {}
     for e in endpoints:
@@ -115,9 +120,9 @@ def _schemas(endpoints: Iterable[Endpoint]) -> dict[str, object]:
         if not isinstance(e.answer, Media):
             answers[e.answer.__name__] = e.answer
         answers.update((t.__name__, t) for t in e.describes)
-    _, defs = TypeAdapter.json_schemas(
-        [(m, "validation", TypeAdapter(m)) for m in requests.values()]
-        + [(t, "serialization", TypeAdapter(t)) for t in answers.values()],
+    refs, defs = TypeAdapter.json_schemas(
+        [((m, "validation"), "validation", TypeAdapter(m)) for m in requests.values()]
+        + [((t, "serialization"), "serialization", TypeAdapter(t)) for t in answers.values()],
         ref_template="#/components/schemas/{model}",
     )
     schemas = _object_at(defs, "$defs")
@@ -127,7 +132,7 @@ def _schemas(endpoints: Iterable[Endpoint]) -> dict[str, object]:
     if "SurvivalRequest" in schemas:
         _object_at(schemas, "SurvivalRequest", "properties", "actions", "anyOf", 0, "items")["enum"] = actions
     schemas["Error"] = _ERROR
-    return schemas
+    return {key: ref for (key, _), ref in refs.items()}, schemas
 
 
 def openapi_document(endpoints: tuple[Endpoint, ...] = ENDPOINTS) -> dict[str, object]:
@@ -141,14 +146,16 @@ def _table_document() -> dict[str, object]:
 
 
 def _document(endpoints: Iterable[Endpoint]) -> dict[str, object]:
+    endpoints = tuple(endpoints)
+    refs, schemas = _schemas(endpoints)
     paths: dict[str, dict[str, object]] = {}
     for e in endpoints:
-        paths.setdefault(e.path, {})[e.method.lower()] = _operation(e)
+        paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, refs)
     return {
         "openapi": "3.1.0",
         "info": {"title": "chaosd", "version": __version__, "description": "Break the pipeline, watch it heal."},
         "components": {
-            "schemas": _schemas(endpoints),
+            "schemas": schemas,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "paths": paths,

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from chaosd import views as v
 from chaosd.api import routes as r
 from chaosd.api.bodies import (
+    ClientsPushed,
     InjectRequest,
     LeverRequest,
     ScenarioRunRequest,
@@ -24,6 +25,7 @@ from chaosd.api.bodies import (
     WindowRequest,
 )
 from chaosd.api.errors import HttpError
+from chaosd.config.settings import ClientsConfig
 from chaosd.core.durations import PATTERN as DURATION_PATTERN
 from chaosd.faults import CATALOGUE
 from chaosd.views.wire import STATES
@@ -44,7 +46,7 @@ __all__ = [
     "served",
 ]
 
-Method = Literal["GET", "POST", "DELETE"]
+Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # What any JSON route may answer besides success: the middlewares refuse these before or around any handler.
 ERRORS = (400, 401, 404, 408, 409, 413, 415, 422, 431, 503)
@@ -402,6 +404,44 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         handler=r.close_window,
         params=(_ID,),
         answers="200 the window's final report (it stops moving); 409 if already closed",
+    ),
+    Endpoint(
+        "GET",
+        "/api/v1/clients",
+        ClientsConfig,
+        "The callers' policy in force ([clients]: timeout, retries, backoff, budget, patience…)",
+        handler=r.clients,
+        answers=(
+            "the callers' policy in force, as the config's `[clients]` table: `{timeout, retries, retry_on, backoff"
+            " {base, factor, max, jitter}, budget {ratio}|null, patience {distribution, mean}|null, drop_expired,"
+            " retry_after}` (keys: `config/chaosd.toml`, and *The callers' policy* below)"
+        ),
+    ),
+    Endpoint(
+        "PUT",
+        "/api/v1/clients",
+        ClientsPushed,
+        "Push a whole new callers' policy: a key left out takes its default",
+        handler=r.put_clients,
+        body=ClientsConfig,
+        request="the whole `[clients]` table as JSON; a key left out takes its default",
+        answers=(
+            '200 `{"clients": policy, "changed": [key…]}` (keys in the policy\'s order), recorded as a `clients`'
+            " event; 422 naming `clients.<key>` as the config's errors do, and nothing changed"
+        ),
+    ),
+    Endpoint(
+        "PATCH",
+        "/api/v1/clients",
+        ClientsPushed,
+        "Change some keys of the callers' policy (a JSON merge patch)",
+        handler=r.patch_clients,
+        body=ClientsConfig,
+        request=(
+            'a JSON merge patch (RFC 7396) on the policy: `{"timeout": 0.5, "retries": 3, "budget": {"ratio": 0.1}}`;'
+            ' an object merges key by key, `null` restores a key\'s default (`"budget": null`: no budget)'
+        ),
+        answers="the same as PUT",
     ),
     Endpoint(
         "GET",

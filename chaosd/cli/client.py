@@ -1,9 +1,10 @@
-"""The client commands (inject, faults, revert, abort, release, survival, inspect, scenario run) for a running daemon.
+"""The client commands (inject, faults, revert, abort, release, survival, inspect, scenario run, clients) for a
+running daemon.
 
 Each family lives in its own module (``fault_commands``, ``survival_command``, ``inspect_command``,
-``scenario_command``) over one HTTP transport (``transport``); this one registers them on chaosd's parser and runs
-the one asked for. A client command imports none of the engine: only the standard library, the duration parser and
-what the daemon and its clients agree on (:mod:`chaosd.views.wire`).
+``scenario_command``, ``clients_command``) over one HTTP transport (``transport``); this one registers them on
+chaosd's parser and runs the one asked for. A client command imports none of the engine: only the standard library,
+the duration parser and what the daemon and its clients agree on (:mod:`chaosd.views.wire`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from chaosd.cli.clients_command import add_clients_command, clients
 from chaosd.cli.exits import EXIT_SERVER, EXIT_USAGE
 from chaosd.cli.fault_commands import FAULT_COMMANDS, add_fault_commands, await_verdict, selector
 from chaosd.cli.inspect_command import add_inspect_command, inspect
@@ -42,7 +44,13 @@ __all__ = [
     "selector",
 ]
 
-_HANDLERS: dict[str, Command] = {**FAULT_COMMANDS, "survival": survival, "inspect": inspect, "scenario": scenario}
+_HANDLERS: dict[str, Command] = {
+    **FAULT_COMMANDS,
+    "survival": survival,
+    "inspect": inspect,
+    "scenario": scenario,
+    "clients": clients,
+}
 COMMANDS = tuple(_HANDLERS)
 
 
@@ -62,6 +70,7 @@ def add_client_commands(sub: Subcommands) -> None:
     add_survival_command(sub, common)
     add_inspect_command(sub, common)
     add_scenario_command(sub, common)
+    add_clients_command(sub, common)
 
 
 def run_client_command(args: argparse.Namespace, out: Out, err: Out) -> int:

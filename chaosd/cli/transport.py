@@ -41,11 +41,14 @@ Out = Callable[[str], None]  # where a command prints a line (stdout or stderr, 
 
 
 class ClientError(ChaosdError):
-    """A client command failed; ``code`` is the process exit code, ``message`` says what and where."""
+    """A client command failed; ``code`` is the process exit code, ``message`` says what and where. A refusal by
+    the daemon also carries its HTTP ``status`` and ``detail`` (``field: message``)."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, *, status: int | None = None, detail: str = "") -> None:
         self.code = code
         self.message = message
+        self.status = status
+        self.detail = detail
         super().__init__(message)
 
 
@@ -109,8 +112,9 @@ class Client:
             detail = str(exc.reason)
         if 400 <= exc.code < 500:
             hint = " (pass --token or set CHAOSD_API__TOKEN)" if exc.code == 401 and not self.token else ""
-            return ClientError(EXIT_REJECTED, f"rejected ({exc.code}): {detail}{hint}")
-        return ClientError(EXIT_SERVER, f"chaosd at {self.base} failed on {method} {path} ({exc.code}): {detail}")
+            return ClientError(EXIT_REJECTED, f"rejected ({exc.code}): {detail}{hint}", status=exc.code, detail=detail)
+        message = f"chaosd at {self.base} failed on {method} {path} ({exc.code}): {detail}"
+        return ClientError(EXIT_SERVER, message, status=exc.code, detail=detail)
 
     def _unreachable(self, exc: BaseException) -> str:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc

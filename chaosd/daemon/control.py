@@ -5,6 +5,7 @@ It composes them (faults and the lever, plan runs, measurement windows, the stat
 
 from __future__ import annotations
 
+from chaosd.daemon.clients_control import ClientsControl
 from chaosd.daemon.fault_control import FaultControl
 from chaosd.daemon.gate import Gate
 from chaosd.daemon.measure import LiveMeasure
@@ -17,8 +18,8 @@ __all__ = ["Controller", "PlanRun"]  # PlanRun: where tests and clients have alw
 
 
 class Controller:
-    """Faults, the lever, survival and scenarios, windows and status on the daemon's experiment; refuses new
-    work once stopping."""
+    """Faults, the lever, survival and scenarios, windows, the callers' policy and status on the daemon's
+    experiment; refuses new work once stopping."""
 
     def __init__(self, experiment: Experiment) -> None:
         self.exp = experiment
@@ -28,6 +29,7 @@ class Controller:
         self.faults = FaultControl(experiment, self.gate)
         self.plans = PlanRunner(experiment, self.gate, self.faults, measure)
         self.windows = Windows(experiment, measure)
+        self.clients = ClientsControl(experiment, self.gate)
         self.board = StatusBoard(experiment, self.plans, self.windows, self.gate)
 
     @property

@@ -127,3 +127,30 @@ def test_the_generator_rewrites_only_what_lies_between_the_markers() -> None:
     assert rewritten != text and "| GET | `/healthz` | | a changed answer |" in rewritten  # drift is seen
     before, after = text.split(BEGIN), rewritten.split(BEGIN)
     assert before[0] == after[0] and before[1].split(END)[1] == after[1].split(END)[1]
+
+
+def test_the_callers_policy_routes_carry_the_config_models_schemas() -> None:
+    """GET, PUT and PATCH /api/v1/clients: the policy's schema as taken (durations as text too) and as answered."""
+    document = openapi_document()
+    validate(document)
+    ops = document["paths"]["/api/v1/clients"]
+    assert set(ops) == {"get", "put", "patch"}
+    schemas: dict[str, Any] = document["components"]["schemas"]
+    answered = ops["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert answered == "#/components/schemas/ClientsConfig-Output"
+    for method in ("put", "patch"):
+        op = ops[method]
+        taken = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert taken == "#/components/schemas/ClientsConfig-Input"
+        assert op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/ClientsPushed")
+        assert {"401", "415", "422", "503"} <= set(op["responses"]) and op["security"] == [{"bearer": []}]
+    assert "security" not in ops["get"]
+    taken_props, answered_props = (schemas[f"ClientsConfig-{m}"]["properties"] for m in ("Input", "Output"))
+    assert set(taken_props) == set(answered_props) == {
+        "timeout", "retries", "retry_on", "backoff", "budget", "patience", "drop_expired", "retry_after"
+    }  # fmt: skip
+    assert {"type": "string"}.items() <= taken_props["timeout"]["anyOf"][1].items()  # "250ms" is taken
+    assert answered_props["timeout"]["type"] == "number"  # and always answered in seconds
+    pushed = schemas["ClientsPushed"]["properties"]
+    assert pushed["clients"] == {"$ref": "#/components/schemas/ClientsConfig-Output"}
+    assert pushed["changed"]["items"]["enum"] == list(taken_props)
