@@ -3,6 +3,9 @@ storm is ruled out, and the one change that flips each verdict."""
 
 from __future__ import annotations
 
+import heapq
+import random
+from collections import deque
 from collections.abc import Mapping
 
 import pytest
@@ -161,3 +164,83 @@ def test_the_mean_service_is_the_one_a_built_pipeline_uses(settings: Settings, e
         loop.close()
     assert built == pytest.approx(expected)
     assert mean_service(settings) == pytest.approx(built)
+
+
+# --- The fluid argument against callers simulated one by one (no chaosd code) ---------------------------------------
+
+
+def _goodput_share(settings: Settings, rate: float, backlog: int, horizon: float = 120.0) -> float:
+    """Callers at ``rate`` (Poisson) with the settings' timeout, retries (immediate, on timeouts only), budget and
+    drop_expired, in front of a FIFO queue of ``queue.capacity`` and ``workers.count`` exponential servers of the
+    route's mean service; ``backlog`` attempts nobody waits for at t = 0 (the trigger's leftovers). Returns the share
+    of the callers arriving in the last quarter whose answer came in time."""
+    rng = random.Random(7)
+    c, service = settings.clients, mean_service(settings)
+    queue: deque[tuple[int, int]] = deque([(-1, 0)] * backlog)  # (caller, attempt); caller -1: nobody waits
+    waiting: dict[int, int] = {}  # caller → the attempt it waits for
+    sent: tuple[deque[float], deque[float]] = (deque(), deque())  # first attempts, retries: over the last 10 s
+    events = [(rng.expovariate(rate), 0, 0, 0)]  # (t, kind: 0 arrival · 1 timeout · 2 served, caller, attempt)
+    busy = callers = good = offered = 0
+
+    def enqueue(t: float, caller: int, attempt: int) -> None:
+        for times in sent:
+            while times and times[0] < t - 10:
+                times.popleft()
+        over = c.budget is not None and attempt > 1 and len(sent[1]) + 1 > c.budget.ratio * len(sent[0])
+        if len(queue) < settings.queue.capacity and not over:  # else the caller gives up
+            sent[attempt > 1].append(t)
+            waiting[caller] = attempt
+            queue.append((caller, attempt))
+            heapq.heappush(events, (t + c.timeout, 1, caller, attempt))
+        else:
+            waiting.pop(caller, None)
+
+    while events and (event := heapq.heappop(events))[0] < horizon:
+        t, kind, caller, attempt = event
+        if kind == 0:
+            callers += 1
+            offered += t > horizon * 0.75
+            enqueue(t, callers, 1)
+            heapq.heappush(events, (t + rng.expovariate(rate), 0, 0, 0))
+        elif kind == 1 and waiting.get(caller) == attempt:  # timed out: retry, or give up after the last
+            enqueue(t, caller, attempt + 1) if attempt <= c.retries else waiting.pop(caller)
+        elif kind == 2:
+            busy -= 1
+            if waiting.get(caller) == attempt:
+                waiting.pop(caller)
+                good += t > horizon * 0.75
+        while busy < settings.workers.count and queue:
+            caller, attempt = queue.popleft()
+            if not (c.drop_expired and waiting.get(caller) != attempt):
+                busy += 1
+                heapq.heappush(events, (t + rng.expovariate(1 / service), 2, caller, attempt))
+    return good / offered
+
+
+@pytest.mark.parametrize(
+    ("change", "share_of_threshold", "holds"),
+    [
+        pytest.param(None, 1.3, True, id="above-the-threshold"),
+        pytest.param(None, 0.7, False, id="below-the-threshold"),
+        pytest.param({"clients": {"drop_expired": True}}, 1.3, False, id="drop-expired"),
+        pytest.param({"queue": {"capacity": 500}}, 1.3, False, id="queue-too-short"),
+        pytest.param({"clients": {"budget": {"ratio": 0.5}}}, 1.3, False, id="budget-half-a-retry"),
+        pytest.param({"clients": {"budget": {"ratio": 0.5}}}, 2.3, True, id="budget-above-its-threshold"),
+    ],
+)
+def test_callers_simulated_one_by_one_stay_stuck_where_the_prediction_says(
+    change: dict[str, object] | None, share_of_threshold: float, holds: bool
+) -> None:
+    """From a queue full of attempts nobody waits for (what a trigger leaves), at a share of the storm
+    configuration's 133.3/s threshold: when the prediction says a storm holds, the callers get almost nothing
+    through; when it says none can (below the threshold, expired work dropped, a queue shorter than the timeout, a
+    budget of half a retry: a threshold of 266.7/s), almost everything once the leftovers drain. Started empty, the
+    same load is served: the good state exists beside the bad one. Loads are kept 30 % from the threshold: nearer,
+    the leftovers take longer than the simulated two minutes to drain."""
+    settings = _settings(change)
+    rate = share_of_threshold * 400 / 3
+    at_rate = settings.model_copy(update={"load": settings.load.model_copy(update={"rate": rate})})
+    assert predict(at_rate)["self_sustaining"] is holds
+    stuck = _goodput_share(settings, rate, backlog=min(5_000, settings.queue.capacity))
+    assert stuck < 0.05 if holds else stuck > 0.95
+    assert _goodput_share(settings, rate, backlog=0) > 0.95
