@@ -52,19 +52,22 @@ export function admissionChart(policy, { refused = true } = {}) {
  * @returns {import('./charts.js').ChartPoint[]}
  */
 export function chartPointsFromSeries(points, callerRates = () => undefined) {
-  return points.map((p) => ({
-    attempts_per_s: callerRates(p.t)?.attempts,
-    wasted_per_s: callerRates(p.t)?.wasted,
-    t: p.t,
-    queue_depth: p.queue_depth,
-    queue_slope: p.queue_slope,
-    sojourn_p95: p.sojourn_p95,
-    offered_per_s: p.arrival_rate,
-    throughput_per_s: p.throughput,
-    goodput_per_s: p.goodput,
-    throttle_factor: p.throttle_factor,
-    refused: Math.max(0, Number(p.arrival_rate) - Number(p.admitted_rate)),
-  }));
+  return points.map((p) => {
+    const sampled = callerRates(p.t);
+    return {
+      t: p.t,
+      queue_depth: p.queue_depth,
+      queue_slope: p.queue_slope,
+      sojourn_p95: p.sojourn_p95,
+      offered_per_s: p.arrival_rate,
+      throughput_per_s: p.throughput,
+      goodput_per_s: p.goodput,
+      throttle_factor: p.throttle_factor,
+      refused: Math.max(0, Number(p.arrival_rate) - Number(p.admitted_rate)),
+      attempts_per_s: sampled?.attempts,
+      wasted_per_s: sampled?.wasted,
+    };
+  });
 }
 
 // A report's timeline in the charts' vocabulary: its own names, plus dQ/dt from the queue depths (the change
