@@ -26,13 +26,14 @@ ACTION_VERBS = {name: spec.verb for name, spec in CATALOGUE.items() if spec.verb
 # The setting whose timer paces each healing mechanism, as the text summary names it.
 HEAL_TIMERS = {name: spec.heal_timer for name, spec in CATALOGUE.items() if spec.heal_timer is not None}
 
-# Each detector state's tone, which is its colour: a collapse and failing tasks are red, an overload amber, a stall
-# blue-grey.
+# Each detector state's tone, which is its colour: a collapse, a retry storm and failing tasks are red, an overload
+# amber, a stall blue-grey.
 DETECTOR_TONES: dict[DetectorState, Tone] = {
     DetectorState.HEALTHY: "good",
     DetectorState.WARNING: "warn",
     DetectorState.OVERLOAD: "warn",
     DetectorState.COLLAPSED: "bad",
+    DetectorState.METASTABLE: "bad",
     DetectorState.FAILING: "bad",
     DetectorState.STALL: "stall",
     DetectorState.RECOVERING: "info",

@@ -151,8 +151,9 @@ def _faults(daemon: Daemon) -> list[dict[str, Any]]:
 
 
 def _pm_charts(report: dict[str, Any]) -> tuple[int, int]:
-    """The post-mortem's charts and lines: depth, dQ/dt, p95, offered/throughput/goodput, and aimd's factor."""
-    return (5, 7) if report["throttle"]["policy"] == "aimd" else (4, 6)
+    """The post-mortem's charts and lines: depth, dQ/dt, p95, callers/attempts/throughput/goodput/wasted, and aimd's
+    factor."""
+    return (5, 9) if report["throttle"]["policy"] == "aimd" else (4, 8)
 
 
 def _settled(daemon: Daemon) -> None:
@@ -384,6 +385,51 @@ def test_the_log_tells_each_state_change_and_a_run_of_throttle_steps_on_one_line
     assert "✗ failing: tasks end failed, late or degraded while the queue is short (healthy → failing)" in text["11"]
 
 
+def test_the_log_tells_a_retry_storm_its_end_and_a_pushed_callers_policy(arena: _Arena) -> None:
+    """The page's own log module, fed a storm's story and a policy pushed at run time (the ``clients`` event)."""
+    lines = arena.page.evaluate(
+        """async () => {
+      const { EventLog } = await import("/arena/static/log.js");
+      const log = new EventLog(document.createElement("ol"), document.createElement("fieldset"));
+      const ev = (id, kind, data) => ({ id, kind, data: { t: id, ...data } });
+      const policy = { timeout: 0.5, retries: 3, retry_on: ["timeout", "refused"], budget: null, patience: null,
+                       drop_expired: false, retry_after: false };
+      log.add([
+        ev(1, "clients", { clients: policy, changed: ["retries", "timeout"] }),
+        ev(2, "detector", { old: "overload", new: "metastable", reason: "retry_storm" }),
+        ev(3, "clients", { clients: { ...policy, retries: 0, budget: { ratio: 0.1 }, drop_expired: true },
+                           changed: ["budget", "drop_expired", "retries"] }),
+        ev(4, "detector", { old: "metastable", new: "recovering", reason: "overload cleared" }),
+        ev(5, "clients", { clients: policy, changed: [] }),
+      ]);
+      return [...log.list.children].map((li) => [li.dataset.id, li.className, li.dataset.group, li.textContent]);
+    }"""
+    )
+    assert [(i, cls, group) for i, cls, group, _ in lines] == [
+        ("5", "ev info", "callers"),
+        ("4", "ev info", "detector"),
+        ("3", "ev info", "callers"),
+        ("2", "ev bad", "detector"),
+        ("1", "ev info", "callers"),
+    ]
+    text = {i: t for i, _, _, t in lines}
+    assert text["2"].endswith(
+        "✗ retry storm (metastable): callers retrying: most work done is for callers who already left "
+        "(overload → metastable)"
+    )
+    assert text["4"].endswith("↺ retry storm over, recovering: the overload cleared (metastable → recovering)")
+    assert text["1"].endswith(
+        "⚙ callers' policy pushed (changed retries, timeout): wait 500 ms, 3 retries on timeout/refused"
+    )
+    assert text["3"].endswith(
+        "⚙ callers' policy pushed (changed budget, drop_expired, retries): wait 500 ms, no retries, budget 10 %, "
+        "expired work dropped"
+    )
+    assert text["5"].endswith("(nothing changed): wait 500 ms, 3 retries on timeout/refused")
+    # The callers' events have a check box of their own, ticked.
+    expect(arena.page.locator('#log-filter input[data-group="callers"]')).to_be_checked()
+
+
 def test_the_post_mortem_file_opens_offline_with_its_charts(browser: Browser, tmp_path: Path) -> None:
     report = tmp_path / "la.json"
     run = [sys.executable, "-m", "chaosd", "run", "leader_assassination", "--report", str(report), "--quiet"]
@@ -555,8 +601,8 @@ def test_the_live_page_and_the_post_mortem_draw_the_same_charts(
     by_id = {c["id"]: c for c in drawn}
     assert [c for c in live if c["id"] in shared] == [by_id[i] for i in shared]
     throughput = by_id["throughput"]["series"]
-    assert [s[2] for s in throughput] == ["offered", "throughput", "goodput"]
-    assert len({s[1] for s in throughput}) == 3  # each line its own colour, the legend's
+    assert [s[2] for s in throughput] == ["callers (offered)", "attempts", "throughput", "goodput", "wasted"]
+    assert len({s[1] for s in throughput}) == 5  # each line its own colour, the legend's
     assert all(s[1] == s[3] for c in live for s in c["series"])
 
 
@@ -735,6 +781,17 @@ def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(fed: _Arena) ->
         assert collapse["cls"] == "banner collapse" and collapse["role"] == "alert" and not collapse["hidden"]
         assert collapse["text"] == "⚠ Collapse — goodput 12/s of offered 400/s (measured capacity 300/s)"
         assert _is_red(collapse["bg"]) and "bad" in collapse["detector"].split()
+
+        # A retry storm: attempts against callers, red as a collapse is, in a red of its own.
+        storm = {"attempt_rate": 390.0, "arrival_rate": 100.0, "goodput": 0.0, "waste_rate": 98.0, "lateness": 0.0}
+        feed(detector="metastable", telemetry=storm)
+        shown = _wait_banner(page, "the retry storm banner", lambda b: b["state"] == "metastable")
+        assert shown["cls"] == "banner metastable" and shown["role"] == "alert" and not shown["hidden"]
+        assert shown["text"] == (
+            "⚠ Retry storm — 390 attempts/s for 100 callers/s (×3.9 per caller), goodput 0.0/s, wasted 98/s: "
+            "most work done is for callers who already left"
+        )
+        assert _is_red(shown["bg"]) and shown["bg"] != collapse["bg"] and "bad" in shown["detector"].split()
 
         # Failing: every task ending fails while the queue is short; red as a collapse is, in words of its own.
         failing = {"goodput": 0.0, "throughput": 48.0, "arrival_rate": 50.0, "lateness": 0.0}
@@ -952,3 +1009,204 @@ def test_an_overload_shows_an_amber_banner_with_the_shedding_and_the_capacity(ar
         expect(arena.log()).to_contain_text("⚠ overload: more offered than served")
     finally:
         daemon.request("DELETE", f"/api/v1/faults/{fault['id']}")
+
+
+# --- the callers: a retry storm on a daemon of its own ------------------------------------------------------
+# Capacity 100/s (2 workers, 20 ms a task), 60 callers/s who wait 0.5 s. A 3 s spike to 180/s leaves a backlog
+# older than the callers' patience: with 3 retries each their attempts (4 × 60/s) stay above capacity after the
+# spike, and every completion is for a caller who left. Without retries the backlog drains and the service recovers.
+STORM = """
+[load]
+rate = 60.0
+deadline = 0.0
+
+[clients]
+timeout = 0.5
+retries = {retries}
+
+[queue]
+capacity = 2000
+
+[workers]
+count = 2
+
+[throttle]
+enabled = false
+
+[[stages]]
+name = "work"
+kind = "compute"
+service = {{ distribution = "exponential", mean = 0.02 }}
+"""
+
+# What the page shows of the callers, read in one go: the detector, attempts per caller (overall and the stage's),
+# and the last point of each line of the callers' chart (SVG y: smaller is higher).
+_CALLERS_JS = """() => {
+  const amp = document.getElementById("amplification");
+  const node = document.querySelector('#dag [data-node="work"]');
+  const chart = document.querySelector('#charts svg.chart[data-chart="throughput"]');
+  const last = (key) => {
+    const d = chart.querySelector(`path.line[data-series="${key}"]`).getAttribute("d") || "";
+    const xy = d.split(/[ML]/).filter(Boolean).pop();
+    return xy ? Number(xy.split(" ")[1]) : null;
+  };
+  return {state: document.getElementById("banner").dataset.state, banner: document.getElementById("banner").textContent,
+          times: amp.textContent, value: amp.dataset.value, stage: node ? node.dataset.amplification : null,
+          stageText: node ? node.querySelector(".node-amp").textContent : null,
+          stage_attempts: node ? node.dataset.attemptsPerS : null,
+          y: {callers: last("offered_per_s"), attempts: last("attempts_per_s"), goodput: last("goodput_per_s"),
+              wasted: last("wasted_per_s")},
+          bottom: Number(chart.querySelector("rect.plot").getAttribute("y"))
+                  + Number(chart.querySelector("rect.plot").getAttribute("height"))};
+}"""
+
+
+def _storm_daemon(tmp: Path, retries: int) -> Daemon:
+    config = tmp / f"storm-{retries}.toml"
+    config.write_text(STORM.format(retries=retries))
+    return Daemon(tmp, env={**ENV, "CHAOSD_API__PORT": str(_free_port())}, config=config)
+
+
+def _spike(d: Daemon) -> dict[str, Any]:
+    code, fault = d.request("POST", "/api/v1/faults", {"action": "load_spike", "params": {"factor": 3}, "ttl": 3})
+    assert code == 201, fault
+    return fault
+
+
+def test_a_retry_storm_shows_metastable_and_attempts_per_caller_above_two(browser: Browser, tmp_path: Path) -> None:
+    d = _storm_daemon(tmp_path, retries=3)
+    tab = None
+    try:
+        tab = _Arena(browser, d.base, rows=12)
+        page = tab.page
+        fault = _spike(d)
+        seen: list[dict[str, Any]] = []
+
+        def storming() -> bool:
+            seen.append(page.evaluate(_CALLERS_JS))
+            return seen[-1]["state"] == "metastable" and float(seen[-1]["value"] or 0) > 2
+
+        wait_for(storming, 30, "the page to show a retry storm", lambda: str(seen[-1] if seen else None))
+        # The storm outlives its trigger: the spike is over, the callers are back to their rate (the stage serving
+        # more attempts than there are callers), and the page still shows it.
+        wait_for(lambda: d.get(f"/api/v1/faults/{fault['id']}")[1]["reverted_at"] is not None, 15, "the spike's end")
+        seen.clear()
+        wait_for(
+            lambda: storming() and float(seen[-1]["stage"] or 0) > 1,
+            20,
+            "the storm after the spike",
+            lambda: str(seen[-1] if seen else None),
+        )
+        shown = seen[-1]
+        assert re.fullmatch(r"×\d+\.\d", shown["times"]) and float(shown["times"][1:]) > 2, shown
+        assert (
+            shown["banner"].startswith("⚠ Retry storm — ")
+            and "most work done is for callers who already left" in (shown["banner"])
+        )
+        # The stage's own attempts per caller: its attempts (at most its capacity, 100/s) over the callers the banner
+        # tells, fewer than the callers' attempts (most of which wait in the queue or are abandoned there).
+        callers = float(re.findall(r"for (\d+) callers/s", shown["banner"])[0])
+        assert float(shown["stage_attempts"]) / float(shown["stage"]) == pytest.approx(callers, abs=1), shown
+        assert float(shown["stage"]) < float(shown["value"]), shown
+        assert re.fullmatch(r"×\d+\.\d attempts per caller", shown["stageText"]), shown
+        # The callers' chart: attempts above the callers, goodput on the floor while wasted work is not.
+        y = shown["y"]
+        assert y["attempts"] < y["callers"], shown
+        assert y["goodput"] == pytest.approx(shown["bottom"], abs=3) and y["wasted"] < y["goodput"] - 3, shown
+        expect(tab.log()).to_contain_text("✗ retry storm (metastable): callers retrying", timeout=5_000)
+        status = _status(d)
+        assert status["detector"] == "metastable" and status["telemetry"]["goodput"] < 10, status["telemetry"]
+        assert tab.errors == []
+    finally:
+        if tab is not None:
+            tab.close()
+        d.kill()
+
+
+def test_without_retries_the_same_spike_shows_no_storm_and_one_attempt_per_caller(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The negative control: the same callers, spike and page, but callers that never retry."""
+    d = _storm_daemon(tmp_path, retries=0)
+    tab = None
+    try:
+        tab = _Arena(browser, d.base, rows=12)
+        page = tab.page
+        _spike(d)
+        seen: list[dict[str, Any]] = []
+        alarmed: list[str] = []
+
+        def recovered() -> bool:
+            seen.append(page.evaluate(_CALLERS_JS))
+            state = seen[-1]["state"]
+            if state in ("overload", "collapsed", "metastable"):
+                alarmed.append(state)
+            return bool(alarmed) and state in ("recovering", "healthy")
+
+        wait_for(recovered, 60, "an alarm and its recovery", lambda: str(seen[-1] if seen else None))
+        assert "metastable" not in alarmed and {s["state"] for s in seen}.isdisjoint({"metastable"})
+        # Every caller made one attempt, before, during and after the spike.
+        assert {s["value"] for s in seen if s["value"]} == {"1"}, {s["value"] for s in seen}
+        assert {s["times"] for s in seen if s["value"]} == {"×1.0"}
+        assert tab.log().locator("li").filter(has_text="retry storm").count() == 0
+        assert tab.errors == []
+    finally:
+        if tab is not None:
+            tab.close()
+        d.kill()
+
+
+# A tool that fails half its attempts, retried twice on the spot: 1 + 1/2 + 1/4 = 1.75 attempts per caller at the
+# stage, while the callers themselves never retry.
+FLAKY_TOOL = """
+[load]
+rate = 60.0
+
+[workers]
+count = 2
+
+[[stages]]
+name = "work"
+kind = "tool"
+service = {{ distribution = "exponential", mean = 0.002 }}
+failure_probability = 0.5
+retries = {retries}
+backoff = {{ base = 0.0 }}
+breaker_threshold = 0
+"""
+
+
+@pytest.mark.parametrize(("retries", "expected"), [(2, 1.75), (0, 1.0)])
+def test_a_stage_s_own_retries_multiply_its_attempts_per_caller(
+    browser: Browser, tmp_path: Path, retries: int, expected: float
+) -> None:
+    """The stage's figure counts its own retries; the callers' does not. Without the stage's retries (the negative
+    control) both read 1."""
+    config = tmp_path / "flaky.toml"
+    config.write_text(FLAKY_TOOL.format(retries=retries))
+    d = Daemon(tmp_path, env={**ENV, "CHAOSD_API__PORT": str(_free_port())}, config=config)
+    tab = None
+    try:
+        tab = _Arena(browser, d.base, rows=13)  # a tool stage: tool_timeout applies too
+        page = tab.page
+        readings: list[tuple[str, str]] = []  # (the callers', the stage's), one per status the page showed
+
+        def enough() -> bool:
+            shown = page.evaluate(_CALLERS_JS)
+            reading = (shown["value"], shown["stage"])
+            if all(reading) and (not readings or readings[-1] != reading):
+                readings.append(reading)
+            return len(readings) >= 6
+
+        wait_for(enough, 30, "six readings of attempts per caller", lambda: str(readings))
+        assert {callers for callers, _ in readings} == {"1"}, readings
+        stage = sorted(float(at_stage) for _, at_stage in readings)[len(readings) // 2]
+        assert stage == pytest.approx(expected, rel=0.2), readings
+        expect(page.locator('#dag [data-node="work"] .node-amp')).to_have_text(
+            re.compile(r"^×\d\.\d attempts per caller$")
+        )
+        assert tab.errors == []
+    finally:
+        if tab is not None:
+            tab.close()
+        d.kill()

@@ -1,13 +1,14 @@
 // @ts-check
 // The DAG, left to right: stages by depth, the current route, removed stages and edges, open breakers,
-// each stage's attempt rate, p95 and error share over the telemetry window, and the active faults written on
-// what they hit. Everything ever seen keeps its place, removed or not.
+// each stage's attempt rate, p95 and error share over the telemetry window, its attempts per caller, and the active
+// faults written on what they hit. Everything ever seen keeps its place, removed or not.
 import { setAttr, setText, svgEl, toggle } from "./dom.js";
+import { fmtTimes, perCaller } from "./format.js";
 
 const COL = 170;
-const ROW = 62;
+const ROW = 72;
 const NODE_W = 140;
-const NODE_H = 44;
+const NODE_H = 54;
 const MARGIN = 14;
 
 // A stage's figures on one line: "212/s · p95 9.1 ms · 3% err" (no attempts in the window: "idle").
@@ -25,7 +26,18 @@ export function stageLine(st) {
   return `${rate}/s · p95 ${p95} · ${err}% err`;
 }
 
-/** @typedef {{root: SVGGElement, note: SVGTextElement, stats: SVGTextElement}} NodeEls */
+// A stage's attempts per caller: its attempts (its own retries included) over the callers arriving, so a tool's
+// retries show multiplied by the callers' own: "×2.1 attempts per caller" (no callers or no attempts: "").
+/**
+ * @param {import('./wire').StageNowView | undefined} st
+ * @param {number | undefined} callers callers per second (the snapshot's arrival_rate)
+ * @returns {number | null}
+ */
+export function stageAmplification(st, callers) {
+  return st && st.attempts_per_s > 0 ? perCaller(st.attempts_per_s, callers) : null;
+}
+
+/** @typedef {{root: SVGGElement, note: SVGTextElement, stats: SVGTextElement, amp: SVGTextElement}} NodeEls */
 /** @typedef {{path: SVGPathElement, note: SVGTextElement}} EdgeEls */
 
 export class DagView {
@@ -47,8 +59,9 @@ export class DagView {
    * @param {import('./wire').DagView} dag
    * @param {string[]} route
    * @param {import('./wire').FaultView[]} faults the active ones
+   * @param {number} [callers] callers arriving per second (the snapshot's arrival_rate)
    */
-  update(dag, route, faults) {
+  update(dag, route, faults, callers) {
     let grew = false;
     for (const n of [...dag.nodes, ...dag.removed_nodes]) if (!this.nodes.has(n)) (this.nodes.add(n), (grew = true));
     for (const e of [...dag.edges, ...dag.removed_edges]) if (!this.edges.has(e)) (this.edges.add(e), (grew = true));
@@ -79,6 +92,9 @@ export class DagView {
       setText(g.note, hit ? `⚡ ${hit.join(", ")}` : open.has(name) ? "breaker open" : "");
       const st = stages[name];
       setText(g.stats, stageLine(st));
+      const amp = stageAmplification(st, callers);
+      setText(g.amp, amp === null ? "" : `${fmtTimes(amp)} attempts per caller`);
+      setAttr(g.root, "data-amplification", amp === null ? "" : String(amp));
       setAttr(g.root, "data-breaker", st ? st.breaker : "closed");
       setAttr(g.root, "data-attempts-per-s", st ? String(st.attempts_per_s) : "0");
       setAttr(g.root, "data-error-share", st ? String(st.error_share) : "0");
@@ -156,17 +172,19 @@ export class DagView {
     }
     for (const [n, p] of pos) {
       const note = svgEl("text", { class: "node-note", x: p.x + NODE_W / 2, y: p.y + NODE_H + 12, "text-anchor": "middle" });
-      const stats = svgEl("text", { class: "node-stats", x: p.x + NODE_W / 2, y: p.y + NODE_H - 8, "text-anchor": "middle" });
+      const stats = svgEl("text", { class: "node-stats", x: p.x + NODE_W / 2, y: p.y + NODE_H - 20, "text-anchor": "middle" });
+      const amp = svgEl("text", { class: "node-stats node-amp", x: p.x + NODE_W / 2, y: p.y + NODE_H - 8, "text-anchor": "middle" });
       const root = svgEl(
         "g",
         { class: "node", "data-node": n },
         svgEl("rect", { x: p.x, y: p.y, width: NODE_W, height: NODE_H, rx: 6 }),
         svgEl("text", { class: "node-name", x: p.x + NODE_W / 2, y: p.y + 17, "text-anchor": "middle" }, n),
         stats,
+        amp,
         note,
       );
       nodeLayer.append(root);
-      this.nodeEls.set(n, { root, note, stats });
+      this.nodeEls.set(n, { root, note, stats, amp });
     }
     this.svg.append(edgeLayer, nodeLayer);
   }

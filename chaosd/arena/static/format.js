@@ -26,6 +26,28 @@ export function fmtSeconds(value) {
   return `${(s / 60).toFixed(1)} min`;
 }
 
+// Attempts per caller (the amplification): the attempts offered per second over the callers per second; null
+// while no caller arrives, where the ratio means nothing.
+/**
+ * @param {unknown} attempts
+ * @param {unknown} callers
+ * @returns {number | null}
+ */
+export function perCaller(attempts, callers) {
+  const a = Number(attempts);
+  const c = Number(callers);
+  return c > 0 && Number.isFinite(a) ? a / c : null;
+}
+
+// An amplification as read: "×3.9" ("–" when there is none).
+/**
+ * @param {number | null} times
+ * @returns {string}
+ */
+export function fmtTimes(times) {
+  return times === null ? "–" : `×${fmtNum(times, 1)}`;
+}
+
 /**
  * @param {string} action
  * @returns {string}

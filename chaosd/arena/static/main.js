@@ -2,6 +2,7 @@
 // The Arena, live: polls the status, the active faults and the telemetry series; follows the event stream.
 import { AgentCards } from "./agents.js";
 import { RequestError, getJSON } from "./api.js";
+import { AttemptSamples } from "./attempts.js";
 import { CHARTS, admissionChart, chartPointsFromSeries } from "./chartdefs.js";
 import { LineChart } from "./charts.js";
 import { Controls } from "./controls.js";
@@ -86,11 +87,13 @@ async function boot() {
   let active = [];
   /** @type {import('./wire').FaultView[]} */
   let faults = []; // every fault still in memory: the charts' bands, the survival's verdicts
+  const attempts = new AttemptSamples(); // the status's attempts and wasted work, which the series lacks
 
   const statusPoll = poller("status", async () => {
     /** @type {[import('./wire').StatusBody, {faults?: import('./wire').FaultView[]}]} */
     const [s, f] = await Promise.all([getJSON("/api/v1/status"), getJSON("/api/v1/faults?active=true")]);
     status = s;
+    attempts.add(s.telemetry);
     active = f.faults || [];
     top.status(s);
     const spec = admission === null && s.admission ? admissionChart(s.admission.policy) : null;
@@ -98,7 +101,7 @@ async function boot() {
       admission = new LineChart(chartsRoot, spec);
       admission.update(points, faultMarks(faults, points.length ? points[points.length - 1].t : 0));
     }
-    dag.update(s.dag, s.route || [], active);
+    dag.update(s.dag, s.route || [], active, (s.telemetry || {}).arrival_rate);
     agents.update(s.agents || [], s.leader, active);
     if (controls) {
       controls.update(s);
@@ -111,7 +114,7 @@ async function boot() {
     const [ts, f] = await Promise.all([getJSON("/api/v1/timeseries"), getJSON("/api/v1/faults")]);
     top.faults(ts.faults);
     faults = f.faults || [];
-    points = chartPointsFromSeries(ts.points);
+    points = chartPointsFromSeries(ts.points, attempts.byStep(Number(ts.step_s) || 1));
     const now = points.length ? points[points.length - 1].t : 0;
     const marks = faultMarks(faults, now);
     for (const chart of charts) chart.update(points, marks);

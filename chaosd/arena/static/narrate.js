@@ -34,6 +34,7 @@ export const GROUPS = {
   scenario: "plans",
   window: "plans",
   score: "score",
+  clients: "callers",
 };
 // Shown only on demand (their check boxes start unticked): the score's every move and aimd's every step.
 export const QUIET_GROUPS = ["score", "throttle steps"];
@@ -58,7 +59,13 @@ export function groupOf(kind, data) {
 function narrateDetector(d) {
   const from = `(${d.old} → ${d.new})`;
   if (d.old === "stall") return ["info", `▶ stall over: judged afresh, ${d.new} ${from}`];
+  // Out of a storm into anything but a stall: the storm's end is the news, whatever comes next.
+  if (d.old === "metastable" && d.new !== "metastable" && d.new !== "stall") {
+    return [toneOf(d.new), `↺ retry storm over, ${d.new}: ${reasonText(d.reason)} ${from}`];
+  }
   switch (d.new) {
+    case "metastable":
+      return ["bad", `✗ retry storm (metastable): ${reasonText(d.reason)} ${from}`];
     case "collapsed":
       return ["bad", `✗ collapse: ${reasonText(d.reason)} ${from}`];
     case "overload":
@@ -129,6 +136,24 @@ const HEALED = {
   remove_node: () => "the route goes around it",
   remove_edge: () => "the route goes around it",
 };
+
+// The callers' policy in a few words: "wait 500 ms, 3 retries on timeout/refused, budget 10 %".
+/**
+ * @param {Record<string, any> | null | undefined} c a ClientsConfig as JSON
+ * @returns {string}
+ */
+export function clientsText(c) {
+  if (!c) return "";
+  const parts = [Number(c.timeout) > 0 ? `wait ${fmtSeconds(c.timeout)}` : "wait forever"];
+  const retries = Number(c.retries) || 0;
+  const on = Array.isArray(c.retry_on) && c.retry_on.length ? ` on ${c.retry_on.join("/")}` : "";
+  parts.push(retries > 0 ? `${retries} ${retries === 1 ? "retry" : "retries"}${on}` : "no retries");
+  if (c.budget && c.budget.ratio !== undefined) parts.push(`budget ${fmtNum(100 * Number(c.budget.ratio), 0)} %`);
+  if (c.patience) parts.push(`patience ${fmtSeconds(c.patience.mean)} (${c.patience.distribution ?? "?"})`);
+  if (c.drop_expired) parts.push("expired work dropped");
+  if (c.retry_after) parts.push("retry-after honoured");
+  return parts.join(", ");
+}
 
 // An unplanned incident's cause: "answer · error, 2900 failed attempts" (a python stage adds its exception), or
 // the figures that left tolerance when no stage failed ("p95, queue out of tolerance").
@@ -243,6 +268,11 @@ export function narrate(kind, d, ctx) {
       return ["info", `▭ window ${d.id} “${d.name ?? ""}” ${d.state}` + (d.grade ? `: ${d.grade}` : "")];
     case "score":
       return ["info", `score ${fmtNum(d.total)} (${d.grade ?? "–"})`];
+    case "clients": {
+      // A policy pushed at run time: what changed, then the whole policy now in force.
+      const changed = Array.isArray(d.changed) && d.changed.length ? `changed ${list(d.changed)}` : "nothing changed";
+      return ["info", `⚙ callers' policy pushed (${changed}): ${clientsText(d.clients)}`];
+    }
     case "mcp":
       return ["good", `✓ MCP ${d.stage} ${d.state}`];
     case "memory":

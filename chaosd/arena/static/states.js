@@ -1,6 +1,6 @@
 // @ts-check
 // The detector's states and admission control in words, so the banner, the top bar and the log agree.
-import { fmtNum, fmtSeconds } from "./format.js";
+import { fmtNum, fmtSeconds, fmtTimes, perCaller } from "./format.js";
 import { DETECTOR_TONES } from "./vocabulary.js";
 
 // Each state's tone, which is its colour (chaosd/arena/vocabulary.py).
@@ -23,6 +23,7 @@ const REASONS = {
   overload: "more offered than served",
   "overload persists": "the overload persists",
   goodput_collapse: "the workers are saturated and goodput collapsed",
+  retry_storm: "callers retrying: most work done is for callers who already left",
   goodput_falling: "goodput falling",
   tasks_failing: "tasks end failed, late or degraded while the queue is short",
   "failing persists": "tasks keep failing",
@@ -127,6 +128,19 @@ function failingText(t) {
   );
 }
 
+// A retry storm: attempts against callers, and what the workers' time goes to.
+/**
+ * @param {import('./wire').SnapshotView} t
+ * @returns {string}
+ */
+function stormText(t) {
+  const times = perCaller(t.attempt_rate, t.arrival_rate);
+  return (
+    `${fmtRate(t.attempt_rate)} attempts/s for ${fmtRate(t.arrival_rate)} callers/s (${fmtTimes(times)} per caller), ` +
+    `goodput ${fmtRate(t.goodput)}/s, wasted ${fmtRate(t.waste_rate)}/s: most work done is for callers who already left`
+  );
+}
+
 // The banner for a status, or null when there is no alarm to raise (healthy, warning, recovering).
 // stallMs: how late the event loop ran during this stall (0: not known).
 /**
@@ -143,6 +157,8 @@ export function bannerFor(s, stallMs = 0) {
       const throttle = a.policy === "aimd" ? `; producers at ${fmtNum(100 * s.throttle_factor, 0)} %` : "";
       return { cls: "collapse", text: `⚠ Collapse — goodput ${fmtRate(t.goodput)}/s of offered ${fmtRate(t.arrival_rate)}/s${capacity}${throttle}` };
     }
+    case "metastable":
+      return { cls: "metastable", text: `⚠ Retry storm — ${stormText(t)}` };
     case "overload":
       return { cls: "overload", text: `⚠ Overload — ${overloadText(s)}` };
     case "failing":

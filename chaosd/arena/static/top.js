@@ -1,17 +1,19 @@
 // @ts-check
-// The top bar: score ring, fault counters, the detector, admission control, the lever, the connection; and the
-// banner under it while the detector raises an alarm (collapse and failing: red, overload: amber) or the daemon
-// stalled.
+// The top bar: score ring, fault counters, the detector, attempts per caller, admission control, the lever, the
+// connection; and the banner under it while the detector raises an alarm (collapse, retry storm and failing: red,
+// overload: amber) or the daemon stalled.
 import { el, setAttr, setText, toggle } from "./dom.js";
-import { fmtSeconds } from "./format.js";
+import { fmtSeconds, fmtTimes, perCaller } from "./format.js";
 import { ScoreRing } from "./ring.js";
-import { admissionText, bannerFor, stallLateMs, toneOf } from "./states.js";
+import { admissionText, bannerFor, fmtRate, stallLateMs, toneOf } from "./states.js";
 import { DETECTOR_TONES } from "./vocabulary.js";
 
 const TONE_CLASSES = [...new Set(Object.values(DETECTOR_TONES))];
 // A tick this late counts as the stall's own measure (the detector calls 50 ms a stall by default; a running
 // loop is late by well under a millisecond).
 const LATE_MS = 20;
+// Attempts per caller shown amber from here: the detector's default storm_attempts, where retries start to count.
+const STORM_ATTEMPTS = 1.5;
 
 export class TopBar {
   /** @param {HTMLElement} root the <header>; the banner goes right after it */
@@ -30,11 +32,13 @@ export class TopBar {
       list.append(el("div", {}, el("dt", {}, label), this.counters[key]));
     }
     this.detector = el("dd", { id: "detector" }, "–");
+    this.amplification = el("dd", { id: "amplification" }, "–");
     this.admission = el("dd", { id: "admission" }, "–");
     this.lever = el("dd", { id: "lever-top" }, "–");
     this.plans = el("dd", { id: "plans" }, "–");
     list.append(
       el("div", {}, el("dt", {}, "Detector"), this.detector),
+      el("div", {}, el("dt", {}, "Attempts per caller"), this.amplification),
       el("div", {}, el("dt", {}, "Admission"), this.admission),
       el("div", {}, el("dt", {}, "Lever"), this.lever),
       el("div", {}, el("dt", {}, "Survival / scenario"), this.plans),
@@ -60,11 +64,22 @@ export class TopBar {
     setText(this.detector, state);
     setAttr(this.detector, "data-state", state);
     for (const tone of TONE_CLASSES) toggle(this.detector, tone, tone === toneOf(state) && state !== "healthy");
+    this._amplification(s.telemetry || {});
     setText(this.admission, admissionText(s));
     setAttr(this.admission, "data-policy", (s.admission || {}).policy ?? "");
     setText(this.lever, s.lever === null || s.lever === undefined ? "released" : `pulled (${s.lever})`);
     setText(this.plans, `${s.survival ?? "idle"} / ${s.scenario ?? "idle"}`);
     this._banner(s);
+  }
+
+  // Attempts per caller: 1 while nobody retries; each retry a caller makes adds to it.
+  /** @param {import('./wire').SnapshotView} t */
+  _amplification(t) {
+    const times = perCaller(t.attempt_rate, t.arrival_rate);
+    setText(this.amplification, fmtTimes(times));
+    setAttr(this.amplification, "data-value", times === null ? "" : String(times));
+    setAttr(this.amplification, "title", times === null ? "no callers arriving" : `${fmtRate(t.attempt_rate)} attempts/s for ${fmtRate(t.arrival_rate)} callers/s`);
+    toggle(this.amplification, "warn", times !== null && times >= STORM_ATTEMPTS);
   }
 
   /** @param {import('./wire').StatusBody} s */

@@ -114,6 +114,7 @@ export interface AdmissionView {
 
 /** One telemetry tick (the status's telemetry). */
 export interface SnapshotView {
+  t?: number;
   queue_depth?: number;
   capacity?: number;
   queue_fill?: number;
@@ -123,6 +124,10 @@ export interface SnapshotView {
   goodput?: number;
   shed_rate?: number;
   lateness?: number;
+  /** attempts offered per second: first attempts, callers' retries, refused ones */
+  attempt_rate?: number;
+  /** completions per second for callers that had stopped waiting */
+  waste_rate?: number;
 }
 
 /** GET /api/v1/status. */
@@ -175,6 +180,7 @@ export interface SeriesPoint {
 }
 
 export interface TimeseriesBody {
+  step_s: number;
   points: SeriesPoint[];
   faults: FaultTally;
 }
