@@ -3,12 +3,13 @@
 1. **The threshold**: the retry_storm pipeline (4 workers, 10 ms exponential service: a capacity of 400/s; a queue
    of 2,000; callers that wait 1 s and retry 3 times at once; admission control off) with a 10 s spike to twice the
    capacity. ``chaosd predict`` says a storm holds itself above capacity / attempts per caller = 100 callers/s. For
-   loads from half to twice that, the share of seeds whose goodput is back to ≥ 90 % of the callers 20 s after the
-   spike (and stays there to the run's end, in 5 s means).
-2. **The ways out**, at twice the threshold: none; workers dropping expired attempts; a 10 % retry budget;
-   admission control (the capacity policy, bounded by the callers' timeout); backoff with jitter (0.1 s doubling to
-   1 s, half of it random); admission with callers honouring its retry-after hint. Each with the share of seeds that
-   recover and their mean goodput after the spike.
+   loads from half to twice that, the share of seeds out of the storm at the end of a 240 s run (goodput over the
+   last 10 s at ≥ 90 % of the callers).
+2. **The ways out**, at twice the threshold, judged as the acceptance tests judge them (goodput back to ≥ 90 % of
+   the callers within 20 s of the spike's end and staying there, in 5 s means): none; workers dropping expired
+   attempts; a 10 % retry budget; admission control (the capacity policy, bounded by the callers' timeout); backoff
+   with jitter (0.1 s doubling to 1 s, half of it random); admission with callers honouring its retry-after hint.
+   Each with the share of seeds that recover, their mean goodput after the spike and attempts per caller.
 3. **The cost**: the default config at 200/s with callers that wait forever and never retry (the defaults) against
    callers with a policy that never fires in that run (a 5 s timeout, 3 retries on timeouts and refusals, a 10 %
    budget), interleaved pairs of the same seed, as simulated seconds per wall second.
@@ -43,13 +44,16 @@ STORM: dict[str, Any] = {
     "run": {"timeline": 1.0},
 }
 TRIGGER_END, DURATION = 15.0, 60.0
+SWEEP_S = 240.0
 SHARES = (0.5, 0.75, 0.9, 1.1, 1.25, 1.5, 2.0)  # loads as a share of the predicted threshold
 WAYS_OUT: dict[str, dict[str, Any]] = {
     "none": {},
     "drop_expired": {"clients": {"drop_expired": True}},
     "budget 0.1": {"clients": {"budget": {"ratio": 0.1}}},
     "admission (capacity)": {"throttle": {"enabled": True, "policy": "capacity"}},
-    "backoff 0.1 s ×2 to 1 s, jitter 0.5": {"clients": {"backoff": {"base": 0.1, "factor": 2, "max": 1, "jitter": 0.5}}},
+    "backoff 0.1 s ×2 to 1 s, jitter 0.5": {
+        "clients": {"backoff": {"base": 0.1, "factor": 2, "max": 1, "jitter": 0.5}}
+    },
     "admission + retry-after": {"throttle": {"enabled": True, "policy": "capacity"}, "clients": {"retry_after": True}},
 }
 QUIET_POLICY = {"timeout": 5.0, "retries": 3, "budget": {"ratio": 0.1}}
@@ -69,19 +73,30 @@ def recovered(report: ReportView, rate: float) -> tuple[bool, float]:
     return back is not None and back + 1 <= 20, after
 
 
+def drained(report: ReportView, rate: float) -> bool:
+    """Whether the run ended out of the storm: goodput over its last 10 s at ≥ 90 % of the callers."""
+    tail = [float(p["goodput_per_s"]) for p in report["timeline"]][-10:]
+    return statistics.fmean(tail) >= 0.9 * rate
+
+
 def threshold_sweep(seeds: int) -> float:
+    """Near the threshold a backlog drains slowly (at capacity − attempts per caller × load): the runs are long
+    enough for that, and judged at their end."""
     prediction = predict(storm_settings(100.0, 1, {}))
     threshold = prediction["threshold_per_s"]
     assert threshold is not None, prediction
     print(f"prediction: {prediction['reason']}")
-    print(f"threshold {threshold:.1f} callers/s; {seeds} seeds per load; a 10 s spike to 800/s at 5 s")
-    print(f"  {'load':>14} {'share of seeds recovering':>26} {'goodput after (mean)':>22}")
+    print(
+        f"threshold {threshold:.1f} callers/s; {seeds} seeds per load; a 10 s spike to 800/s at 5 s; {SWEEP_S:g} s runs"
+    )
+    print(f"  {'load':>14} {'share of seeds out of the storm at the end':>44}")
     for share in SHARES:
         rate = share * threshold
-        runs = [recovered(run_offline(storm_settings(rate, s, {}), duration=DURATION, warmup=0.0), rate) for s in range(1, seeds + 1)]
-        ok = sum(r[0] for r in runs)
-        good = statistics.fmean(r[1] for r in runs)
-        print(f"  {rate:7.1f}/s ×{share:<4g} {ok:>16d} of {seeds} ({ok / seeds:4.0%}) {good:>15.1f}/s")
+        ok = sum(
+            drained(run_offline(storm_settings(rate, s, {}), duration=SWEEP_S, warmup=0.0), rate)
+            for s in range(1, seeds + 1)
+        )
+        print(f"  {rate:7.1f}/s ×{share:<4g} {ok:>26d} of {seeds} ({ok / seeds:4.0%})")
     return threshold
 
 
@@ -124,7 +139,8 @@ def cost(pairs: int, duration: float) -> None:
     ratio = statistics.median(ratios)
     verdict = "ok" if ratio >= 0.9 else "ABOVE TARGET"
     each = ", ".join(f"{r:.2f}" for r in ratios)
-    print(f"  speed with the policy / without: {ratio:.3f} (pairs: {each}; target: a cost ≤ 10 %, ratio ≥ 0.90) [{verdict}]")
+    print(f"  speed with the policy / without: {ratio:.3f} (pairs: {each})")
+    print(f"  target: a cost of at most 10 % (ratio ≥ 0.90) [{verdict}]")
 
 
 def main() -> int:

@@ -113,7 +113,7 @@ class _Pushed(BaseModel):
 
 def clients_policy(data: Mapping[str, object], sent: Mapping[str, object]) -> ClientsConfig:
     """``data`` validated as the config's ``[clients]`` table is; ``sent`` is what the request gave (its problems
-    are named from it). Invalid: 422 naming ``clients.<key>`` in the config's words; the message holds the first
+    are named from it). Invalid: 400 naming ``clients.<key>`` in the config's words; the message holds the first
     key's problem, then each other's with its key (``…; clients.retries: …``), so ``field: message`` reads whole."""
     try:
         return _Pushed.model_validate({"clients": data}).clients
@@ -121,4 +121,4 @@ def clients_policy(data: Mapping[str, object], sent: Mapping[str, object]) -> Cl
         problems = problems_of(exc, _Pushed, {"clients": data}, [("request", {"clients": sent})], None)
     (_, field, first), *others = problems
     message = "; ".join([first, *(f"{name}: {problem}" for _, name, problem in others)])
-    raise HttpError(422, field, message) from None
+    raise HttpError(400, field, message) from None

@@ -427,7 +427,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         request="the whole `[clients]` table as JSON; a key left out takes its default",
         answers=(
             '200 `{"clients": policy, "changed": [key…]}` (keys in the policy\'s order), recorded as a `clients`'
-            " event; 422 naming `clients.<key>` as the config's errors do, and nothing changed"
+            " event; 400 naming `clients.<key>` as the config's errors do, and nothing changed"
         ),
     ),
     Endpoint(

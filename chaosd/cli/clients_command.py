@@ -49,7 +49,7 @@ def clients(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
     try:
         answer = as_object(client.request("PATCH", _PATH, patch))
     except ClientError as exc:
-        if exc.status == 422:  # the daemon names the key and what is wrong with the value: the user's input
+        if exc.status in (400, 422):  # the daemon names the key and what is wrong with the value: the user's input
             raise ClientError(EXIT_USAGE, exc.detail) from None
         raise
     if args.json:

@@ -119,11 +119,11 @@ def test_bad_input_is_refused_naming_the_key_and_changes_nothing(daemon: Daemon)
         for method in ("PATCH", "PUT"):
             code, refused = daemon.request(method, PATH, body)
             error = refused["error"]
-            assert (code, error["status"], error["field"]) == (422, 422, field), (method, body, refused)
+            assert (code, error["status"], error["field"]) == (400, 400, field), (method, body, refused)
             assert words in error["message"], (method, body, refused)
     # Several problems at once: every one named, the first in `field`.
     code, refused = daemon.request("PATCH", PATH, {"timeout": -1, "retries": -1})
-    assert (code, refused["error"]["field"]) == (422, "clients.timeout")
+    assert (code, refused["error"]["field"]) == (400, "clients.timeout")
     message = refused["error"]["message"]
     assert message.startswith("Input should be greater than or equal to 0") and "; clients.retries: " in message
     # Not a policy at all: malformed JSON (400), not an object (422 on the body), not JSON (415).

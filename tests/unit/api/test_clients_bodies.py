@@ -26,7 +26,7 @@ def test_a_merge_patch_merges_objects_replaces_the_rest_and_null_removes() -> No
 def test_a_bad_policy_is_named_as_the_config_names_it() -> None:
     with pytest.raises(HttpError) as caught:
         clients_policy({"timeout": -1}, {"timeout": -1})
-    assert (caught.value.status, caught.value.field) == (422, "clients.timeout")
+    assert (caught.value.status, caught.value.field) == (400, "clients.timeout")
     assert caught.value.message == "Input should be greater than or equal to 0 (got -1)"
     with pytest.raises(HttpError) as caught:
         clients_policy({"retires": 3}, {"retires": 3})
