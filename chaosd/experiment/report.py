@@ -152,6 +152,7 @@ def _measure_lines(r: ReportView) -> list[str]:
         f"{seconds(c['time_overloaded_s'])} overloaded, {seconds(c['time_collapsed_s'])} collapsed, "
         f"{_failing_time(c)}{c['stalls']} stall(s) ({seconds(c['time_stalled_s'])}) · final state {c['final_state']}",
     ]
+    lines.extend(_callers_lines(r))
     for e in c["episodes"]:
         cleared = "not cleared by the end" if e["cleared_at"] is None else f"cleared at {seconds(e['cleared_at'])}"
         lines.append(
@@ -361,3 +362,24 @@ def _admission(th: ThrottleView) -> str:
 def _dim(value: float | None) -> str:
     """A score dimension, or a dash where nothing was measured (no judged fault, nothing accepted)."""
     return "—" if value is None else f"{value:.1f}"
+
+
+def _callers_lines(r: ReportView) -> list[str]:
+    """Callers that retry or give up: attempts against callers, and the storm threshold of their policy (nothing
+    when every caller waits forever for a single attempt)."""
+    t, storm = r["tasks"], r.get("storm")
+    if storm is None or (storm["timeout_s"] <= 0 and not t.get("retried") and not t.get("abandoned")):
+        return []
+    callers = t["offered"]
+    attempts = callers + t.get("retried", 0)
+    per = f" (×{attempts / callers:.2f} per caller)" if callers else ""
+    threshold = storm["threshold_per_s"]
+    verdict = (
+        "no storm can hold"
+        if not storm["storm_possible"] or threshold is None
+        else f"storm threshold {rate(threshold)}, the load is {'above' if storm['self_sustaining'] else 'below'} it"
+    )
+    return [
+        f"  callers    {callers} · attempts {attempts}{per} · abandoned {t.get('abandoned', 0)} · "
+        f"wasted {t.get('wasted', 0)} · gave up {t.get('gave_up', 0)} · {verdict}"
+    ]

@@ -24,6 +24,7 @@ from chaosd.core.version import __version__
 from chaosd.events.log import EventLog
 from chaosd.experiment.admission_report import collapse_view, throttle_view
 from chaosd.experiment.measured import Mark, MeasuredSpan, load_view, queue_block, report_tasks
+from chaosd.experiment.predict import predict
 from chaosd.experiment.report import rounded
 from chaosd.experiment.resilience import diagnostics, faults_summary, runtime_view
 from chaosd.experiment.score import Score, ScoreInputs, ScoreWeights, compute_score
@@ -325,6 +326,7 @@ class Experiment:
             "actions": resilience["actions"],
             "expectations": resilience["expectations"],
             "stages": stage_table(p.stages, span.warm.stages, end.stages, self.clock.now()),
+            "storm": predict(s.model_copy(update={"clients": p.callers.cfg})),  # the policy in force at the end
         }
         result = rounded(report)
         result["timeline"] = list(self._timeline)

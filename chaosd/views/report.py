@@ -10,6 +10,7 @@ from typing_extensions import TypedDict
 from chaosd.views.detector import CollapseView, DetectorStateName, ThrottleView
 from chaosd.views.faults import BaselineView, FaultView, IncidentView
 from chaosd.views.plans import PlanLogEntry
+from chaosd.views.predict import StormPredictionView
 from chaosd.views.tasks import LatencyView, LoadView, QueueBlock, ReportTasks
 from chaosd.views.telemetry import StageReportView, TimelinePoint
 from chaosd.views.units import Duration, Share, closed_view, open_view
@@ -103,3 +104,9 @@ class ReportView(TypedDict):
     replications: NotRequired[ReplicationsView]
     verdict: NotRequired[VerdictView]
     stages: NotRequired[Annotated[dict[str, StageReportView], Field(description="per stage, over the measured window")]]
+    storm: NotRequired[
+        Annotated[
+            StormPredictionView,
+            Field(description="the load above which a retry storm holds itself, for the callers' policy at the end"),
+        ]
+    ]
