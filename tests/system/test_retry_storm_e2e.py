@@ -109,9 +109,10 @@ def test_a_storm_outlives_its_spike_and_fires_chaosd_retry_storm_while_callers_t
     assert alert["annotations"]["summary"] == f"chaosd in a retry storm on {storm_target}"
     attempts_per_caller = float(alert["value"])
     assert 2.5 <= attempts_per_caller <= 4.0, attempts_per_caller  # 1 without retries, 4 at most with 3
-    # The trigger is over: the storm sustains itself.
-    assert retrying.get("/api/v1/status")[1]["faults_active"] == 0
-    assert retrying.get("/api/v1/status")[1]["detector"] == "metastable"
+    # The trigger is over: the storm sustains itself. (Or a stall, if the host just paused the daemon for 50 ms or
+    # more: the storm resumes after it.)
+    status = retrying.get("/api/v1/status")[1]
+    assert status["faults_active"] == 0 and status["detector"] in ("metastable", "stall"), status
 
     # The control took the same spike: overloaded (or collapsed) by it, never metastable, never alerted.
     window = f'instance="{control_target}"'
@@ -129,7 +130,7 @@ def test_a_storm_outlives_its_spike_and_fires_chaosd_retry_storm_while_callers_t
         "the control to recover",
         lambda: str(control.get("/api/v1/status")[1]["detector"]),
     )
-    assert retrying.get("/api/v1/status")[1]["detector"] == "metastable"
+    assert retrying.get("/api/v1/status")[1]["detector"] in ("metastable", "stall")
 
 
 def test_the_overview_panels_read_the_storm(storm: dict[str, Any]) -> None:
@@ -141,12 +142,17 @@ def test_the_overview_panels_read_the_storm(storm: dict[str, Any]) -> None:
     for title, expr in panel_queries(ROOT / "dashboards" / "chaosd-overview.json"):
         queries.setdefault(title, []).append(expr)
 
+    def query(title: str, index: int, target: str) -> str:
+        return queries[title][index].replace('instance=~".*"', f'instance=~"{target}"')
+
     def value(title: str, index: int, target: str) -> float:
-        return alerting.value(queries[title][index].replace('instance=~".*"', f'instance=~"{target}"'))
+        return alerting.value(query(title, index, target))
 
     storm_target, control_target = storm["targets"]
-    assert value("Detector state", 0, storm_target) == 8.0  # metastable
-    assert value("Detector state", 0, control_target) != 8.0
+    # The state panel's highest code over the last 10 s: 8 (metastable) is the highest of all, so a tick's stall
+    # (5) at a scrape does not hide it.
+    shown = {t: alerting.value(f"max_over_time(({query('Detector state', 0, t)})[10s:1s])") for t in storm["targets"]}
+    assert shown[storm_target] == 8.0 and shown[control_target] != 8.0, shown
     amplification = value("Attempts per caller (amplification)", 0, storm_target)
     assert amplification >= 2.5, amplification
     assert value("Attempts per caller (amplification)", 0, control_target) == 1.0  # nobody retries
