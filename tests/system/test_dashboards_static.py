@@ -422,17 +422,58 @@ def test_dashboard_provider_loads_the_mounted_folder() -> None:
 _STATE_CODE = re.compile(r'(\d+) \* chaosd_detector_state\{[^}]*state="([a-z]+)"\}')
 
 
+def _detector_states() -> set[str]:
+    from chaosd.admission.detector import DetectorState  # noqa: PLC0415 - the only tests here that need chaosd
+
+    return {s.value for s in DetectorState}
+
+
+def _state_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in _query_panels(dashboard) if any("chaosd_detector_state" in t["expr"] for t in p["targets"])]
+
+
+def _state_coverage_problems(panel: dict[str, Any], states: set[str]) -> list[str]:
+    """What a panel folding the one-hot detector state gets wrong: a state left out of the folding query, or a
+    code its value mapping does not name as that state."""
+    codes = {code: state for t in panel["targets"] for code, state in _STATE_CODE.findall(t["expr"])}
+    problems = [
+        f"{panel['title']!r}: state {state} not folded into a code" for state in sorted(states - {*codes.values()})
+    ]
+    if unknown := set(codes.values()) - states:
+        problems.append(f"{panel['title']!r}: {sorted(unknown)} are no detector states")
+    options = panel["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    problems += [
+        f"{panel['title']!r}: code {code} maps to {options.get(code, {}).get('text')!r}, not {state!r}"
+        for code, state in codes.items()
+        if options.get(code, {}).get("text") != state
+    ]
+    return problems
+
+
 @pytest.mark.parametrize("path", DASHBOARDS, ids=_ids(DASHBOARDS))
 def test_every_detector_state_has_its_code_and_its_name(path: Path) -> None:
     """A state the folding query leaves out sums to 0 and shows as "unknown" (the faults dashboard once showed
     an overload so); every state the detector has is folded into a code, and the code's mapping names it."""
-    from chaosd.admission.detector import DetectorState  # noqa: PLC0415 - the only test here that needs chaosd
-
-    states = {s.value for s in DetectorState}
-    panels = [p for p in _query_panels(_load(path)) if any("chaosd_detector_state" in t["expr"] for t in p["targets"])]
-    for panel in panels:
-        codes = {code: state for t in panel["targets"] for code, state in _STATE_CODE.findall(t["expr"])}
-        assert set(codes.values()) == states, (panel["title"], codes)
-        options = panel["fieldConfig"]["defaults"]["mappings"][0]["options"]
-        assert {code: options[code]["text"] for code in codes} == codes, panel["title"]
+    states = _detector_states()
+    panels = _state_panels(_load(path))
+    assert [problem for panel in panels for problem in _state_coverage_problems(panel, states)] == []
     assert panels or path.name != "chaosd-overview.json"
+
+
+def test_a_detector_state_left_out_of_a_panel_is_caught() -> None:
+    """The negative control: the overview's state panel without metastable, or with its mapping dropped."""
+    states = _detector_states()
+    (panel,) = _state_panels(_load(DASHBOARD_DIR / "chaosd-overview.json"))
+    assert "metastable" in states and _state_coverage_problems(panel, states) == []
+    target = panel["targets"][0]
+    unfolded = {
+        **panel,
+        "targets": [{**target, "expr": re.sub(r' or \d+ \* [^}]*state="metastable"\}', "", target["expr"])}],
+    }
+    assert _state_coverage_problems(unfolded, states) == [
+        f"{panel['title']!r}: state metastable not folded into a code"
+    ]
+    mapping = panel["fieldConfig"]["defaults"]["mappings"][0]
+    options = {code: option for code, option in mapping["options"].items() if option["text"] != "metastable"}
+    unnamed = {**panel, "fieldConfig": {"defaults": {"mappings": [{**mapping, "options": options}]}}}
+    assert _state_coverage_problems(unnamed, states) == [f"{panel['title']!r}: code 8 maps to None, not 'metastable'"]

@@ -24,6 +24,7 @@ ALERTS = {
     "ChaosdPipelineOverloaded",
     "ChaosdPipelineCollapsed",
     "ChaosdPipelineFailing",
+    "ChaosdRetryStorm",
     "ChaosdQueueGrowingNearCapacity",
     "ChaosdLowResilienceScore",
     "ChaosdSlowRecovery",
