@@ -6,8 +6,12 @@ Every policy runs every situation with the same seed, in one run of this script:
                 Stress: the hold; goodput / 400.
 2. spike        the default config (4 workers, ~10 ms a task, 200/s offered, queue 10,000, deadline 1 s) and a
                 x100 ``load_spike`` for 20 s from t = 20 s: a spike into a full queue. Stress: the spike; / 400.
-3. retry_storm  scenarios/retry_storm.yaml (pressure failures + retries, 280/s, a 5 s spike to 800/s at 30 s) with
-                the throttle enabled and the policy set. Stress: 30 s after the spike (65 s) to the end; / 280.
+3. retry_storm  scenarios/pressure_storm.yaml (pressure failures + stage retries, 280/s, a 5 s spike to 800/s at
+                30 s) with the throttle enabled and the policy set. Stress: 30 s after the spike (65 s) to the end;
+                / 280.
+3b. callers     scenarios/retry_storm.yaml (callers that wait 1 s and retry 3 times, 200 callers/s against 400/s, a
+                10 s spike to 800/s at 30 s): a storm that holds itself without admission. Stress: 20 s after the
+                spike (60 s) to the end; goodput / 200 (the callers).
 4. pool         the default config and a 75 % ``pool_exhaustion`` for 20 s from t = 20 s (capacity 400/s -> 100/s
                 -> 400/s). Stress: the fault; / 100.
 5. stall        the default config (rho ~ 0.5) in real time, in a child process (this script with ``--child``); the
@@ -25,7 +29,7 @@ Columns (all counts from the ledger's cumulative totals read at each telemetry t
   x oracle    that goodput over the oracle's in the same situation
   p95 max     the largest 1 s window sojourn p95 of the ticks in the stress (the snapshots' ``sojourn_p95``)
   p95 all     the sojourn p95 of every task that ended in the stress (histogram difference)
-  shed        refused (any reason) / offered over the stress
+  shed        refused (any reason) / attempts offered over the stress
   admit       time to full admission: from when capacity (or the normal load) returns -- the hold's end, the
               spike's end, the fault's end, the stall's end -- to the last tick that saw a refusal before 5 s
               without any (tick resolution 0.1 s; 0 = no refusal after it; "never" = still refusing at the end)
@@ -165,7 +169,8 @@ def _scenario_settings(name: str) -> Settings:
 def situations(quick: bool) -> dict[str, Situation]:
     default = load_settings()
     overload = _scenario_settings("overload")
-    retry = _scenario_settings("retry_storm")
+    retry = _scenario_settings("pressure_storm")
+    callers = _scenario_settings("retry_storm")
     tail = 40.0 if quick else 60.0  # after a 20 s fault at 20 s
     storm_end = 150.0 if quick else retry.run.duration
     stall_len = 20.0 if quick else 60.0
@@ -201,6 +206,16 @@ def situations(quick: bool) -> dict[str, Situation]:
             divisor=280.0,
             divisor_label=f"÷280 (65–{storm_end:g} s)",
             returns=35.0,
+        ),
+        "callers": Situation(
+            "callers",
+            callers,
+            duration=callers.run.duration,
+            warmup=10.0,
+            window=(60.0, callers.run.duration),
+            divisor=200.0,
+            divisor_label=f"÷200 callers (60–{callers.run.duration:g} s)",
+            returns=40.0,
         ),
         "pool": Situation(
             "pool",
@@ -243,7 +258,7 @@ class Row(NamedTuple):
     ``limit``, ``factor`` and ``state`` are as the previous tick left them (listeners run before the throttle)."""
 
     t: float
-    offered: int
+    offered: int  # attempts offered: first ones and callers' retries
     accepted: int
     refused: int
     good: int
@@ -287,7 +302,7 @@ class Collector:
         self.rows.append(
             Row(
                 snap.t,
-                total.offered,
+                total.offered + total.retried,  # attempts: callers' retries are offered and refused too
                 total.accepted,
                 total.rejected,
                 p.ledger.good,
@@ -606,6 +621,14 @@ def targets(sits: dict[str, Situation], results: dict[tuple[str, str], Measures]
             "retry_storm leaves its metastable state (goodput >= 90 % of offered over the last 60 s)"
             + (f" [{m.last60:.2f}]" if m and m.last60 is not None else ""),
             None if m is None or m.last60 is None else m.last60 >= 0.9,
+        )
+    )
+    m = cap("callers")
+    out.append(
+        (
+            "callers' retry storm: none, or it ends (goodput >= 90 % of the callers from 20 s after the spike)"
+            + (f" [{m.share:.2f}]" if m else ""),
+            None if m is None else m.share >= 0.9,
         )
     )
     m = cap("stall")

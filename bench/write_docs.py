@@ -203,6 +203,18 @@ BENCHES = (
         markdown=True,
     ),
     Bench(
+        "metastable",
+        "Retry storms: the threshold, the ways out, the cost",
+        (),
+        "From one run: the retry_storm pipeline after a 10 s spike at loads from half to twice the predicted storm "
+        "threshold (share of seeds out of the storm at the end of 240 s runs); the ways out side by side at twice the "
+        "threshold (share of seeds back to 90 % goodput within 20 s of the spike); the default config's speed with a "
+        "callers' policy that never fires against callers that wait forever, interleaved pairs",
+        "every seed drains below the threshold and none above it; drop_expired, a 10 % budget and admission end the "
+        "storm; the callers' model costs ≤ 10 % of engine speed",
+        timeout=900.0,
+    ),
+    Bench(
         "replications",
         "Replications and sweeps on local processes",
         (),

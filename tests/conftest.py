@@ -122,6 +122,7 @@ _FILE_SECONDS = {
     "test_detector.py": 22,
     "test_simpy_callers_model.py": 22,
     "test_clients.py": 60,
+    "test_retry_storm_e2e.py": 45,
     "test_redis_scenario_memory.py": 21,
     "test_redis_scenario.py": 21,
     "test_redis_faults_more.py": 20,
