@@ -216,9 +216,10 @@ def _failing_count(c: CollapseView) -> str:
 
 
 def _failing_time(c: CollapseView) -> str:
-    """``12.0 s failing, ``: the time in the failing state, told only where there was some."""
-    failing = c.get("time_failing_s", 0.0)
-    return f"{seconds(failing)} failing, " if failing else ""
+    """``86.2 s metastable, 12.0 s failing, ``: the time in the metastable and failing states, told only where there
+    was some."""
+    failing, storm = c.get("time_failing_s", 0.0), c.get("time_metastable_s", 0.0)
+    return (f"{seconds(storm)} metastable, " if storm else "") + (f"{seconds(failing)} failing, " if failing else "")
 
 
 def _replications_line(rep: ReplicationsView) -> str:
