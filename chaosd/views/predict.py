@@ -22,10 +22,10 @@ class StormPredictionView(TypedDict):
     capacity_per_s: Annotated[
         Rate | None, Field(description="tasks/s the workers serve: workers / mean_service_s; null when it is 0")
     ]
-    timeout_s: Annotated[Duration, Field(description="clients.timeout: how long a caller waits; 0 = forever")]
+    timeout_s: Annotated[Duration, Field(description="clients.timeout: seconds a caller waits; 0 = forever")]
     wait_bound_s: Annotated[
         Duration | None,
-        Field(description="the longest wait the queue can hold: its capacity's worth, or admission's bound if lower"),
+        Field(description="seconds of the longest wait the queue can hold: its capacity's worth, or admission's bound"),
     ]
     attempts_per_caller: Annotated[
         float, Field(ge=1, description="in the bad state: 1 + retries, capped by the budget (1 + its ratio)")

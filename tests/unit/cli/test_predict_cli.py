@@ -104,14 +104,14 @@ def test_a_scenario_config_section_sets_the_callers(tmp_path: Path, capsys: pyte
 
 
 def test_a_shipped_scenario_over_a_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """retry_storm sets its own stages, queue and load; the callers come from the file under it."""
+    """pressure_storm sets its own stages, queue and load but no callers: those come from the file under it."""
     config = tmp_path / "storm.toml"
     config.write_text(STORM_TOML)
-    code, out, _ = _predict(["retry_storm", "--config", str(config)], capsys)
+    code, out, _ = _predict(["pressure_storm", "--config", str(config)], capsys)
     assert code == EXIT_OK
-    assert out.splitlines()[0] == f"retry storm prediction for retry_storm.yaml (shipped) over {config}"
+    assert out.splitlines()[0] == f"retry storm prediction for pressure_storm.yaml (shipped) over {config}"
     assert "the queue holds up to 2.5 s of waiting" in out  # its queue of 1,000 at 400/s, not the file's 10,000
-    code, out, _ = _predict(["retry_storm"], capsys)  # no clients anywhere: callers wait forever
+    code, out, _ = _predict(["pressure_storm"], capsys)  # no clients anywhere: callers wait forever
     assert code == EXIT_OK and "no storm can hold: callers wait forever (clients.timeout = 0)" in out
 
 
