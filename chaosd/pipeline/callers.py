@@ -10,6 +10,7 @@ the ledger counts first attempts as ``offered`` and the others as ``retried``.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -23,7 +24,8 @@ from chaosd.views import RefuseReason
 
 __all__ = ["BUDGET_WINDOW", "Callers"]
 
-BUDGET_WINDOW = 10.0  # seconds of first attempts and retries a retry budget compares
+BUDGET_WINDOW = 10  # seconds of first attempts and retries a retry budget compares, in whole seconds
+_SLOTS = BUDGET_WINDOW
 
 
 class Callers:
@@ -42,8 +44,11 @@ class Callers:
         self.ids: Callable[[], int] = itertools.count(1).__next__  # the producers share theirs with the callers
         self._pending: deque[Task] = deque()  # accepted attempts in order of their deadlines (offer order)
         self._timer: object = None
-        self._firsts: deque[float] = deque()  # the budget's window: when first attempts and retries were made
-        self._retried: deque[float] = deque()
+        # The budget's window: first attempts and retries per whole second of the last BUDGET_WINDOW, in a ring
+        # (bounded however long the run, and a count per attempt rather than a timestamp).
+        self._second = 0
+        self._firsts = [0] * _SLOTS
+        self._retried = [0] * _SLOTS
         # The server's hint to refused callers: how long until the queue has room (the runner supplies it).
         self.retry_after: Callable[[], float] = lambda: 0.0
         self.tracer: TaskTracer | None = None
@@ -66,7 +71,7 @@ class Callers:
         """A first attempt: its caller, who waits for it."""
         task.caller = Caller(self, via, task)
         if self._budget is not None:
-            self._firsts.append(task.offered_at)
+            self._count(self._firsts, task.offered_at)
 
     def accepted(self, task: Task) -> None:
         """The attempt waits in the queue or for room: its caller's clock runs from its offer."""
@@ -117,18 +122,25 @@ class Callers:
     # --- the caller's side ----------------------------------------------------------------------------------
 
     def _expire(self) -> None:
-        """Every attempt whose deadline has come: its caller stops waiting (the attempt stays where it is)."""
+        """Every attempt whose deadline has come: its caller stops waiting (the attempt stays where it is). Attempts
+        that already ended leave the books here too, so the next timer is for the oldest one still awaited: about
+        one timer per timeout in a healthy pipeline, not one per attempt."""
         self._timer = None
         now = self._clock.now()
         pending = self._pending
         timeout = self.timeout
-        while pending and pending[0].offered_at + timeout <= now:
-            task = pending.popleft()
+        while pending:
+            task = pending[0]
             caller = task.caller
-            if caller is not None and caller.current is task:
+            if caller is None or caller.current is not task:
+                pending.popleft()  # ended, or its caller moved on: nothing to time
+            elif task.offered_at + timeout <= now:
+                pending.popleft()
                 caller.current = None
                 self._ledger.abandon(caller.measured, "timeout")
                 self._again(caller, "timeout", 0.0)
+            else:
+                break
         if pending and timeout > 0:
             self._timer = self._clock.call_at(pending[0].offered_at + timeout, self._expire)
 
@@ -145,18 +157,28 @@ class Callers:
             delay = delay * (1.0 - backoff.jitter) + self._rng.uniform(0.0, delay * backoff.jitter)
         now = self._clock.now()
         if self._budget is not None:
-            self._retried.append(now)
+            self._count(self._retried, now)
         self._clock.call_at(now + max(delay, hint), self._retry, caller)
 
     def _budget_allows(self) -> bool:
         ratio = self._budget
         if ratio is None:
             return True
-        horizon = self._clock.now() - BUDGET_WINDOW
-        for made in (self._firsts, self._retried):
-            while made and made[0] <= horizon:
-                made.popleft()
-        return len(self._retried) + 1 <= ratio * len(self._firsts)
+        self._advance(math.floor(self._clock.now()))
+        return sum(self._retried) + 1 <= ratio * sum(self._firsts)
+
+    def _count(self, ring: list[int], t: float) -> None:
+        second = math.floor(t)
+        if second != self._second:
+            self._advance(second)
+        ring[second % _SLOTS] += 1
+
+    def _advance(self, second: int) -> None:
+        """Move the window's end to ``second``: the seconds it leaves behind are emptied for reuse."""
+        for past in range(max(self._second + 1, second - _SLOTS + 1), second + 1):
+            self._firsts[past % _SLOTS] = 0
+            self._retried[past % _SLOTS] = 0
+        self._second = max(self._second, second)
 
     def _retry(self, caller: Caller) -> None:
         t = self._clock.now()
