@@ -37,6 +37,27 @@ def inspect(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
     return EXIT_OK
 
 
+def _callers(report: ReportView) -> list[str]:
+    """Callers that retry or give up: attempts per caller, what was abandoned and wasted, and the storm threshold of
+    the policy in force (nothing while every caller waits forever for one attempt)."""
+    t, storm = report["tasks"], report.get("storm")
+    if storm is None or (storm["timeout_s"] <= 0 and not t.get("retried") and not t.get("abandoned")):
+        return []
+    callers, attempts = t["offered"], t["offered"] + t.get("retried", 0)
+    per = f" (×{attempts / callers:.2f} per caller)" if callers else ""
+    threshold = storm["threshold_per_s"]
+    where = (
+        "no storm can hold"
+        if threshold is None or not storm["storm_possible"]
+        else f"storm threshold {rate_per_s(threshold)}, the load {'above' if storm['self_sustaining'] else 'below'} it"
+    )
+    return [
+        f"callers    {callers} · attempts {attempts}{per} · abandoned {t.get('abandoned', 0)} · "
+        f"wasted {t.get('wasted', 0)} · gave up {t.get('gave_up', 0)}",
+        f"storm      {where} · {storm['reason']}",
+    ]
+
+
 def inspect_lines(report: ReportView) -> list[str]:
     """The inspect summary: score, recovery as the score judges it, fault counts, mean and p95 recovery per
     action, count causes with their shares and time causes apart, what to fix."""
@@ -60,9 +81,11 @@ def inspect_lines(report: ReportView) -> list[str]:
             f"detector   {collapse['final_state']} now · {collapse.get('alarms', collapse['count'])} alarm(s), "
             f"{collapse['count']} collapsed · {seconds(collapse.get('time_overloaded_s', 0.0))} overloaded, "
             f"{seconds(collapse['time_collapsed_s'])} collapsed"
+            + (f", {seconds(storm)} metastable" if (storm := collapse.get("time_metastable_s", 0.0)) else "")
             + (f", {seconds(failing)} failing" if (failing := collapse.get("time_failing_s", 0.0)) else "")
             + f" · {collapse.get('stalls', 0)} stall(s)"
         )
+    lines.extend(_callers(report))
     if admission:
         policy = admission.get("policy", "aimd" if admission["enabled"] else "none")
         if policy == "capacity":

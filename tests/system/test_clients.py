@@ -4,6 +4,8 @@ the ways out of a storm, the detector's name for it, the conservation laws and b
 from __future__ import annotations
 
 import functools
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -279,3 +281,23 @@ def test_every_invalid_clients_value_exits_2_naming_its_key(tmp_path: Path, line
         assert done.returncode == 2, done.stderr
         assert key in done.stderr, done.stderr
         assert not report.exists()  # nothing ran, nothing written
+
+
+def test_the_environment_sets_the_callers_and_is_checked_as_the_file_is(tmp_path: Path) -> None:
+    def chaosd(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "chaosd", *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env={**os.environ, **env},
+        )
+
+    done = chaosd("predict", "pressure_storm", "--json", CHAOSD_CLIENTS__TIMEOUT="0.5", CHAOSD_CLIENTS__RETRIES="2")
+    assert done.returncode == 0, done.stderr
+    view = json.loads(done.stdout)
+    assert (view["timeout_s"], view["attempts_per_caller"]) == (0.5, 3.0)
+    bad = chaosd("predict", "pressure_storm", CHAOSD_CLIENTS__BACKOFF__JITTER="2")
+    assert bad.returncode == 2 and "CHAOSD_CLIENTS__BACKOFF__JITTER: clients.backoff.jitter" in bad.stderr
