@@ -13,6 +13,7 @@ import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 from chaosd.config.problems import closest
 from chaosd.core.durations import parse_duration
@@ -181,15 +182,17 @@ def resolve_agents(
         return (target,)
     if target.endswith("%"):
         try:
-            share = float(target[:-1]) / 100
-        except ValueError:
+            percent = Decimal(target[:-1])
+        except InvalidOperation:
             raise FaultError("target", f"not a percentage: {target!r}") from None
-        if not 0 < share <= 1:
+        if not percent.is_finite() or not 0 < percent <= 100:
             raise FaultError("target", f"a percentage must be in (0, 100] (got {target!r})")
         pool = sorted((a for a in live if a.kind == default_kind), key=lambda a: a.id)
         if not pool:
             raise Conflict("target", f"no live {default_kind} to target")
-        count = max(1, math.ceil(share * len(pool)))
+        # The share taken exactly as written (in binary floating point 14 % of 100 is 14.000000000000002, and its
+        # ceiling 15), rounded up so a small share of a few agents still takes one.
+        count = max(1, math.ceil(percent * len(pool) / 100))
         return tuple(sorted(a.id for a in rng.sample(pool, count)))
     if target in kinds or target in ("random", "agent"):
         pool = sorted((a for a in live if target in ("random", "agent") or a.kind == target), key=lambda a: a.id)

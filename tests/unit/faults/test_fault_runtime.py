@@ -595,6 +595,19 @@ def test_a_percentage_picks_that_share_of_the_live_default_kind() -> None:
     assert len(targets) == 2 and set(targets) <= {"worker-1", "worker-2", "worker-3"}
 
 
+@pytest.mark.parametrize(
+    ("workers", "target", "taken"), [(100, "14%", 14), (100, "0.5%", 1), (3, "34%", 2), (10, "29%", 3)]
+)
+def test_a_percentage_takes_the_exact_share_rounded_up(workers: int, target: str, taken: int) -> None:
+    """⌈p·n/100⌉ of the n live agents, computed from the percentage as written: 14 % of 100 is 14 (in binary
+    floating point 0.14 × 100 is 14.000000000000002, whose ceiling took 15), never more than asked but at least one."""
+    rt = _fake()
+    for agent in [a for a in rt.agents.values() if a.kind == "worker"]:
+        del rt.agents[agent.id]
+    rt.agents.update({f"worker-{i}": FakeAgent(f"worker-{i}", "worker") for i in range(workers)})
+    assert len(CATALOGUE["pause_agent"].resolve(rt, target, random.Random(1))) == taken
+
+
 def test_no_live_agent_of_the_kind_is_a_conflict() -> None:
     rt = _fake()
     for i in range(4):
