@@ -201,7 +201,9 @@ def _auth(token: str | None) -> Middleware:
         if token and routed and request.method not in ("GET", "HEAD", "OPTIONS"):
             header = request.headers.get("Authorization", "")
             scheme, _, given = header.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            # Header bytes that are not UTF-8 reach us as surrogates: compared as the bytes they were, never raised.
+            sent = given.strip().encode("utf-8", "surrogateescape")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(sent, token.encode()):
                 return _error(401, "missing or wrong bearer token", "Authorization")
         return await handler(request)
 

@@ -253,3 +253,18 @@ def test_two_hundred_sse_subscribers_that_never_read(daemon: Daemon) -> None:
     after = _state(daemon)
     assert after["faults_active"] == 0 and after["lever"] == before["lever"]
     assert len(after["faults"]) == len(before["faults"]) + 3
+
+
+@pytest.mark.parametrize("credential", [b"\xff", b"\xc3\xa9t\xc3\xa9", b"\x80abc", b"Bearer", b""])
+def test_a_malformed_or_non_ascii_credential_is_401_and_counted(daemon: Daemon, credential: bytes) -> None:
+    before, refused = _state(daemon), _metric(daemon, 'chaosd_api_refused_total{reason="unauthorized"}')
+    body = b'{"action": "kill_agent"}'
+    raw = (
+        b"POST /api/v1/faults HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer " + credential + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n"
+        b"Connection: close\r\n\r\n" + body
+    )
+    error = _assert_error(_exchange(daemon, raw), 401)
+    assert error["field"] == "Authorization"
+    assert _metric(daemon, 'chaosd_api_refused_total{reason="unauthorized"}') == refused + 1
+    assert _state(daemon) == before
