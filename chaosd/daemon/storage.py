@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from chaosd.core.clock import unix_time
 from chaosd.core.errors import ChaosdError
-from chaosd.daemon.storage_file import FileWatch, dumps, open_file, unwritable
+from chaosd.daemon.storage_file import FileWatch, dumps, hold_lock, open_file, unwritable
 from chaosd.daemon.storage_reader import HistoryReader
 from chaosd.daemon.storage_writer import Args, StorageWriter
 from chaosd.views import EventKind, EventView, FaultView, ReportView, RunBody, RunStatus, RunSummary
@@ -72,6 +73,7 @@ class Storage:
         self._watch: FileWatch | None = None  # from open() on
         self._wall_clock = wall_clock
         self._state = "new"  # → opening → open → closed
+        self._lock: int | None = None  # the storage path's lock, held from open() to close()
 
     async def open(self) -> None:
         """Create or migrate the file, abort what a dead process left running, then start the writer."""
@@ -79,13 +81,17 @@ class Storage:
             raise RuntimeError(f"storage {self.path} is {self._state}: open() runs once")
         self._state = "opening"
         try:
+            # The lock first: a second daemon on this file stops here, before it marks the first one's run aborted.
+            self._lock = await asyncio.to_thread(hold_lock, self.path)
             # Recovery runs before the writer starts: nothing this process enqueues is taken for a leftover.
             opened = await asyncio.to_thread(open_file, self.path, self._wall_clock)
         except (OSError, sqlite3.Error) as exc:
+            self._unlock()
             self._state = "new"
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ChaosdError(f"cannot open the history at {self.path} (storage.path): {why}") from exc
         except BaseException:
+            self._unlock()
             self._state = "new"
             raise
         self.aborted_at_open = opened.aborted
@@ -99,9 +105,15 @@ class Storage:
             log.warning("%s: runs left unfinished, now aborted: %s", self.path, ", ".join(self.aborted_at_open))
 
     async def close(self) -> None:
-        """Write everything queued, stop the writer and close the file. Idempotent."""
+        """Write everything queued, stop the writer and close the file, then let the storage path go. Idempotent."""
         self._state = "closed"
         await self._writer.stop()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     @property
     def write_errors(self) -> int:

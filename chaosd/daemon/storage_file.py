@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -91,6 +92,32 @@ class OpenedFile:
     db: sqlite3.Connection  # for the writer thread, from then on its only user
     identity: tuple[int, int]  # (st_dev, st_ino) of the file opened
     aborted: list[str]  # the runs a dead process left unfinished, aborted now
+
+
+def hold_lock(path: Path) -> int:
+    """An exclusive OS lock on ``path``'s lock file (``<path>.lock``, beside it), held through the returned file
+    descriptor until it is closed or the process ends: one daemon per storage path. The holder's PID is written in
+    it, so a second daemon can name it. Blocking (briefly). Raises ChaosdError when another process holds it."""
+    if (problem := unwritable(path)) is not None:
+        raise OSError(errno.ENOTDIR, problem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise ChaosdError(
+            f"the history at {path} (storage.path) is in use by another chaosd (PID {holder}): one daemon per "
+            "storage path; stop it, or give this one another storage.path"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def open_file(path: Path, wall_clock: Callable[[], float]) -> OpenedFile:

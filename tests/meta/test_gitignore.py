@@ -60,6 +60,6 @@ def test_the_files_chaosd_writes_by_default_are_ignored_by_git(tmp_path: Path) -
     assert status.stdout.splitlines() == ["?? .gitignore"]
     # The daemon's defaults too: its report, and its SQLite history under storage.path.
     s = load_settings(None)
-    for path in (s.daemon.report, s.run.report, s.storage.path, "chaosd-token"):
+    for path in (s.daemon.report, s.run.report, s.storage.path, f"{s.storage.path}.lock", "chaosd-token"):
         ignored = subprocess.run([git, "check-ignore", "-q", "--no-index", str(path)], check=False, cwd=tmp_path)
         assert ignored.returncode == 0, f"{path} is not ignored by .gitignore"
