@@ -82,7 +82,7 @@ class Books:
             if task is None:
                 task = Task(tid, r.accepted - offset, r.measured)
                 task.accepted_at = r.accepted - offset
-            if r.first_dispatch and first:
+            if r.first_dispatch and first and r.reason != "expired":  # dropped unserved: it never began, as in memory
                 self._wait.add(r.started - r.accepted)
             self._busy.area += r.ended - r.started
             if r.reason:
