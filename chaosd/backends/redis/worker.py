@@ -124,7 +124,6 @@ class RedisWorker:
         self._offset = 0.0
         self.current: str | None = None
         self.served = 0
-        self.expired = 0  # taken after their caller's deadline, and dropped unserved
         self.dropped = 0
         self._dropped_reported = 0
         self.round_trips = 0  # pipelines sent (serving and heartbeats): the benchmark's round trips per task
@@ -285,7 +284,6 @@ class RedisWorker:
     def _expired(self, entry: str, fields: dict[str, str]) -> _Outcome:
         """A task whose caller stopped waiting before it was taken (its deadline, ``x``, is past: ``drop_expired``):
         dropped unserved, at no service cost, and failed as expired."""
-        self.expired += 1
         now = self._redis_now()
         return _Outcome(entry, fields, "expired", False, now, now)
 
