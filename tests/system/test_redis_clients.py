@@ -1,6 +1,7 @@
 """Callers on the Redis backend, in real time: a spike leaves a retry storm that outlives it, callers who never retry
 recover, every attempt and caller is accounted for, and deadline propagation (``drop_expired``, pushed at run time)
-ends the storm in the worker processes. Real redis-server on loopback, a real worker process."""
+ends the storm in the worker processes, which drop what waited past its caller's deadline. Real redis-server on
+loopback, a real worker process."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from chaosd.config.settings import deep_merge, load_settings
 from chaosd.experiment.runner import Experiment, run_offline
 from chaosd.views import ReportView, TimelinePoint
 
-# Three runs of 20 s of real time each, one worker process at 50 tasks/s beside the daemon.
-pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+pytestmark = pytest.mark.timeout(240)
 shared_redis = redis_harness.shared_redis
+# The storm's three runs take 20 s of real time each, one worker process at 50 tasks/s beside the daemon.
+slow = pytest.mark.slow
 
 MEAN = 0.02
 CAPACITY = 1 / MEAN  # one worker process: 50 completions per second
@@ -86,6 +88,7 @@ def _after(report: ReportView, key: str) -> float:
     return statistics.fmean(float(p[key]) for p in points if p["t"] > AFTER + 1e-9)  # type: ignore[literal-required]
 
 
+@slow
 def test_a_spike_leaves_a_storm_on_redis_that_outlives_it_and_callers_who_never_retry_recover(
     run: Callable[[str], ReportView],
 ) -> None:
@@ -103,6 +106,7 @@ def test_a_spike_leaves_a_storm_on_redis_that_outlives_it_and_callers_who_never_
     assert calm["tasks"]["retried"] == 0 and calm["tasks"]["wasted"] > 0  # the spike's callers did time out
 
 
+@slow
 @pytest.mark.parametrize("name", list(RUNS))
 def test_attempts_and_callers_are_conserved_on_redis(run: Callable[[str], ReportView], name: str) -> None:
     t = run(name)["tasks"]
@@ -122,6 +126,7 @@ def test_attempts_and_callers_are_conserved_on_redis(run: Callable[[str], Report
         assert t["retried"] > t["offered"], t  # the storm's retries: more of them than callers
 
 
+@slow
 def test_drop_expired_pushed_at_run_time_ends_the_storm_in_the_worker_processes(
     run: Callable[[str], ReportView],
 ) -> None:
@@ -136,3 +141,53 @@ def test_drop_expired_pushed_at_run_time_ends_the_storm_in_the_worker_processes(
     storm = run("storm")
     assert "expired" not in storm["tasks"]["failed_by"]
     assert _after(storm, "goodput_per_s") < 0.05 * RATE
+
+
+# --- the worker process's drop, on its own -------------------------------------------------------------------------
+
+PAUSE = 1.0  # seconds the worker process is stopped (SIGSTOP): 20 attempts queue, most past their 0.3 s deadline
+
+
+async def _until(exp: Experiment, ready: Callable[[], bool], within: float) -> None:
+    deadline = exp.clock.now() + within
+    while not ready():
+        assert exp.clock.now() < deadline, "not within the deadline"
+        await exp.clock.sleep(0.02)
+
+
+async def _pause_once(exp: Experiment) -> None:
+    ledger = exp.pipeline.ledger
+    await _until(exp, lambda: ledger.total.completed >= 20, 15.0)  # the worker process serves
+    record = exp.injector.inject("pause_agent", "worker-0", {}, PAUSE)
+    await _until(exp, lambda: not record.active, 5.0)
+    backlog = ledger.total.accepted
+    ended = lambda: ledger.total.completed + ledger.total.failed  # noqa: E731
+    await _until(exp, lambda: ended() >= backlog + 10, 10.0)  # the backlog is through, and ten more after it
+    exp.stop.set()
+
+
+@pytest.mark.parametrize("drop_expired", [True, False])
+def test_a_worker_process_drops_entries_past_their_callers_deadline_unserved(
+    shared_redis: RedisServer, drop_expired: bool
+) -> None:
+    settings = load_settings(
+        None,
+        redis_settings(
+            shared_redis.emptied().url,
+            stages=[{"name": "work", "kind": "compute", "service": {"distribution": "constant", "mean": MEAN}}],
+            workers={"count": 1},
+            orchestrator={"replicas": 1},
+            load={"rate": RATE, "producers": 1, "arrival": "constant", "deadline": 0},
+            throttle={"enabled": False},
+            clients={"timeout": 0.3, "drop_expired": drop_expired},
+        ),
+    )
+    t = run_offline(settings, duration=60.0, warmup=0.0, virtual=False, plan=_pause_once)["tasks"]
+    expired = t["failed_by"].get("expired", 0)
+    if drop_expired:
+        # What waited past 0.3 s of the pause is dropped when the worker takes it again; what it serves is, but for
+        # the few taken just before their deadline, in time.
+        assert expired >= 10 and t["wasted"] <= 5, t
+    else:
+        assert expired == 0 and t["wasted"] >= 15, t  # the control: the same backlog, all of it served, for nobody
+    assert t["abandoned_by"].get("timeout", 0) >= 15 and t["lost"] == 0, t
