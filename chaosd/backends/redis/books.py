@@ -82,7 +82,8 @@ class Books:
             if task is None:
                 task = Task(tid, r.accepted - offset, r.measured)
                 task.accepted_at = r.accepted - offset
-            if r.first_dispatch and first:
+            served = r.reason != "expired"  # else dropped unserved (drop_expired): no wait, no service, as in memory
+            if r.first_dispatch and first and served:
                 self._wait.add(r.started - r.accepted)
             self._busy.area += r.ended - r.started
             if r.reason:
@@ -92,5 +93,5 @@ class Books:
                     self._sojourn.add(r.ended - r.accepted)
                 ledger.complete(task, r.ended - offset, r.degraded)
             worker = agents.get(r.worker)
-            if worker is not None:
+            if worker is not None and served:
                 worker.served += 1

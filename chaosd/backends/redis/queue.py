@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 
 from chaosd.backends.redis.scripts import ADMIT, Keys, Sha
 from chaosd.core.clock import Clock
+from chaosd.pipeline.callers import Callers
 from chaosd.pipeline.ledger import Ledger
 from chaosd.pipeline.producer import Producer
 from chaosd.pipeline.queue import IngressQueue
@@ -39,7 +40,8 @@ class _Offer:
     task: Task
     fields: str  # the stream entry's fields and values, as the admission script takes them
     at: float  # when it was (last) submitted: its acceptance time if Redis takes it
-    counted: bool = False  # in the ledger's offers already (a retried ``block`` offer)
+    counted: bool = False  # in the ledger's offers (or retries) already: a ``block`` offer submitted again
+    retry: bool = False  # a caller's retry: booked as a retry, and never waits for room
 
 
 def still_cancelled() -> None:
@@ -53,9 +55,19 @@ def still_cancelled() -> None:
 class RedisQueue(IngressQueue):
     """The stream seen from the daemon: admission, and the depth the monitor last read."""
 
-    def __init__(self, capacity: int, when_full: str, clock: Clock, ledger: Ledger, keys: Keys, poll: float) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        when_full: str,
+        clock: Clock,
+        ledger: Ledger,
+        keys: Keys,
+        poll: float,
+        callers: Callers | None = None,
+    ) -> None:
         super().__init__(capacity, when_full, clock)
         self._ledger = ledger
+        self._callers = callers
         self._keys = keys
         self._poll = poll
         self._client: Redis | None = None
@@ -141,41 +153,62 @@ class RedisQueue(IngressQueue):
             await self._room.wait()
             if self.closed:
                 return
+        self.submit(task)
+
+    def submit(self, task: Task, *, retry: bool = False) -> None:
+        """Put the offer of ``task`` in the next batch, now (a caller's retry cannot wait for the window: its
+        caller's clock is already running)."""
         now = self._clock.now()
-        stamp = repr(now + self.offset)
+        offset = self.offset
+        stamp = repr(now + offset)
         measured = "1" if task.measured else "0"
-        fields = f"i {task.id} r {self.run_id} o {task.offered_at + self.offset!r} a {stamp} m {measured} n 0"
+        fields = f"i {task.id} r {self.run_id} o {task.offered_at + offset!r} a {stamp} m {measured} n 0"
+        callers = self._callers
+        if task.caller is not None and callers is not None and callers.drop_expired and callers.timeout > 0:
+            # Deadline propagation: when its caller stops waiting, on Redis's clock, for the worker to compare.
+            fields += f" x {task.offered_at + callers.timeout + offset!r}"
         header = traceparent(task.trace) if task.trace is not None else None
         if header is not None:
             fields += f" t {header}"  # a sampled task: the worker process continues its trace
         self.submitting.add(task.id)
-        self._outbox.append(_Offer(task, fields, now))
+        self._outbox.append(_Offer(task, fields, now, retry=retry))
         self._wake.set()
 
     def _answer(self, offer: _Offer, status: int) -> None:
-        """Book Redis's answer to one offer: accepted or refused in the ledger, or waiting for room (``block``)."""
+        """Book Redis's answer to one offer: accepted or refused in the ledger, or waiting for room (``block``).
+        A caller counted its attempt accepted when it was submitted: a refusal is news to it."""
         task = offer.task
         ledger = self._ledger
         if not offer.counted:
-            ledger.offer(task)  # offered once it has an answer: a run cut short mid-call leaves no orphan
+            # Offered once it has an answer: a run cut short mid-call leaves no orphan.
+            if offer.retry:
+                ledger.retry(task)
+            else:
+                ledger.offer(task)
             offer.counted = True
+        reason: RefuseReason
         if status == _ACCEPTED:
             task.accepted_at = offer.at
             ledger.accept(task)
             self.recent.add(task.id)
-        elif status == _UNAVAILABLE:
+            self.submitting.discard(task.id)
+            return
+        if status == _UNAVAILABLE:
             self.unavailable += 1
-            ledger.refuse(task, "unavailable")
+            reason = "unavailable"
         elif self.throttles():
-            ledger.refuse(task, "shed")  # over admission control's limit, whatever when_full says
-        elif self.when_full != "block":
-            ledger.refuse(task, "dropped" if self.when_full == "drop" else "queue_full")
-        else:
+            reason = "shed"  # over admission control's limit, whatever when_full says
+        elif self.when_full == "block" and not offer.retry:  # a retry never waits for room, as in memory
             self.blocked.append(task)
             self.max_blocked = max(self.max_blocked, len(self.blocked))
             self._retry.append(offer)
             return
+        else:
+            reason = "dropped" if self.when_full == "drop" else "queue_full"
+        ledger.refuse(task, reason)
         self.submitting.discard(task.id)
+        if task.caller is not None and self._callers is not None:
+            self._callers.refused(task, reason)
 
     async def _wait(self) -> None:
         """Until a producer offers, or the offers waiting for room are due again (``backend.poll`` later)."""
@@ -251,6 +284,11 @@ class RedisProducer(Producer):
 
     def _emit(self, t: float) -> Task | None:
         task = self._new_task(t)
+        callers = self._callers
+        if callers is not None and not callers.on:
+            callers = None
+        if callers is not None:
+            callers.arrived(task, self)
         factor = self._admission.factor
         reason: RefuseReason | None = None
         if self.agent.partitioned:
@@ -258,9 +296,33 @@ class RedisProducer(Producer):
         elif factor < 1.0 and self._throttled(factor):
             reason = "throttled"
         else:
+            if callers is not None:
+                # Its caller's clock runs from the offer; a refusal from Redis reaches it later (RedisQueue._answer).
+                callers.accepted(task)
             return task  # run() awaits queue.put(task), which offers it and accepts or refuses it
         self._ledger.offer(task)
         self._ledger.refuse(task, reason)
+        if callers is not None:
+            callers.refused(task, reason)
+        return None
+
+    def offer_retry(self, task: Task, t: float) -> RefuseReason | None:
+        """A caller's retry: refused at once when partitioned or throttled, else submitted without waiting for
+        Redis, and None (accepted for now: the caller's clock runs from ``t``). Redis's answer is booked when it
+        comes, as a retry; a refusal then reaches the caller through ``RedisQueue._answer``."""
+        factor = self._admission.factor
+        reason: RefuseReason | None = None
+        if self.agent.partitioned:
+            reason = "partitioned"
+        elif factor < 1.0 and self._throttled(factor):
+            reason = "throttled"
+        if reason is not None:
+            self._ledger.retry(task)
+            self._ledger.refuse(task, reason)
+            return reason
+        queue = self._queue
+        assert isinstance(queue, RedisQueue)  # a RedisProducer offers only to the stream
+        queue.submit(task, retry=True)
         return None
 
     def restart_clock(self, shift: float) -> None:

@@ -47,8 +47,9 @@ def redis_backend(core: Core) -> Parts[Pipeline]:
     stream, workers that stand for the processes, and the runtime that runs those."""
     settings = core.settings
     keys = Keys.of(settings.backend)
+    queue = settings.queue
     stream = RedisQueue(
-        settings.queue.capacity, settings.queue.when_full, core.clock, core.ledger, keys, settings.backend.poll
+        queue.capacity, queue.when_full, core.clock, core.ledger, keys, settings.backend.poll, core.callers
     )
     lease = RedisDispatch(orchestrators(settings))
     busy = RemoteBusy(core.t0)

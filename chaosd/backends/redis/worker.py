@@ -225,14 +225,24 @@ class RedisWorker:
             if isinstance(read, RedisError):
                 await self._clock.sleep(_RETRY)
                 continue
-            for _, entries in read or ():
-                for entry, fields in entries:
-                    if not self._resume.is_set():
-                        break  # paused or cut off mid-batch: the rest stay pending until their lease ends
-                    if self.control.drop and self._rng.random() < self.control.drop:
-                        self.dropped += 1  # the delivery never arrives; the task lease brings it back
-                        continue
-                    done.append(await self._walk(entry, fields))
+            await self._take(read, done)
+
+    async def _take(
+        self, read: list[tuple[str, list[tuple[str, dict[str, str]]]]] | None, done: list[_Outcome]
+    ) -> None:
+        """Serve what one read delivered, in order; each outcome joins ``done`` for the next round trip."""
+        for _, entries in read or ():
+            for entry, fields in entries:
+                if not self._resume.is_set():
+                    break  # paused or cut off mid-batch: the rest stay pending until their lease ends
+                if self.control.drop and self._rng.random() < self.control.drop:
+                    self.dropped += 1  # the delivery never arrives; the task lease brings it back
+                    continue
+                expires = fields.get("x")  # the caller's deadline, with drop_expired
+                if expires is not None and self._redis_now() >= float(expires):
+                    done.append(self._expired(entry, fields))
+                    continue
+                done.append(await self._walk(entry, fields))
 
     async def _load(self, script: Sha) -> bool:
         try:
@@ -270,6 +280,12 @@ class RedisWorker:
     def _walk_ended(self) -> None:
         if self._walking is not None and not self._walking.done():
             self._walking.set_result(None)
+
+    def _expired(self, entry: str, fields: dict[str, str]) -> _Outcome:
+        """A task whose caller stopped waiting before it was taken (its deadline, ``x``, is past: ``drop_expired``):
+        dropped unserved, at no service cost, and failed as expired."""
+        now = self._redis_now()
+        return _Outcome(entry, fields, "expired", False, now, now)
 
     async def _walk(self, entry: str, fields: dict[str, str]) -> _Outcome:
         """The task a stream entry carries along the current route; a sampled one continues its producer's trace."""

@@ -1,0 +1,193 @@
+"""Callers on the Redis backend, in real time: a spike leaves a retry storm that outlives it, callers who never retry
+recover, every attempt and caller is accounted for, and deadline propagation (``drop_expired``, pushed at run time)
+ends the storm in the worker processes, which drop what waited past its caller's deadline. Real redis-server on
+loopback, a real worker process."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis_harness
+from redis_harness import RedisServer, redis_settings
+
+from chaosd.config.settings import deep_merge, load_settings
+from chaosd.experiment.runner import Experiment, run_offline
+from chaosd.views import ReportView, TimelinePoint
+
+pytestmark = pytest.mark.timeout(240)
+shared_redis = redis_harness.shared_redis
+# The storm's three runs take 20 s of real time each, one worker process at 50 tasks/s beside the daemon.
+slow = pytest.mark.slow
+
+MEAN = 0.02
+CAPACITY = 1 / MEAN  # one worker process: 50 completions per second
+RATE = 20.0  # callers per second: above the storm's threshold CAPACITY / (retries + 1) = 12.5, below CAPACITY
+TIMEOUT, RETRIES = 0.5, 3
+TRIGGER_END = 5.0  # the spike: 2 to 5 s at twice the capacity
+AFTER = 12.0  # judged from 7 s after the trigger ended to the run's end
+DURATION = 20.0
+PUSHED_AT = TRIGGER_END
+
+
+def _settings(url: str, clients: dict[str, Any]) -> Any:
+    overlay = redis_settings(
+        url,
+        stages=[{"name": "work", "kind": "compute", "service": {"distribution": "exponential", "mean": MEAN}}],
+        workers={"count": 1},
+        orchestrator={"replicas": 1},
+        load={
+            "rate": RATE,
+            "producers": 1,
+            "deadline": 0,
+            "phases": [{"type": "spike", "at": 2.0, "rate": 2 * CAPACITY, "duration": TRIGGER_END - 2.0}],
+        },
+        queue={"capacity": 100},  # 2 s of work: more than the timeout, so waiting attempts time out
+        throttle={"enabled": False},
+        run={"timeline": 1.0},
+        clients={"timeout": TIMEOUT, "retries": RETRIES} | clients,
+    )
+    # Results read back every 20 ms: the caller hears of a completion that late, and an attempt taken near its
+    # deadline ends after it (wasted). At the harness's 50 ms that margin is a tenth of the timeout.
+    return load_settings(None, deep_merge(overlay, {"backend": {"poll": 0.02}}))
+
+
+async def _push_drop_expired(exp: Experiment) -> None:
+    """Deadline propagation switched on once the spike is over, as ``chaosd clients set drop_expired=true`` would."""
+    await exp.clock.sleep_until(exp.pipeline.t0 + PUSHED_AT)
+    assert exp.configure_clients(exp.pipeline.callers.cfg.model_copy(update={"drop_expired": True})) == ["drop_expired"]
+
+
+RUNS: dict[str, tuple[dict[str, Any], Any]] = {
+    "storm": ({}, None),
+    "no retries": ({"retries": 0}, None),
+    "drop_expired pushed": ({}, _push_drop_expired),
+}
+
+
+@pytest.fixture(scope="module")
+def run(shared_redis: RedisServer) -> Iterator[Callable[[str], ReportView]]:
+    """Each run once for the module, on an emptied server."""
+    done: dict[str, ReportView] = {}
+
+    def get(name: str) -> ReportView:
+        if name not in done:
+            clients, plan = RUNS[name]
+            settings = _settings(shared_redis.emptied().url, clients)
+            done[name] = run_offline(settings, duration=DURATION, warmup=0.0, virtual=False, plan=plan)
+        return done[name]
+
+    yield get
+
+
+def _after(report: ReportView, key: str) -> float:
+    """The mean of a timeline rate over (AFTER, end]: each point covers the second before it."""
+    points: list[TimelinePoint] = report["timeline"]
+    return statistics.fmean(float(p[key]) for p in points if p["t"] > AFTER + 1e-9)  # type: ignore[literal-required]
+
+
+@slow
+def test_a_spike_leaves_a_storm_on_redis_that_outlives_it_and_callers_who_never_retry_recover(
+    run: Callable[[str], ReportView],
+) -> None:
+    storm = run("storm")
+    attempts = _after(storm, "attempts_per_s") / _after(storm, "offered_per_s")
+    assert attempts == pytest.approx(RETRIES + 1, rel=0.15), attempts  # every caller uses all its attempts
+    assert _after(storm, "goodput_per_s") < 0.05 * RATE, storm["timeline"]
+    assert _after(storm, "wasted_per_s") > 0.6 * CAPACITY  # the worker busy for callers who have left
+    states = [p["state"] for p in storm["timeline"] if p["t"] > AFTER + 1e-9]
+    assert states.count("metastable") >= 0.75 * len(states), states
+    # The control: the same spike, callers who never retry. The backlog drains and goodput comes back.
+    calm = run("no retries")
+    assert _after(calm, "attempts_per_s") == pytest.approx(_after(calm, "offered_per_s"))
+    assert _after(calm, "goodput_per_s") > 0.8 * RATE, calm["timeline"]
+    assert calm["tasks"]["retried"] == 0 and calm["tasks"]["wasted"] > 0  # the spike's callers did time out
+
+
+@slow
+@pytest.mark.parametrize("name", list(RUNS))
+def test_attempts_and_callers_are_conserved_on_redis(run: Callable[[str], ReportView], name: str) -> None:
+    t = run(name)["tasks"]
+    # Every attempt answered by Redis (or refused before it) was booked once: as a caller's first or as a retry.
+    assert t["offered"] + t["retried"] == t["accepted"] + t["rejected"], t
+    assert t["accepted"] == t["completed"] + t["failed"] + t["in_flight"] + t["lost"], t
+    assert t["lost"] == 0 and t["duplicated"] == 0, t
+    assert t["abandoned"] == sum(t["abandoned_by"].values()) == t["abandoned_by"].get("timeout", 0), t
+    good = t["completed"] - t["late"] - t["degraded"] - t["wasted"]
+    assert 0 <= t["wasted"] <= t["completed"] and good > 0, t
+    # Each caller ends once, served or given up, unless it still waits at the end: about the callers of the last
+    # (retries + 1) timeouts, twice that at most.
+    waiting = t["offered"] - good - t["gave_up"]
+    assert 0 <= waiting <= 2 * (RETRIES + 1) * TIMEOUT * RATE, t
+    assert t["gave_up"] > 0 and t["rejected_by"].get("queue_full", 0) > 0, t
+    if name != "no retries":
+        assert t["retried"] > t["offered"], t  # the storm's retries: more of them than callers
+
+
+@slow
+def test_drop_expired_pushed_at_run_time_ends_the_storm_in_the_worker_processes(
+    run: Callable[[str], ReportView],
+) -> None:
+    dropped = run("drop_expired pushed")
+    tasks = dropped["tasks"]
+    # Dropped unserved by the worker process, and nothing else failed.
+    assert tasks["failed_by"].get("expired", 0) == tasks["failed"] > 0, tasks
+    assert _after(dropped, "wasted_per_s") < 0.05 * RATE, dropped["timeline"]
+    assert _after(dropped, "goodput_per_s") > 0.8 * RATE, dropped["timeline"]
+    assert _after(dropped, "attempts_per_s") / _after(dropped, "offered_per_s") < 1.2
+    # The negative control: the same storm, with deadlines left behind, drops nothing and goes on.
+    storm = run("storm")
+    assert "expired" not in storm["tasks"]["failed_by"]
+    assert _after(storm, "goodput_per_s") < 0.05 * RATE
+
+
+# --- the worker process's drop, on its own -------------------------------------------------------------------------
+
+PAUSE = 1.0  # seconds the worker process is stopped (SIGSTOP): 20 attempts queue, most past their 0.3 s deadline
+
+
+async def _until(exp: Experiment, ready: Callable[[], bool], within: float) -> None:
+    deadline = exp.clock.now() + within
+    while not ready():
+        assert exp.clock.now() < deadline, "not within the deadline"
+        await exp.clock.sleep(0.02)
+
+
+async def _pause_once(exp: Experiment) -> None:
+    ledger = exp.pipeline.ledger
+    await _until(exp, lambda: ledger.total.completed >= 20, 15.0)  # the worker process serves
+    record = exp.injector.inject("pause_agent", "worker-0", {}, PAUSE)
+    await _until(exp, lambda: not record.active, 5.0)
+    backlog = ledger.total.accepted
+    ended = lambda: ledger.total.completed + ledger.total.failed  # noqa: E731
+    await _until(exp, lambda: ended() >= backlog + 10, 10.0)  # the backlog is through, and ten more after it
+    exp.stop.set()
+
+
+@pytest.mark.parametrize("drop_expired", [True, False])
+def test_a_worker_process_drops_entries_past_their_callers_deadline_unserved(
+    shared_redis: RedisServer, drop_expired: bool
+) -> None:
+    settings = load_settings(
+        None,
+        redis_settings(
+            shared_redis.emptied().url,
+            stages=[{"name": "work", "kind": "compute", "service": {"distribution": "constant", "mean": MEAN}}],
+            workers={"count": 1},
+            orchestrator={"replicas": 1},
+            load={"rate": RATE, "producers": 1, "arrival": "constant", "deadline": 0},
+            throttle={"enabled": False},
+            clients={"timeout": 0.3, "drop_expired": drop_expired},
+        ),
+    )
+    t = run_offline(settings, duration=60.0, warmup=0.0, virtual=False, plan=_pause_once)["tasks"]
+    expired = t["failed_by"].get("expired", 0)
+    if drop_expired:
+        # What waited past 0.3 s of the pause is dropped when the worker takes it again; what it serves is, but for
+        # the few taken just before their deadline, in time.
+        assert expired >= 10 and t["wasted"] <= 5, t
+    else:
+        assert expired == 0 and t["wasted"] >= 15, t  # the control: the same backlog, all of it served, for nobody
+    assert t["abandoned_by"].get("timeout", 0) >= 15 and t["lost"] == 0, t
