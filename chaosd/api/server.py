@@ -20,6 +20,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 
 from chaosd.config.settings import ApiConfig
+from chaosd.core.humanize import shown
 from chaosd.exporters.metrics import REFUSAL_REASONS, ServerRefusal
 
 __all__ = [
@@ -124,7 +125,8 @@ class ErrorBody(TypedDict):
 
 
 def error_body(status: int, message: str, field: str | None = None) -> ErrorBody:
-    return {"error": {"status": status, "field": field, "message": message}}
+    """An error's JSON body; its message escaped as every line chaosd prints is (a client may print it as is)."""
+    return {"error": {"status": status, "field": field, "message": shown(message)}}
 
 
 def _raw_response(status: int, message: str, extra: Mapping[str, str] | None = None) -> bytes:

@@ -31,6 +31,7 @@ from chaosd.cli.transport import (
     environment_token,
     read_token,
 )
+from chaosd.core.humanize import shown
 
 __all__ = [
     "COMMANDS",
@@ -73,9 +74,18 @@ def add_client_commands(sub: Subcommands) -> None:
     add_clients_command(sub, common)
 
 
+def _escaped(out: Out) -> Out:
+    return lambda line: out(shown(line))
+
+
 def run_client_command(args: argparse.Namespace, out: Out, err: Out) -> int:
     """Run one client subcommand; returns the exit code (messages go to ``out`` and ``err``, nothing exits)."""
     handler = _HANDLERS.get(args.command)
+    # What the daemon answers carries what users sent (reasons, labels, names): printed escaped, one line a call.
+    # JSON is printed as it came, its strings escaped by JSON itself.
+    if not getattr(args, "json", False):
+        out = _escaped(out)
+    err = _escaped(err)
     if handler is None:
         err(f"chaosd: error: {args.command!r} is not a client command")
         return EXIT_USAGE

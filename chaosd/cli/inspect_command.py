@@ -40,9 +40,9 @@ def inspect(client: Client, args: argparse.Namespace, out: Out, err: Out) -> int
 def _callers(report: ReportView) -> list[str]:
     """Callers that retry or give up: attempts per caller, what was abandoned and wasted, and the storm threshold of
     the policy in force (nothing while every caller waits forever for one attempt)."""
-    t, storm = report["tasks"], report.get("storm")
-    if storm is None or (storm["timeout_s"] <= 0 and not t.get("retried") and not t.get("abandoned")):
-        return []
+    t, storm = report.get("tasks"), report.get("storm")
+    if storm is None or t is None or (storm["timeout_s"] <= 0 and not t.get("retried") and not t.get("abandoned")):
+        return []  # no callers' policy, or a daemon older than the callers: nothing to say
     callers, attempts = t["offered"], t["offered"] + t.get("retried", 0)
     per = f" (×{attempts / callers:.2f} per caller)" if callers else ""
     threshold = storm["threshold_per_s"]

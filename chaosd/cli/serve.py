@@ -32,6 +32,7 @@ from chaosd.api.server import FrontDoor
 from chaosd.config.settings import Settings
 from chaosd.core.clock import LoopClock, new_event_loop, unix_time, wall_time
 from chaosd.core.errors import ChaosdError, ConfigError
+from chaosd.core.humanize import shown
 from chaosd.daemon.control import Controller
 from chaosd.daemon.lifecycle import LiveRun
 from chaosd.daemon.storage import unwritable
@@ -351,11 +352,21 @@ class Daemon:
         if report is None:
             self.out("chaosd: the pipeline did not stop cleanly; no report written")
             return 1
-        self.out(render_summary(report))
+        for line in render_summary(report).split("\n"):  # each line escaped by render_summary itself
+            self.out(line)
         self.out(
             f"chaosd: reverted {self.reverted or 0} active fault(s); report written to {self.settings.daemon.report}"
         )
         return 0
+
+
+class _Escaped(logging.Formatter):
+    """Log lines with their message escaped (``shown``): a reason with ESC or CR/LF in it can neither colour the
+    terminal nor forge a log line. A traceback, appended after the message, keeps its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = shown(record.message)
+        return super().formatMessage(record)
 
 
 async def _serve(settings: Settings, out: Callable[[str], None], source: str) -> int:
@@ -366,11 +377,14 @@ def serve(settings: Settings, out: Callable[[str], None], *, source: str = "api.
     """Run the daemon on a real-time loop; returns the process exit code. ``source`` names where the listening
     address came from, for the message when it cannot be bound."""
     check_bind(settings)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Escaped("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     loop = new_event_loop(virtual=False)
     asyncio.set_event_loop(loop)
     try:
-        return loop.run_until_complete(_serve(settings, out, source))
+        # Every line the daemon prints carries what users sent (reasons, labels, names): escaped, never raw.
+        return loop.run_until_complete(_serve(settings, lambda line: out(shown(line)), source))
     finally:
         asyncio.set_event_loop(None)
         loop.close()

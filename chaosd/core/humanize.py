@@ -31,10 +31,30 @@ __all__ = [
     "rate",
     "seconds",
     "secs",
+    "shown",
     "table",
     "time_causes",
     "value",
 ]
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def shown(text: str) -> str:
+    """``text`` safe for a terminal, a log line or a page: every character that is not printable (control
+    characters such as ESC, CR and LF, and format characters such as bidirectional overrides) is written as its
+    escape (``\\x1b``, ``\\r``, ``\\u202e``), so what a user supplied (a reason, a label, a name) can neither
+    colour, move nor forge a line. One function for the CLI, the daemon's log and terminal, and the API's
+    messages."""
+    if text.isprintable():
+        return text  # the usual case, at the cost of one C call
+    return "".join(c if c.isprintable() else _NAMED.get(c) or _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def secs(x: float) -> str:

@@ -21,6 +21,7 @@ from chaosd.core.humanize import (
     percent,
     rate,
     seconds,
+    shown,
     table,
     time_causes,
     value,
@@ -118,7 +119,8 @@ def render_summary(r: ReportView, before_verdict: Sequence[str] = ()) -> str:
     lines.extend(before_verdict)
     verdict = r.get("verdict") or verdict_view(r)  # a report written before verdicts: judged now
     lines.append(f"  verdict    {'pass' if verdict['passed'] else 'FAIL'}: {verdict['reason']}")
-    return "\n".join(lines)
+    # A line's user-supplied parts (a scenario's name, a lever's reason) cannot break it, colour it or forge one.
+    return "\n".join(shown(line) for line in lines)
 
 
 def _measure_lines(r: ReportView) -> list[str]:
