@@ -8,6 +8,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PLAN_FAILED",
     "EXIT_REJECTED",
+    "EXIT_REPORT_NOT_WRITTEN",
     "EXIT_SERVER",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
@@ -20,4 +21,5 @@ EXIT_UNREACHABLE = 4
 EXIT_REJECTED = 5
 EXIT_SERVER = 6
 EXIT_PLAN_FAILED = 7  # a survival or scenario run did not reach its end: failed (crashed) or stopped by another
+EXIT_REPORT_NOT_WRITTEN = 8  # the run ended, but its report could not be written where asked (kept elsewhere, named)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 from chaosd.cli.arguments import parser
 from chaosd.cli.client import COMMANDS, run_client_command
-from chaosd.cli.exits import EXIT_EXPECTATION, EXIT_INTERRUPTED, EXIT_USAGE
+from chaosd.cli.exits import EXIT_EXPECTATION, EXIT_INTERRUPTED, EXIT_REPORT_NOT_WRITTEN, EXIT_USAGE
 from chaosd.core.clock import wall_time
 from chaosd.core.errors import ConfigError, FaultError
+from chaosd.core.humanize import shown
 
 # The engine (pydantic's config models, the pipeline, numpy; aiohttp for the daemon) is imported by the commands
 # that run it: a client command such as `chaosd faults` starts on a quarter of the CPU time without it.
@@ -135,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     """``chaosd run``: one experiment offline (or ``--replications`` of it), its report written and summed up."""
     from chaosd.batch.replicate import prepare  # noqa: PLC0415
     from chaosd.experiment.plans import evaluate_expectations  # noqa: PLC0415 - the engine, only for the commands that run it
-    from chaosd.experiment.report import render_summary, write_report  # noqa: PLC0415
+    from chaosd.experiment.report import render_summary, write_report_or_keep  # noqa: PLC0415
     from chaosd.experiment.runner import run_offline  # noqa: PLC0415
     from chaosd.experiment.verdict import verdict_view  # noqa: PLC0415
 
@@ -171,11 +172,14 @@ def _run(args: argparse.Namespace) -> int:
     if scenario is not None and scenario.expect:
         report["expectations"] = evaluate_expectations(scenario.expect, report)
     report["verdict"] = verdict_view(report)
-    write_report(report, report_path)
+    written, trouble = write_report_or_keep(report, report_path)
     if not args.quiet:
         speed = f" ({report['duration_s'] / wall:.0f}× real time)" if not args.realtime and wall > 0 else ""
-        where = f"  report     {report_path} · {wall:.2f} s wall{speed}"
+        where = f"  report     {written or 'not written'} · {wall:.2f} s wall{speed}"
         _out(render_summary(report, [_layers_line(args, ready), where]))
+    if trouble is not None:
+        print(shown(trouble), file=sys.stderr, flush=True)
+        return EXIT_REPORT_NOT_WRITTEN
     return _run_exit(args, report, report_path)
 
 
@@ -227,7 +231,7 @@ def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
     """``--replications N``: N seeds on local processes (or ``--cluster``); the base seed's report, with the
     ``replications`` block and its expectations judged over every run."""
     from chaosd.batch.replicate import MAX_REPLICATIONS, prepare, replicate  # noqa: PLC0415
-    from chaosd.experiment.report import render_summary, write_report  # noqa: PLC0415
+    from chaosd.experiment.report import render_summary, write_report_or_keep  # noqa: PLC0415
 
     if args.realtime:
         return _fail(["--replications: only in virtual time (without --realtime)"])
@@ -243,8 +247,8 @@ def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
     def done(index: int, report: ReportView) -> None:
         if not args.quiet:
             score = report["score"]
-            shown = "none" if score["total"] is None else f"{score['total']:.1f} ({score['grade']})"
-            _out(f"  replication {index + 1}/{n} seed {report['seed']}: score {shown}")
+            scored = "none" if score["total"] is None else f"{score['total']:.1f} ({score['grade']})"
+            _out(f"  replication {index + 1}/{n} seed {report['seed']}: score {scored}")
 
     started = wall_time()
     try:
@@ -253,10 +257,13 @@ def _replicate(args: argparse.Namespace, spec: RunSpec) -> int:
         print("chaosd: interrupted; no report written", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     wall = wall_time() - started
-    write_report(report, report_path)
+    written, trouble = write_report_or_keep(report, report_path)
     if not args.quiet:
-        where = f"  report     {report_path} · {n} runs · {wall:.2f} s wall"
+        where = f"  report     {written or 'not written'} · {n} runs · {wall:.2f} s wall"
         _out(render_summary(report, [_layers_line(args, ready), where]))
+    if trouble is not None:
+        print(shown(trouble), file=sys.stderr, flush=True)
+        return EXIT_REPORT_NOT_WRITTEN
     if not report["verdict"]["passed"]:  # over every run: see replicate()
         return EXIT_EXPECTATION
     return 0

@@ -29,6 +29,7 @@ from aiohttp import web
 from chaosd.api import build_app
 from chaosd.api.keys import HTTP_STATS, LIMITS, REGISTRY, REPORT, STORAGE
 from chaosd.api.server import FrontDoor
+from chaosd.cli.exits import EXIT_REPORT_NOT_WRITTEN
 from chaosd.config.settings import Settings
 from chaosd.core.clock import LoopClock, new_event_loop, unix_time, wall_time
 from chaosd.core.errors import ChaosdError, ConfigError
@@ -354,6 +355,11 @@ class Daemon:
             return 1
         for line in render_summary(report).split("\n"):  # each line escaped by render_summary itself
             self.out(line)
+        final = self.live.final
+        if final.trouble is not None:
+            self.out(final.trouble)
+            self.out(f"chaosd: reverted {self.reverted or 0} active fault(s)")
+            return EXIT_REPORT_NOT_WRITTEN
         self.out(
             f"chaosd: reverted {self.reverted or 0} active fault(s); report written to {self.settings.daemon.report}"
         )

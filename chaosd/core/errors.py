@@ -45,3 +45,12 @@ class Conflict(FaultError):
 
 class Unavailable(FaultError):
     """The daemon is shutting down and takes no new work."""
+
+
+class ReportNotWritten(ChaosdError):
+    """A report that could not be written to its path: ``path``, and ``reason`` (the OS's words)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"report not written to {path}: {reason}")
+        self.path = path
+        self.reason = reason

@@ -20,7 +20,7 @@ from chaosd.core.clock import unix_time
 from chaosd.daemon.control import Controller
 from chaosd.daemon.storage import Storage
 from chaosd.events.log import Event
-from chaosd.experiment.report import write_report
+from chaosd.experiment.report import write_report_or_keep
 from chaosd.faults import FaultRecord
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import ReportView, RunStatus
@@ -36,6 +36,10 @@ class FinalReport:
     """The run's report once the pipeline has stopped cleanly (None until then)."""
 
     report: ReportView | None = None
+    # Where the report went (daemon.report, or a fallback when that could not be written) and, when it was not
+    # where asked, the one line saying so; the run's result is in the history either way.
+    written: Path | None = None
+    trouble: str | None = None
 
 
 def _cause(exc: BaseException) -> str:
@@ -97,7 +101,9 @@ class LiveRun:
         report = await self._stopped(task)
         status: RunStatus = "finished" if report is not None else "failed"
         if report is not None:
-            write_report(report, Path(self.settings.daemon.report))
+            self.final.written, self.final.trouble = write_report_or_keep(report, Path(self.settings.daemon.report))
+            if self.final.trouble is not None:
+                self.final.trouble += f"; the run's result is in the history ({storage.path}, run {self.run_id})"
             self.final.report = report
         for record in self.controller.exp.injector.faults:
             storage.fault_changed(self.run_id, record.as_dict())

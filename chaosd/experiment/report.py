@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar, cast
@@ -10,6 +12,7 @@ from typing import TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from chaosd.core.errors import ReportNotWritten
 from chaosd.core.histogram import percentiles
 from chaosd.core.humanize import (
     action_rows,
@@ -88,11 +91,33 @@ def latency_block(counts: npt.NDArray[np.int64], total: float) -> LatencyBlock:
 
 
 def write_report(report: ReportView, path: Path) -> None:
-    """Write atomically: a reader never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically: a reader never sees half a report, and a write that fails (a full disk, a read-only
+    directory) leaves no temporary file behind and raises ReportNotWritten with the OS's reason."""
+    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ReportNotWritten(str(path), exc.strerror or str(exc)) from exc
+
+
+def write_report_or_keep(report: ReportView, path: Path) -> tuple[Path | None, str | None]:
+    """Write the report where asked, else keep it in a fallback file in the system's temporary directory:
+    (where it was written, None) or (the fallback written, or None when that failed too; the one line saying so)."""
+    try:
+        write_report(report, path)
+        return path, None
+    except ReportNotWritten as exc:
+        failed = exc
+    fallback = Path(tempfile.gettempdir()) / f"chaosd-report-{os.getpid()}.json"
+    try:
+        write_report(report, fallback)
+    except ReportNotWritten as again:
+        return None, f"chaosd: {failed}; nor to {fallback}: {again.reason}: the report is lost"
+    return fallback, f"chaosd: {failed}; the report is kept in {fallback} instead"
 
 
 def _latency(block: LatencyBlock) -> str:
