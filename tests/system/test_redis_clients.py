@@ -264,21 +264,23 @@ def _conserved(t: Any) -> int:
 def test_the_abandoned_share_on_redis_agrees_with_erlang_a(reneging: Callable[[bool], ReportView]) -> None:
     control = reneging(False)
     capacity = control["throughput"]["completed_per_s"]  # the worker process never idles: its real service rate
-    assert 0.85 * CAPACITY < capacity <= 1.05 * CAPACITY, capacity
+    assert 0.75 * CAPACITY < capacity <= 1.05 * CAPACITY, capacity
     report = reneging(True)
     tasks = report["tasks"]
     measured = report["duration_s"] - report["warmup_s"]
     lam = tasks["offered"] / measured  # the callers who came, at about RHO * CAPACITY
     theory = erlang_a(1, lam, capacity, THETA)
     share = tasks["abandoned"] / tasks["offered"]
-    # About 1,650 callers: the binomial error alone is 3 % of the share; three runs of this measured 0.379, 0.406 and
-    # 0.411 against 0.379 (4.5 % spread), the control's capacity is known to about 3 %, and each skipped entry costs
-    # the worker a round trip to Redis, which pushes the share up by a few per cent. Hence 15 %, where a share of
-    # the nominal fluid model (1 - 1/ρ = 0.17) or of no reneging (0) is far outside.
-    assert share == pytest.approx(theory["p_abandon"], rel=0.15), (share, theory, capacity)
+    # About 1,700 callers in 30 s: the binomial error alone is 3 % of the share, and the busy periods correlate the
+    # hang-ups, so one run is noisier than that. Six runs measured shares 8 % below to 8 % above the theory (a
+    # standard deviation of about 6 %); the control's capacity, measured apart, is known to about 3 %, and each
+    # skipped entry costs the worker a round trip to Redis. Hence 20 % for the share (15 % for goodput, which
+    # varied half as much), where the nominal fluid model's share (1 - 1/ρ = 0.17) or no reneging (0) is far outside.
+    assert share == pytest.approx(theory["p_abandon"], rel=0.2), (share, theory, capacity)
     assert report["throughput"]["goodput_per_s"] == pytest.approx(theory["goodput"], rel=0.15), theory
     waiting = _conserved(tasks)
-    assert waiting <= 0.2 * tasks["offered"] / measured, tasks  # the queue is stable: under a fifth of a second's
+    # The queue is stable: the callers still waiting at the end are under a fifth of a second's arrivals.
+    assert waiting <= 0.2 * tasks["offered"] / measured, tasks
     assert max(p["queue_depth"] for p in report["timeline"]) < 50, report["timeline"]
 
 
