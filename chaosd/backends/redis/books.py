@@ -14,6 +14,8 @@ from chaosd.pipeline.worker import BusyMeter
 
 __all__ = ["Books", "RemoteBusy"]
 
+_UNSERVED = frozenset({"expired", "abandoned"})  # failures a worker process reports without serving the task
+
 
 class RemoteBusy(BusyMeter):
     """Busy workers (from heartbeats) and the service time they reported (utilisation's numerator)."""
@@ -82,11 +84,16 @@ class Books:
             if task is None:
                 task = Task(tid, r.accepted - offset, r.measured)
                 task.accepted_at = r.accepted - offset
-            served = r.reason != "expired"  # else dropped unserved (drop_expired): no wait, no service, as in memory
+            # Else dropped unserved (drop_expired, or the caller's patience ran out): no wait, no service, as in memory.
+            served = r.reason not in _UNSERVED
             if r.first_dispatch and first and served:
                 self._wait.add(r.started - r.accepted)
             self._busy.area += r.ended - r.started
-            if r.reason:
+            if r.reason == "abandoned" and first:
+                # The worker's take is the truth: the caller hangs up now (abandoned "patience", gave up), not at its
+                # leave time, so it is never both served and gone. The queue's hook books it as the in-memory one.
+                self._stream.on_renege(task)
+            elif r.reason:
                 ledger.fail(task, r.reason)
             else:
                 if first:

@@ -167,6 +167,11 @@ class RedisQueue(IngressQueue):
         if task.caller is not None and callers is not None and callers.drop_expired and callers.timeout > 0:
             # Deadline propagation: when its caller stops waiting, on Redis's clock, for the worker to compare.
             fields += f" x {task.offered_at + callers.timeout + offset!r}"
+        patience = self.patience  # the pipeline's draw, as the in-memory queue makes it per waiting attempt
+        if patience is not None and task.caller is not None:
+            # When its caller hangs up if still queued, on Redis's clock: the worker that takes the entry later
+            # skips it (abandoned), and only then does the daemon book the hang-up (Books.book).
+            fields += f" p {task.offered_at + patience() + offset!r}"
         header = traceparent(task.trace) if task.trace is not None else None
         if header is not None:
             fields += f" t {header}"  # a sampled task: the worker process continues its trace

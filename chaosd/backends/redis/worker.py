@@ -238,9 +238,13 @@ class RedisWorker:
                 if self.control.drop and self._rng.random() < self.control.drop:
                     self.dropped += 1  # the delivery never arrives; the task lease brings it back
                     continue
+                leaves = fields.get("p")  # when its caller hangs up if still queued (patience)
+                if leaves is not None and fields["n"] == "0" and self._redis_now() >= float(leaves):
+                    done.append(self._expired(entry, fields, "abandoned"))
+                    continue
                 expires = fields.get("x")  # the caller's deadline, with drop_expired
                 if expires is not None and self._redis_now() >= float(expires):
-                    done.append(self._expired(entry, fields))
+                    done.append(self._expired(entry, fields, "expired"))
                     continue
                 done.append(await self._walk(entry, fields))
 
@@ -281,11 +285,12 @@ class RedisWorker:
         if self._walking is not None and not self._walking.done():
             self._walking.set_result(None)
 
-    def _expired(self, entry: str, fields: dict[str, str]) -> _Outcome:
-        """A task whose caller stopped waiting before it was taken (its deadline, ``x``, is past: ``drop_expired``):
-        dropped unserved, at no service cost, and failed as expired."""
+    def _expired(self, entry: str, fields: dict[str, str], reason: Literal["expired", "abandoned"]) -> _Outcome:
+        """A task whose caller stopped waiting before it was taken: dropped unserved, at no service cost, and failed
+        as ``expired`` (its deadline, ``x``, is past: ``drop_expired``) or ``abandoned`` (its caller's patience,
+        ``p``, ran out while it was queued: it left the queue, as in memory)."""
         now = self._redis_now()
-        return _Outcome(entry, fields, "expired", False, now, now)
+        return _Outcome(entry, fields, reason, False, now, now)
 
     async def _walk(self, entry: str, fields: dict[str, str]) -> _Outcome:
         """The task a stream entry carries along the current route; a sampled one continues its producer's trace."""
