@@ -293,9 +293,13 @@ def test_a_deleted_or_replaced_file_is_reported_and_a_mark_says_whether_writes_s
         assert s.failed_since(mark) and not s.failed_since(s.mark())
         path.unlink()
         assert s.problem is not None and "was deleted" in s.problem
-        assert await s.probe() == s.problem
+        assert await s.probe() is None  # written back from the open file: what was committed is there again
+        assert [r["id"] for r in await s.runs()] == ["r"] and s.problem is None
+        path.unlink()
         path.write_bytes(b"")
         assert s.problem is not None and "was replaced" in s.problem
+        assert await s.probe() == s.problem  # another file is never written over
+        assert path.read_bytes() == b""
 
     _with_storage(path, body)
 
