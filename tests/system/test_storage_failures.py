@@ -147,6 +147,9 @@ def test_storage_made_read_only_mid_run_is_reported_and_the_daemon_serves_on_and
             assert code == 503, body
             assert state(daemon) == before
             assert daemon.proc.poll() is None and daemon.get("/api/v1/status")[0] == 200
+            # A read-only file can still be read: the history's reads go on, only changes are refused.
+            assert daemon.get("/api/v1/runs")[0] == 200
+            assert daemon.get(f"/api/v1/runs/{daemon.run_id}")[0] == 200
             assert daemon.get("/healthz")[1]["status"] == "degraded"
             assert storage_metrics(daemon)[0] == 0.0
             assert daemon.terminate() == 0  # not 135 (SIGBUS)
