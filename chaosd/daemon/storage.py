@@ -210,6 +210,8 @@ class Storage:
         identity: list[tuple[int, int]] = []
 
         def reopen(db: sqlite3.Connection) -> sqlite3.Connection:
+            if not watch.gone():
+                return db  # written back by a check just before this one (or another file is there now)
             restored, ident = restore_file(self.path, db)
             identity.append(ident)
             return restored

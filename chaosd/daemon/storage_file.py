@@ -161,6 +161,7 @@ def restore_file(path: Path, db: sqlite3.Connection) -> tuple[sqlite3.Connection
     copy = path.with_name(path.name + ".restoring")
     if (problem := unwritable(copy)) is not None:
         raise OSError(errno.EACCES, problem)
+    path.parent.mkdir(parents=True, exist_ok=True)  # its whole folder may have been deleted
     copy.unlink(missing_ok=True)  # a copy left by a process killed mid-way
     try:
         with contextlib.closing(sqlite3.connect(copy)) as target:

@@ -196,7 +196,8 @@ class StorageWriter:
             swap.error = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             new = db
         else:
-            db.close()
+            if new is not db:
+                db.close()
         swap.flush.settle()
         return new
 

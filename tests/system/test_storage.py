@@ -304,6 +304,27 @@ def test_a_deleted_or_replaced_file_is_reported_and_a_mark_says_whether_writes_s
     _with_storage(path, body)
 
 
+def test_a_history_whose_folder_was_deleted_is_written_back_once_by_checks_at_the_same_time(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "h.db"
+
+    async def body(s: Storage) -> None:
+        s.run_started("r", 1.0, {})
+        await s.flush()
+        for name in os.listdir(path.parent):
+            os.unlink(path.parent / name)
+        os.rmdir(path.parent)
+        s.run_started("lost", 2.0, {})  # refused by SQLite: the file was deleted
+        await s.flush()
+        assert await asyncio.gather(s.probe(), s.probe()) == [None, None]
+        assert [r["id"] for r in await s.runs()] == ["r"] and s.problem is None
+        assert sorted(os.listdir(path.parent)) == ["h.db", "h.db-journal"]  # no copy left beside it
+        s.run_started("after", 3.0, {})
+        await s.flush()
+        assert [r["id"] for r in await s.runs()] == ["after", "r"]
+
+    _with_storage(path, body)
+
+
 def test_a_file_an_older_chaosd_left_in_wal_mode_is_converted_and_maps_nothing(tmp_path: Path) -> None:
     path = tmp_path / "h.db"
     with contextlib.closing(sqlite3.connect(path)) as db:
