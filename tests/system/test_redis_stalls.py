@@ -73,3 +73,29 @@ def test_a_worker_process_stopped_from_outside_is_shown_dead_until_it_beats_agai
     assert seen["other"] == {"running"}  # never judged: it kept beating
     assert seen["pid_after"] == seen["pid"] and seen["restarts"] == 0  # the same process, not restarted
     assert ("dead", "lost") in seen["events"] and seen["events"][-1][0] == "alive"
+
+
+def test_a_stalled_worker_that_is_then_killed_is_restarted_as_any_dead_worker(server: RedisServer) -> None:
+    settings = load_settings(None, redis_settings(server.url, **QUIET))
+    seen: dict[str, Any] = {}
+
+    async def plan(exp: Experiment) -> None:
+        p = exp.pipeline
+        rt = p.host
+        assert isinstance(rt, RedisRuntime)
+        stopped = p.agents["worker-1"]
+        baseline = exp.injector.baseline
+        await until(exp, lambda: (b := baseline()) is not None and b.goodput > 40, 15.0, "a busy baseline")
+        pid = seen["pid"] = rt.pid("worker-1")
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        await until(exp, lambda: stopped.state == "dead", DEADLINE_S, "the stopped worker shown dead")
+        os.kill(pid, signal.SIGKILL)
+        await until(exp, lambda: rt.pid("worker-1") not in (None, pid), 10.0, "the supervisor's restart")
+        await until(exp, lambda: stopped.state == "running", DEADLINE_S, "the new process running")
+        seen["new_pid"] = rt.pid("worker-1")
+        seen["restarts"] = stopped.restart_count
+        exp.stop.set()
+
+    experiment(settings, 60.0, 1.0, plan)
+    assert seen["new_pid"] != seen["pid"] and seen["restarts"] == 1
