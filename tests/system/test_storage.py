@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from chaosd.core.errors import ChaosdError
+from chaosd.core.errors import ChaosdError, Unavailable
 from chaosd.daemon.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -321,6 +321,23 @@ def test_a_history_whose_folder_was_deleted_is_written_back_once_by_checks_at_th
         s.run_started("after", 3.0, {})
         await s.flush()
         assert [r["id"] for r in await s.runs()] == ["after", "r"]
+
+    _with_storage(path, body)
+
+
+def test_a_history_that_cannot_be_read_is_unavailable_not_an_internal_error(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+
+    async def body(s: Storage) -> None:
+        s.run_started("r", 1.0, {})
+        await s.flush()
+        assert [r["id"] for r in await s.runs()] == ["r"]  # the negative control
+        with path.open("r+b") as f:  # the same file, its header overwritten: not a database any more
+            f.write(b"\xff" * 100)
+        for read in (s.runs(), s.run("r"), s.fault("r", 1), s.events("r")):
+            with pytest.raises(Unavailable, match="cannot be read: file is not a database") as caught:
+                await read
+            assert caught.value.field == "storage"
 
     _with_storage(path, body)
 
