@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from chaosd.core.clock import unix_time
-from chaosd.core.errors import ChaosdError
-from chaosd.daemon.storage_file import FileWatch, dumps, hold_lock, open_file, unwritable
+from chaosd.core.errors import ChaosdError, Unavailable
+from chaosd.daemon.storage_file import FileWatch, dumps, hold_lock, open_file, restore_file, unwritable
 from chaosd.daemon.storage_reader import HistoryReader
 from chaosd.daemon.storage_writer import Args, StorageWriter
 from chaosd.views import EventKind, EventView, FaultView, ReportView, RunBody, RunStatus, RunSummary
@@ -74,6 +74,7 @@ class Storage:
         self._wall_clock = wall_clock
         self._state = "new"  # → opening → open → closed
         self._lock: int | None = None  # the storage path's lock, held from open() to close()
+        self._not_restored: str | None = None  # why the last write-back of a deleted file failed
 
     async def open(self) -> None:
         """Create or migrate the file, abort what a dead process left running, then start the writer."""
@@ -137,6 +138,8 @@ class Storage:
             return "the writer has stopped; history is no longer recorded"
         moved = None if self._watch is None else self._watch.moved()
         if moved is not None:
+            if self._not_restored is not None and self._watch is not None and self._watch.gone():
+                return f"{self.path} was deleted while open and cannot be written back: {self._not_restored}"
             return moved
         if self._writer.failing is not None:
             return f"writes fail: {self._writer.failing}"
@@ -161,7 +164,10 @@ class Storage:
 
     async def probe(self) -> str | None:
         """Write one row now, through the writer, in order after what is queued: None if it committed,
-        else why not. What readiness asks: the storage's health now, not its errors since the start."""
+        else why not. What readiness asks: the storage's health now, not its errors since the start. A file
+        deleted while open is written back first (:meth:`_write_back`)."""
+        if self.alive and self._watch is not None and self._watch.gone():
+            await self._write_back(self._watch)
         if (problem := self.problem) is not None and self._writer.failing is None:
             return problem  # not open, writer gone, or the file moved: a write would not tell more
         mark = self.mark()
@@ -198,6 +204,23 @@ class Storage:
         if (writer := self._open_writer("event")) is not None:
             writer.submit("event", _EVENT, lambda: (run_id, event_id, t, kind, dumps(data)), then=trim)
 
+    async def _write_back(self, watch: FileWatch) -> None:
+        """The file was deleted while open: the history the writer holds open is copied back to the path (nothing
+        committed is lost) and written from then on; writes are refused meanwhile (SQLite's own rule)."""
+        identity: list[tuple[int, int]] = []
+
+        def reopen(db: sqlite3.Connection) -> sqlite3.Connection:
+            if not watch.gone():
+                return db  # written back by a check just before this one (or another file is there now)
+            restored, ident = restore_file(self.path, db)
+            identity.append(ident)
+            return restored
+
+        self._not_restored = await self._writer.swap(reopen)
+        if identity:
+            watch.adopt(identity[0])
+            log.warning("storage: %s was written back from the open file; recording goes on", self.path)
+
     def _open_writer(self, what: str) -> StorageWriter | None:
         """The writer while storage is open; otherwise the write ``what`` is refused (counted, in its order)."""
         if self._state != "open":
@@ -205,21 +228,28 @@ class Storage:
             return None
         return self._writer
 
-    # The reads, by the names the API has always called (the same as ``reads``'s).
+    # The reads, by the names the API has always called (the same as ``reads``'s). Each raises Unavailable (503)
+    # when the path does not name the history being recorded (deleted, replaced) or cannot be read.
+    def _readable(self) -> HistoryReader:
+        moved = None if self._state != "open" or self._watch is None else self._watch.moved()
+        if moved is not None:
+            raise Unavailable("storage", f"the history cannot be read: {moved}")
+        return self.reads
+
     async def runs(self, limit: int = 100) -> list[RunSummary]:
         """Newest first."""
-        return await self.reads.runs(limit)
+        return await self._readable().runs(limit)
 
     async def run(self, run_id: str, faults_after: int = 0, faults_limit: int = 1000) -> RunBody | None:
         """A run with one page of its faults: ids above ``faults_after``, at most ``faults_limit`` of them."""
-        return await self.reads.run(run_id, faults_after, faults_limit)
+        return await self._readable().run(run_id, faults_after, faults_limit)
 
     async def faults(self, run_id: str | None = None, *, after: int = 0, limit: int = -1) -> list[FaultView]:
         """One run's faults by id (those above ``after``, ``limit`` at most), or every run's, oldest run first."""
-        return await self.reads.faults(run_id, after=after, limit=limit)
+        return await self._readable().faults(run_id, after=after, limit=limit)
 
     async def fault(self, run_id: str, fault_id: int) -> FaultView | None:
-        return await self.reads.fault(run_id, fault_id)
+        return await self._readable().fault(run_id, fault_id)
 
     async def events(self, run_id: str, after_id: int = 0, limit: int = 1000) -> list[EventView]:
-        return await self.reads.events(run_id, after_id, limit)
+        return await self._readable().events(run_id, after_id, limit)

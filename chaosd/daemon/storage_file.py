@@ -18,7 +18,7 @@ from typing import Any
 from chaosd.core.errors import ChaosdError
 from chaosd.views import FaultView
 
-__all__ = ["FileWatch", "OpenedFile", "dumps", "loads", "open_file", "transaction", "unwritable"]
+__all__ = ["FileWatch", "OpenedFile", "dumps", "loads", "open_file", "restore_file", "transaction", "unwritable"]
 
 # The storage's logger, one name for all its parts: logging configurations select it by name.
 log = logging.getLogger("chaosd.daemon.storage")
@@ -125,14 +125,8 @@ def open_file(path: Path, wall_clock: Callable[[], float]) -> OpenedFile:
     if (problem := unwritable(path)) is not None:
         raise OSError(errno.ENOTDIR, problem)
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db = _connect(path)
     try:
-        # A rollback journal maps nothing into memory: a full, read-only or vanished file is an error
-        # that a write returns, never a SIGBUS (WAL's -shm index is mmapped). A file left in WAL mode by
-        # an older chaosd is converted here. Cost: docs/storage.md.
-        db.execute("PRAGMA journal_mode = TRUNCATE")
-        db.execute("PRAGMA synchronous = NORMAL")  # a killed process loses no committed write
-        db.execute("PRAGMA busy_timeout = 5000")
         st = os.stat(path)
         (version,) = db.execute("PRAGMA user_version").fetchone()
         if version > len(_MIGRATIONS):
@@ -143,6 +137,40 @@ def open_file(path: Path, wall_clock: Callable[[], float]) -> OpenedFile:
     except BaseException:
         db.close()
         raise
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        # A rollback journal maps nothing into memory: a full, read-only or vanished file is an error
+        # that a write returns, never a SIGBUS (WAL's -shm index is mmapped). A file left in WAL mode by
+        # an older chaosd is converted here. Cost: docs/storage.md.
+        db.execute("PRAGMA journal_mode = TRUNCATE")
+        db.execute("PRAGMA synchronous = NORMAL")  # a killed process loses no committed write
+        db.execute("PRAGMA busy_timeout = 5000")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def restore_file(path: Path, db: sqlite3.Connection) -> tuple[sqlite3.Connection, tuple[int, int]]:
+    """Write the history ``db`` holds open back at ``path``, whose file was deleted: copied whole (SQLite's backup)
+    to a file beside it, then linked in only while the path is still free, never over a file put there meanwhile
+    (FileExistsError). The connection to the copy, and its identity. Blocking: on the writer's thread."""
+    copy = path.with_name(path.name + ".restoring")
+    if (problem := unwritable(copy)) is not None:
+        raise OSError(errno.EACCES, problem)
+    path.parent.mkdir(parents=True, exist_ok=True)  # its whole folder may have been deleted
+    copy.unlink(missing_ok=True)  # a copy left by a process killed mid-way
+    try:
+        with contextlib.closing(sqlite3.connect(copy)) as target:
+            db.backup(target)  # committed and synced (journal DELETE, synchronous FULL) when it returns
+        st = os.stat(copy)  # the identity of what is linked in, whatever the path names later
+        os.link(copy, path)  # appears whole or not at all
+    finally:
+        copy.unlink(missing_ok=True)
+    return _connect(path), (st.st_dev, st.st_ino)
 
 
 def _recover(db: sqlite3.Connection, now: float) -> list[str]:
@@ -165,19 +193,28 @@ def _recover(db: sqlite3.Connection, now: float) -> list[str]:
 
 class FileWatch:
     """Whether the path still names the file opened there: one deleted or replaced while open is reported (and
-    logged once), since what is written to it from then on is lost."""
+    logged once), since SQLite refuses writes to it from then on (SQLITE_READONLY_DBMOVED)."""
 
     def __init__(self, path: Path, identity: tuple[int, int]) -> None:
         self.path = path
         self._identity = identity
         self._logged: set[str] = set()  # problems already logged, once each
 
+    def gone(self) -> bool:
+        """Nothing is at the path (deleted): the storage may write the open file back there."""
+        return not os.path.lexists(self.path)
+
+    def adopt(self, identity: tuple[int, int]) -> None:
+        """The path names this file now (written back): watched from here on, and a new problem logged again."""
+        self._identity = identity
+        self._logged.clear()
+
     def moved(self) -> str | None:
         """Why the path no longer names the open file (deleted, replaced, or not examinable); None while it does."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            why = f"{self.path} was deleted while open; nothing written now is kept (restart chaosd)"
+            why = f"{self.path} was deleted while open; written back from the open file at the next check"
         except OSError as exc:
             why = f"{self.path} cannot be examined: {exc.strerror or exc}"
         else:

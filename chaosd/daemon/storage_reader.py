@@ -1,5 +1,5 @@
 """Reading the history back: runs newest first, a run with a page of its faults, a fault, a run's events. Each read
-opens its own read-only connection in a worker thread."""
+opens its own read-only connection in a worker thread; a file that cannot be read is :class:`Unavailable` (503)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from chaosd.core.errors import Unavailable
 from chaosd.daemon.storage_file import loads
 from chaosd.views import EventKind, EventView, FaultView, RunBody, RunStatus, RunSummary
 
@@ -100,4 +101,8 @@ class HistoryReader:
             with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5.0)) as db:
                 return [decode(row) for row in db.execute(sql, args)]
 
-        return await asyncio.to_thread(read)
+        try:
+            return await asyncio.to_thread(read)
+        except (sqlite3.Error, OSError) as exc:  # gone, unreadable, not a database, or not chaosd's
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise Unavailable("storage", f"the history at {self.path} cannot be read: {why}") from None

@@ -45,6 +45,15 @@ class _Flush:
             self.done.set_result(None)
 
 
+@dataclass(slots=True)
+class _Swap:
+    """Replace the connection (the file written back), in order after the writes before it."""
+
+    reopen: Callable[[sqlite3.Connection], sqlite3.Connection]
+    flush: _Flush
+    error: str | None = None
+
+
 class StorageWriter:
     """Applies writes on one thread, in the order submitted; counts those that fail, by operation.
 
@@ -60,7 +69,7 @@ class StorageWriter:
         self._failing: str | None = None  # why the newest write failed; None once one succeeds
         self._failing_logged = False
         self._ok_at = wall_time()  # when a write last committed
-        self._queue: queue.SimpleQueue[_Write | _Flush | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Write | _Flush | _Swap | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # write_errors is counted on the loop's thread and on the writer's
         self._thread: threading.Thread | None = None
 
@@ -106,6 +115,17 @@ class StorageWriter:
             done = loop.create_future()
             self._queue.put(_Flush(loop, done))
             await done
+
+    async def swap(self, reopen: Callable[[sqlite3.Connection], sqlite3.Connection]) -> str | None:
+        """On the writer's thread, after what is queued: ``reopen`` the file (it gets the connection, returns the
+        one to use from then on; the old one is closed). None once done, else why not (the old one stays)."""
+        if not self.running:
+            return "the writer has stopped"
+        loop = asyncio.get_running_loop()
+        item = _Swap(reopen, _Flush(loop, loop.create_future()))
+        self._queue.put(item)
+        await item.flush.done
+        return item.error
 
     def submit(
         self,
@@ -153,18 +173,33 @@ class StorageWriter:
             while True:
                 batch = [self._queue.get()]
                 with contextlib.suppress(queue.Empty):
-                    while len(batch) < _MAX_BATCH:
+                    while len(batch) < _MAX_BATCH and not isinstance(batch[-1], _Swap):  # a swap ends its batch
                         batch.append(self._queue.get_nowait())
                 if writes := [item for item in batch if isinstance(item, _Write)]:
                     self._commit(db, writes)
                 for item in batch:
-                    if isinstance(item, _Flush):
+                    if isinstance(item, _Swap):
+                        db = self._swap(db, item)
+                    elif isinstance(item, _Flush):
                         item.settle()
                 if None in batch:
                     return
         finally:
             db.close()
             self._release_waiters()
+
+    @staticmethod
+    def _swap(db: sqlite3.Connection, swap: _Swap) -> sqlite3.Connection:
+        try:
+            new = swap.reopen(db)
+        except (sqlite3.Error, OSError) as exc:
+            swap.error = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            new = db
+        else:
+            if new is not db:
+                db.close()
+        swap.flush.settle()
+        return new
 
     def _release_waiters(self) -> None:
         """The thread is ending: whoever waits for a flush is told now, and what is left is counted lost."""
@@ -173,6 +208,9 @@ class StorageWriter:
                 item = self._queue.get_nowait()
                 if isinstance(item, _Flush):
                     item.settle()
+                elif isinstance(item, _Swap):
+                    item.error = "the writer stopped"
+                    item.flush.settle()
                 elif isinstance(item, _Write):
                     self._count_error(item.what, item.seq, "the writer stopped", exc=False)
 

@@ -25,6 +25,7 @@ ALERTS = {
     "ChaosdPipelineCollapsed",
     "ChaosdPipelineFailing",
     "ChaosdRetryStorm",
+    "ChaosdStorageDown",
     "ChaosdQueueGrowingNearCapacity",
     "ChaosdLowResilienceScore",
     "ChaosdSlowRecovery",

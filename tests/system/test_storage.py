@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from chaosd.core.errors import ChaosdError
+from chaosd.core.errors import ChaosdError, Unavailable
 from chaosd.daemon.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,9 +293,51 @@ def test_a_deleted_or_replaced_file_is_reported_and_a_mark_says_whether_writes_s
         assert s.failed_since(mark) and not s.failed_since(s.mark())
         path.unlink()
         assert s.problem is not None and "was deleted" in s.problem
-        assert await s.probe() == s.problem
+        assert await s.probe() is None  # written back from the open file: what was committed is there again
+        assert [r["id"] for r in await s.runs()] == ["r"] and s.problem is None
+        path.unlink()
         path.write_bytes(b"")
         assert s.problem is not None and "was replaced" in s.problem
+        assert await s.probe() == s.problem  # another file is never written over
+        assert path.read_bytes() == b""
+
+    _with_storage(path, body)
+
+
+def test_a_history_whose_folder_was_deleted_is_written_back_once_by_checks_at_the_same_time(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "h.db"
+
+    async def body(s: Storage) -> None:
+        s.run_started("r", 1.0, {})
+        await s.flush()
+        for name in os.listdir(path.parent):
+            os.unlink(path.parent / name)
+        os.rmdir(path.parent)
+        s.run_started("lost", 2.0, {})  # refused by SQLite: the file was deleted
+        await s.flush()
+        assert await asyncio.gather(s.probe(), s.probe()) == [None, None]
+        assert [r["id"] for r in await s.runs()] == ["r"] and s.problem is None
+        assert sorted(os.listdir(path.parent)) == ["h.db", "h.db-journal"]  # no copy left beside it
+        s.run_started("after", 3.0, {})
+        await s.flush()
+        assert [r["id"] for r in await s.runs()] == ["after", "r"]
+
+    _with_storage(path, body)
+
+
+def test_a_history_that_cannot_be_read_is_unavailable_not_an_internal_error(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+
+    async def body(s: Storage) -> None:
+        s.run_started("r", 1.0, {})
+        await s.flush()
+        assert [r["id"] for r in await s.runs()] == ["r"]  # the negative control
+        with path.open("r+b") as f:  # the same file, its header overwritten: not a database any more
+            f.write(b"\xff" * 100)
+        for read in (s.runs(), s.run("r"), s.fault("r", 1), s.events("r")):
+            with pytest.raises(Unavailable, match="cannot be read: file is not a database") as caught:
+                await read
+            assert caught.value.field == "storage"
 
     _with_storage(path, body)
 

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 from daemon_harness import Daemon, wait_for
 from mounts import ROOT_ONLY, fill, tmpfs
 
@@ -148,6 +147,9 @@ def test_storage_made_read_only_mid_run_is_reported_and_the_daemon_serves_on_and
             assert code == 503, body
             assert state(daemon) == before
             assert daemon.proc.poll() is None and daemon.get("/api/v1/status")[0] == 200
+            # A read-only file can still be read: the history's reads go on, only changes are refused.
+            assert daemon.get("/api/v1/runs")[0] == 200
+            assert daemon.get(f"/api/v1/runs/{daemon.run_id}")[0] == 200
             assert daemon.get("/healthz")[1]["status"] == "degraded"
             assert storage_metrics(daemon)[0] == 0.0
             assert daemon.terminate() == 0  # not 135 (SIGBUS)
@@ -156,21 +158,119 @@ def test_storage_made_read_only_mid_run_is_reported_and_the_daemon_serves_on_and
             daemon.kill()
 
 
-@pytest.mark.parametrize("how", ["deleted", "replaced"])
-def test_a_database_deleted_or_replaced_mid_run_is_detected(tmp_path: Path, how: str) -> None:
+def reading_routes(daemon: Daemon, forgotten: int) -> list[str]:
+    """Every route that reads the stored history: the runs, one run, and a fault older than those kept in memory."""
+    return ["/api/v1/runs", f"/api/v1/runs/{daemon.run_id}", f"/api/v1/faults/{forgotten}"]
+
+
+def forget_one_fault(daemon: Daemon) -> int:
+    """Inject one more fault than memory keeps (history.faults = 10): the first is then read from storage."""
+    ids = []
+    for _ in range(11):
+        code, fault = daemon.request("POST", "/api/v1/faults", {"action": "slow_agent", "ttl": 0.5})
+        assert code == 201, fault
+        ids.append(fault["id"])
+        wait_for(lambda: daemon.get(f"/api/v1/faults/{ids[-1]}")[1]["reverted_at"] is not None, 10, "the fault's end")
+    return ids[0]
+
+
+def refused_reads(daemon: Daemon, routes: list[str]) -> dict[str, tuple[int, str]]:
+    """Each route's status and its JSON error's field (or "" for a 2xx)."""
+    answers = {}
+    for route in routes:
+        code, body = daemon.get(route)
+        answers[route] = (code, body["error"]["field"] if code >= 400 else "")
+    return answers
+
+
+HISTORY_ENV = {"CHAOSD_HISTORY__FAULTS": "10"}
+
+
+def test_a_database_deleted_mid_run_answers_reads_503_and_is_written_back_whole_at_the_next_check(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "data" / "chaosd.db"
-    daemon = Daemon(tmp_path)
+    daemon = Daemon(tmp_path, env=HISTORY_ENV)
     try:
+        forgotten = forget_one_fault(daemon)
+        routes = reading_routes(daemon, forgotten)
+        assert refused_reads(daemon, routes) == dict.fromkeys(routes, (200, ""))  # the negative control
+        stored = daemon.get(f"/api/v1/runs/{daemon.run_id}")[1]
+        path.unlink()
+        assert storage_metrics(daemon)[0] == 0.0  # a scrape does not write it back: only a check that writes does
+        assert refused_reads(daemon, routes) == dict.fromkeys(routes, (503, "storage"))
+        code, body = daemon.get("/api/v1/runs")
+        assert "was deleted" in body["error"]["message"], body
+        # The next check writes the open history back at the path: nothing committed is lost, recording goes on.
+        assert daemon.get("/readyz")[0] == 200
+        assert path.is_file() and storage_metrics(daemon)[0] == 1.0
+        assert refused_reads(daemon, routes) == dict.fromkeys(routes, (200, ""))
+        assert daemon.get(f"/api/v1/runs/{daemon.run_id}")[1]["faults"] == stored["faults"]
+        code, fault = inject(daemon)
+        assert code == 201, fault
+        faults = daemon.get(f"/api/v1/runs/{daemon.run_id}")[1]["faults"]
+        assert fault["id"] in [f["id"] for f in faults]
+        daemon.drain()
+        assert not [line for line in daemon.seen if "Traceback" in line]
+        assert len([line for line in daemon.seen if "written back from the open file; recording" in line]) == 1
+        assert daemon.terminate() == 0
+    finally:
+        daemon.kill()
+
+
+@ROOT_ONLY
+def test_a_deleted_database_that_cannot_be_written_back_keeps_reads_and_changes_at_503_until_it_can(
+    tmp_path: Path,
+) -> None:
+    with tmpfs(tmp_path / "store", "16m") as store:
+        path = store / "chaosd.db"
+        daemon = Daemon(tmp_path, env={**HISTORY_ENV, "CHAOSD_STORAGE__PATH": str(path)})
+        try:
+            forgotten = forget_one_fault(daemon)
+            routes = reading_routes(daemon, forgotten)
+            stored = daemon.get(f"/api/v1/runs/{daemon.run_id}")[1]
+            path.unlink()
+            subprocess.run(["chattr", "+i", str(store)], check=True)  # nothing can be linked into it now
+            problems = storage_problems(daemon)
+            assert problems and "cannot be written back: " in problems[0] and "is not writable" in problems[0], problems
+            assert refused_reads(daemon, routes) == dict.fromkeys(routes, (503, "storage"))
+            code, body = inject(daemon)
+            assert code == 503 and "nothing was changed" in body["error"]["message"], body
+            assert storage_metrics(daemon)[0] == 0.0
+            assert not path.exists()
+            subprocess.run(["chattr", "-i", str(store)], check=True)
+            wait_for(lambda: daemon.get("/readyz")[0] == 200, 10, "/readyz once the history can be written back")
+            assert refused_reads(daemon, routes) == dict.fromkeys(routes, (200, ""))
+            assert daemon.get(f"/api/v1/runs/{daemon.run_id}")[1]["faults"] == stored["faults"]
+            assert inject(daemon)[0] == 201
+            daemon.drain()
+            assert not [line for line in daemon.seen if "Traceback" in line]
+            assert daemon.terminate() == 0
+        finally:
+            daemon.kill()
+
+
+def test_a_database_replaced_mid_run_is_refused_until_the_replacement_goes(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "chaosd.db"
+    daemon = Daemon(tmp_path, env=HISTORY_ENV)
+    try:
+        forgotten = forget_one_fault(daemon)
+        routes = reading_routes(daemon, forgotten)
         assert storage_problems(daemon) == [] and storage_metrics(daemon)[0] == 1.0  # the negative control
         path.unlink()
-        if how == "replaced":
-            path.write_bytes(b"")
-        wait_for(lambda: bool(storage_problems(daemon)), 5, f"/readyz to report the {how} database")
-        assert f"was {how}" in storage_problems(daemon)[0]
+        path.write_bytes(b"")  # not the history being recorded: never written over, never read as it
+        wait_for(lambda: bool(storage_problems(daemon)), 5, "/readyz to report the replaced database")
+        assert "was replaced" in storage_problems(daemon)[0]
         assert storage_metrics(daemon)[0] == 0.0
         code, body = inject(daemon)
         assert code == 503 and "nothing was changed" in body["error"]["message"], body
+        assert refused_reads(daemon, routes) == dict.fromkeys(routes, (503, "storage"))
+        assert path.read_bytes() == b""
+        path.unlink()  # the replacement goes: the history is written back at the next check
+        wait_for(lambda: daemon.get("/readyz")[0] == 200, 10, "/readyz once the replacement is gone")
+        assert refused_reads(daemon, routes) == dict.fromkeys(routes, (200, ""))
         daemon.drain()
-        assert len([line for line in daemon.seen if f"was {how}" in line]) == 1  # logged once, not per check
+        assert len([line for line in daemon.seen if "was replaced" in line]) == 1  # logged once, not per check
+        assert not [line for line in daemon.seen if "Traceback" in line]
     finally:
         daemon.kill()

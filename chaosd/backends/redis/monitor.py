@@ -25,6 +25,7 @@ from chaosd.backends.redis.health import Health, server_id
 from chaosd.backends.redis.queue import RedisQueue, still_cancelled
 from chaosd.backends.redis.replies import Heartbeat, PollReply, StageTotals
 from chaosd.backends.redis.scripts import Keys
+from chaosd.backends.redis.stalls import Stalls
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.stages import StageRunner
@@ -58,6 +59,9 @@ class Processes(Protocol):
     def is_local(self, agent_id: str) -> bool:
         """A process this daemon started and supervises."""
 
+    def pid(self, agent_id: str) -> int | None:
+        """The OS process behind a local agent (None once it has exited)."""
+
     def observe_remote(self, agent: Agent, instance: str | None) -> None:
         """A worker this daemon does not run beat as ``instance`` (None: its heartbeat is gone)."""
 
@@ -88,6 +92,7 @@ class Monitor:
         self._controls = controls
         self._health = health
         self.books = Books(pipeline.ledger, stream, busy, pipeline.wait, pipeline.sojourn, pipeline.agents)
+        self.stalls = Stalls(pipeline, runtime)
         self.client: Redis | None = None
         self.closed = False
         self._held: set[int] = set()  # task ids in the stream at the monitor's last look
@@ -121,6 +126,7 @@ class Monitor:
         next_snapshot = p.clock.now()
         while not self.closed:
             await self._controls.nap(poll)
+            self.stalls.exited()
             self._rt.check_processes()
             now = p.clock.now()
             if p.dag_dirty:
@@ -360,6 +366,8 @@ class Monitor:
                 self.breakers.pop(agent.id, None)  # a process gone: its breakers with it
             if agent.kind == "worker" and not self._rt.is_local(agent.id):
                 self._rt.observe_remote(agent, beat.instance)
+            elif agent.kind == "worker":
+                self.stalls.observe(agent, beat)
             if beat.busy and agent.alive and not agent.paused:
                 busy += 1
                 held_task = in_flight.get(int(beat.busy))
