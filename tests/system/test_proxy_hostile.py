@@ -20,7 +20,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from chaosd.config.settings import load_settings
+from chaosd.core.clock import LoopClock
 from chaosd.faults.proxy import DependencyFaults, FaultProxy, parse_upstream
+from chaosd.pipeline import Pipeline
 
 DEADLINE = 5.0  # every exchange is answered or closed within this
 
@@ -278,5 +281,35 @@ def test_a_free_port_as_upstream_is_a_502_and_the_connect_timeout_is_a_setting()
                 assert resp.status == 502
         finally:
             await proxy.stop()
+
+    _run(go)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="chaosd/pipeline/lifespan.py builds each FaultProxy without the dependency's connect_timeout and "
+    "read_timeout: the settings are validated and documented but reach no proxy until it passes them",
+)
+def test_a_dependencys_read_timeout_setting_reaches_its_proxy() -> None:
+    async def go() -> None:
+        async with _stack() as (upstream, _):
+            overlay = {
+                "stages": [
+                    {
+                        "name": "call",
+                        "kind": "python",
+                        "handler": "dependency_handlers:echo",
+                        "dependencies": ["svc"],
+                        "service": {"distribution": "exponential", "mean": 0.005},
+                    }
+                ],
+                "dependencies": {"svc": {"upstream": f"http://127.0.0.1:{upstream.port}/base", "read_timeout": 0.3}},
+            }
+            pipeline = Pipeline(load_settings(None, overlay), LoopClock(asyncio.get_running_loop()))
+            async with pipeline.lifespan():
+                proxy = pipeline.stages["call"].proxies["svc"]
+                timeout = aiohttp.ClientTimeout(total=2.0)
+                async with aiohttp.ClientSession(timeout=timeout) as session, session.get(f"{proxy.url}/hold") as r:
+                    assert r.status == 504
 
     _run(go)
