@@ -1,9 +1,11 @@
 """The fault proxy in front of a python stage's dependency: relays its real calls, and breaks them on demand.
 
 HTTP/1.1 is framed by h11 on both sides over asyncio streams (bodies copied as they arrive, upstream connections
-pooled) rather than relayed with aiohttp's server and client: that lets a fault act on one request of a kept-alive
-connection, and costs less per call (``bench/dependency_proxy.py``). Raw TCP is a byte relay. Faults are a
-:class:`DependencyFaults` value read at each request (HTTP) or connection and chunk (TCP).
+pooled), so a fault acts on one request of a kept-alive connection and no framing is guessed at. h11 is pure Python:
+a small local GET through the proxy takes about three times as long as the direct call (about 0.3 ms added, some
+four times what the hand-written parser it replaced added; ``bench/dependency_proxy.py``): the price of refusing
+what that parser forwarded. Raw TCP is a byte relay. Faults are a :class:`DependencyFaults` value read at each
+request (HTTP) or connection and chunk (TCP).
 """
 
 from __future__ import annotations
