@@ -289,3 +289,21 @@ def test_after_the_fuzz_a_good_request_is_served_and_nothing_is_left_open(stack:
     while stack.proxy.connections:  # the last connection's task ends just after it closes
         assert time.perf_counter() < limit, "a connection stayed open"
         time.sleep(0.01)  # a pause between looks at a condition with a deadline
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\r\n\r\n",
+        b"\r\nGET /x HTTP/1.1\r\nHost: {host}\r\n\r\n",
+        b"\n\n",
+        b"GET\r\n\r\n",
+        b"\x00\r\n\r\n",
+        b" \r\n\r\n",
+    ],
+)
+def test_heads_that_are_hardly_heads_are_400_and_reach_nothing(stack: _Stack, raw: bytes) -> None:
+    received = stack.received[0]
+    answer = _exchange(stack.proxy.port, raw.replace(b"{host}", b"127.0.0.1:%d" % stack.proxy.port))
+    assert _status(answer) == 400, answer
+    assert stack.received[0] == received
