@@ -22,6 +22,8 @@ from aiohttp import web
 
 from chaosd.config.settings import load_settings
 from chaosd.core.clock import LoopClock
+from chaosd.experiment.runner import Experiment
+from chaosd.exporters.metrics import ExperimentCollector
 from chaosd.faults.proxy import DependencyFaults, FaultProxy, parse_upstream
 from chaosd.pipeline import Pipeline
 
@@ -220,7 +222,8 @@ def test_an_upstream_that_never_answers_is_a_504_within_the_read_timeout() -> No
     _run(go)
 
 
-def test_clients_that_leave_end_their_upstream_requests_and_their_open_files_return() -> None:
+@pytest.mark.parametrize("leave", ["close", "abort"])  # an orderly close (FIN), as a client's timeout does; a reset
+def test_clients_that_leave_end_their_upstream_requests_and_their_open_files_return(leave: str) -> None:
     async def go() -> None:
         async with _stack() as (upstream, proxy):
             assert await _good_get(proxy, "/warm") == (200, {"path_qs": "/base/warm", "body": ""})
@@ -236,7 +239,10 @@ def test_clients_that_leave_end_their_upstream_requests_and_their_open_files_ret
             assert _open_fds() >= baseline + 3 * 200
             assert proxy.connections == 200
             for writer in clients:
-                writer.transport.abort()
+                if leave == "close":
+                    writer.close()
+                else:
+                    writer.transport.abort()
             await _until(lambda: upstream.open_requests == 0 and proxy.connections == 0)
             await _until(lambda: _open_fds() <= baseline + 2)  # the pool may keep an idle upstream connection
             assert proxy.upstream_errors == 0  # a client leaving is not the upstream's failure
@@ -311,5 +317,44 @@ def test_a_dependencys_read_timeout_setting_reaches_its_proxy() -> None:
                 timeout = aiohttp.ClientTimeout(total=2.0)
                 async with aiohttp.ClientSession(timeout=timeout) as session, session.get(f"{proxy.url}/hold") as r:
                     assert r.status == 504
+
+    _run(go)
+
+
+def test_the_open_connections_of_each_proxy_are_exported() -> None:
+    async def go() -> None:
+        async with _stack() as (upstream, _):
+            overlay = {
+                "stages": [
+                    {
+                        "name": "call",
+                        "kind": "python",
+                        "handler": "dependency_handlers:echo",
+                        "dependencies": ["svc"],
+                        "service": {"distribution": "exponential", "mean": 0.005},
+                    }
+                ],
+                "dependencies": {"svc": {"upstream": f"http://127.0.0.1:{upstream.port}/base"}},
+            }
+            exp = Experiment(load_settings(None, overlay), LoopClock(asyncio.get_running_loop()), warmup=0.0)
+            collector = ExperimentCollector(exp)
+
+            def exported() -> dict[tuple[str, str], float]:
+                family = next(m for m in collector.collect_pipeline() if m.name == "chaosd_dependency_connections")
+                return {(s.labels["stage"], s.labels["dependency"]): s.value for s in family.samples}
+
+            async with exp.pipeline.lifespan():
+                proxy = exp.pipeline.stages["call"].proxies["svc"]
+                assert exported() == {("call", "svc"): 0.0}
+                held = []
+                for _ in range(3):
+                    _, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+                    writer.write(b"GET /base/hold HTTP/1.1\r\n" + _HOST % proxy.port + b"\r\n")
+                    held.append(writer)
+                await _until(lambda: upstream.open_requests == 3)
+                assert exported() == {("call", "svc"): 3.0}
+                for writer in held:
+                    writer.close()
+                await _until(lambda: exported() == {("call", "svc"): 0.0})
 
     _run(go)
