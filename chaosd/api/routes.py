@@ -528,7 +528,9 @@ async def report(request: web.Request) -> web.Response:
 
 
 async def runs(request: web.Request) -> web.Response:
-    body: RunsBody = {"runs": await request.app[STORAGE].runs()}
+    storage = request.app[STORAGE]
+    await storage.flush()  # what was recorded before the request is in its answer, however busy the writer
+    body: RunsBody = {"runs": await storage.runs()}
     return _ok(body)
 
 
@@ -550,7 +552,9 @@ async def run(request: web.Request) -> web.Response:
         raise HttpError(400, "id", "must be a run id (letters, digits, - and _; at most 64)")
     after = _int_query(request, "faults_after", 0, 0, 10**12)
     limit = _int_query(request, "faults_limit", 1000, 1, 10_000)
-    found = await request.app[STORAGE].run(run_id, after, limit)
+    storage = request.app[STORAGE]
+    await storage.flush()  # what was recorded before the request is in its answer, however busy the writer
+    found = await storage.run(run_id, after, limit)
     if found is None:
         raise HttpError(404, "id", f"no run {run_id!r}")
     # Runs are stored redacted; one an older chaosd stored unredacted is redacted on the way out.
