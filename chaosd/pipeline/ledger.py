@@ -121,10 +121,12 @@ class Ledger:
         if task.measured:
             self.measured.completed += 1
         caller = task.caller
-        if caller is not None and not caller.owner.completed(task):
-            for counts in (self.total, self.measured) if task.measured else (self.total,):
-                counts.wasted += 1
-            return True
+        if caller is not None:  # Callers.completed, written out: once per attempt with a caller behind it
+            if caller.current is not task:  # its caller had stopped waiting: work done for nobody
+                for counts in (self.total, self.measured) if task.measured else (self.total,):
+                    counts.wasted += 1
+                return True
+            caller.current = None
         deadline = self.deadline
         if deadline > 0 and now - task.accepted_at > deadline:
             for counts in (self.total, self.measured) if task.measured else (self.total,):

@@ -188,10 +188,13 @@ class Worker:
         busy = self._busy
         walk = self._walk
         queue = self._queue
-        # Only the checks that depend on the task itself; the rare refusals are made in a call.
-        while (task.id in in_flight and not self.drop_probability and task.caller is None) or not self._refused(
-            task, t
-        ):
+        # Only the checks that depend on the task itself; a caller's attempt is checked in a call only where expired
+        # attempts are dropped.
+        while (
+            task.id in in_flight
+            and not self.drop_probability
+            and (task.caller is None or not task.caller.owner.drop_expired)
+        ) or not self._refused(task, t):
             self.current = task
             if not task.attempts:
                 self._wait.add(t - task.accepted_at)
