@@ -319,6 +319,10 @@ class CollapseDetector:
             self._calm_since = None
             if raised is not None:
                 new = _RAISES.get(raised, DetectorState.OVERLOAD)
+                if state is DetectorState.METASTABLE and 2 * sum(self._storm) >= len(self._storm):
+                    # Hysteresis for the storm too: at a low rate of callers its signal is noisy, and a tick or two
+                    # without it must not rename a storm that is still on half of recent ticks a mere overload.
+                    new, raised = state, "retry_storm"
             elif state in ALARMED:
                 new = state
             else:  # recovering: back to the alarm that persists
