@@ -109,10 +109,14 @@ def test_a_storm_outlives_its_spike_and_fires_chaosd_retry_storm_while_callers_t
     assert alert["annotations"]["summary"] == f"chaosd in a retry storm on {storm_target}"
     attempts_per_caller = float(alert["value"])
     assert 2.5 <= attempts_per_caller <= 4.0, attempts_per_caller  # 1 without retries, 4 at most with 3
-    # The trigger is over: the storm sustains itself. (Or a stall, if the host just paused the daemon for 50 ms or
-    # more: the storm resumes after it.)
+    # The trigger is over: the storm sustains itself. Judged over the last 20 s as Prometheus saw them, not on one
+    # status read: on a loaded host a tick's stall, or a tick of the storm's noisy signal, may show for a moment.
     status = retrying.get("/api/v1/status")[1]
-    assert status["faults_active"] == 0 and status["detector"] in ("metastable", "stall"), status
+    assert status["faults_active"] == 0, status
+    window_storm = f'instance="{storm_target}"'
+    held = alerting.value(f"avg_over_time(chaosd_metastable_state{{{window_storm}}}[20s])")
+    goodput = alerting.value(f'sum(rate(chaosd_tasks_ended_total{{{window_storm}, outcome="good"}}[20s]))')
+    assert held >= 0.7 and goodput < 0.25 * 20.0, (held, goodput, status["detector"])
 
     # The control took the same spike: overloaded (or collapsed) by it, never metastable, never alerted.
     window = f'instance="{control_target}"'
@@ -130,7 +134,8 @@ def test_a_storm_outlives_its_spike_and_fires_chaosd_retry_storm_while_callers_t
         "the control to recover",
         lambda: str(control.get("/api/v1/status")[1]["detector"]),
     )
-    assert retrying.get("/api/v1/status")[1]["detector"] in ("metastable", "stall")
+    held = alerting.value(f"avg_over_time(chaosd_metastable_state{{{window_storm}}}[20s])")
+    assert held >= 0.7, held  # while the control recovered, the storm went on
 
 
 def test_the_overview_panels_read_the_storm(storm: dict[str, Any]) -> None:
