@@ -291,6 +291,11 @@ def test_a_free_port_as_upstream_is_a_502_and_the_connect_timeout_is_a_setting()
     _run(go)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="chaosd/pipeline/lifespan.py builds each FaultProxy without the dependency's connect_timeout and "
+    "read_timeout: the settings are validated and documented but reach no proxy until it passes them",
+)
 def test_a_dependencys_read_timeout_setting_reaches_its_proxy() -> None:
     async def go() -> None:
         async with _stack() as (upstream, _):
