@@ -294,13 +294,8 @@ class RedisProducer(Producer):
             callers = None
         if callers is not None:
             callers.arrived(task, self)
-        factor = self._admission.factor
-        reason: RefuseReason | None = None
-        if self.agent.partitioned:
-            reason = "partitioned"
-        elif factor < 1.0 and self._throttled(factor):
-            reason = "throttled"
-        else:
+        reason = self._refused_here()
+        if reason is None:
             if callers is not None:
                 # Its caller's clock runs from the offer; a refusal from Redis reaches it later (RedisQueue._answer).
                 callers.accepted(task)
@@ -311,16 +306,20 @@ class RedisProducer(Producer):
             callers.refused(task, reason)
         return None
 
+    def _refused_here(self) -> RefuseReason | None:
+        """Why an offer is refused before it reaches the stream (a partitioned producer, the throttle), if it is."""
+        if self.agent.partitioned:
+            return "partitioned"
+        factor = self._admission.factor
+        if factor < 1.0 and self._throttled(factor):
+            return "throttled"
+        return None
+
     def offer_retry(self, task: Task, t: float) -> RefuseReason | None:
         """A caller's retry: refused at once when partitioned or throttled, else submitted without waiting for
         Redis, and None (accepted for now: the caller's clock runs from ``t``). Redis's answer is booked when it
         comes, as a retry; a refusal then reaches the caller through ``RedisQueue._answer``."""
-        factor = self._admission.factor
-        reason: RefuseReason | None = None
-        if self.agent.partitioned:
-            reason = "partitioned"
-        elif factor < 1.0 and self._throttled(factor):
-            reason = "throttled"
+        reason = self._refused_here()
         if reason is not None:
             self._ledger.retry(task)
             self._ledger.refuse(task, reason)
