@@ -306,7 +306,8 @@ def test_the_ring_is_coloured_by_the_grade(fed: _Arena) -> None:
             else:
                 assert r > b and g > b and not _is_red(f"rgb({r},{g},{b})"), (grade, r, g, b)
     finally:
-        page.unroute("**/api/v1/status")
+        # A poll's handler may be mid-fetch: wait for it, or its late fulfil fails whatever the browser does next.
+        page.unroute_all(behavior="wait")
 
 
 ONE_STAGE = """
@@ -827,7 +828,8 @@ def test_the_banner_tells_a_collapse_in_red_and_a_stall_never_so(fed: _Arena) ->
             shown = _wait_banner(page, f"no banner when {calm}", lambda b, calm=calm: b["state"] == calm)
             assert shown["hidden"] and shown["cls"] == "banner" and "bad" not in shown["detector"].split()
     finally:
-        page.unroute("**/api/v1/status")
+        # A poll's handler may be mid-fetch: wait for it, or its late fulfil fails whatever the browser does next.
+        page.unroute_all(behavior="wait")
 
 
 def test_a_healthy_daemon_shows_no_alarm_banner(arena: _Arena, daemon: Daemon) -> None:

@@ -234,7 +234,10 @@ def test_each_dependency_fault_changes_what_the_real_call_sees_and_reverts_at_it
         fid, _ = _inject(daemon, "dependency_latency", "talk/echo", latency="150ms")
         faulted, ended = _during(daemon, calls, "talk", "dependency_latency", fid)
         assert min(c["dt"] for c in faulted if c.get("ok")) >= 0.15
-        assert all(c.get("ok") and c["dt"] < 0.1 for c in _after(calls, "talk", ended))
+        back = _after(calls, "talk", ended)
+        assert all(c.get("ok") and not c["faults"] for c in back), back[:3]
+        # the median, as for HTTP above: one call a loaded host stalls is not the fault still acting
+        assert sorted(c["dt"] for c in back)[len(back) // 2] < 0.1, back
         fid, _ = _inject(daemon, "dependency_reset", "echo")
         faulted, _ = _during(daemon, calls, "talk", "dependency_reset", fid)
         assert all("error" in c for c in faulted), faulted[:3]
