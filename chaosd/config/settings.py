@@ -208,6 +208,10 @@ class DependencyConfig(_Model):
     upstream: SecretStr = Field(
         description='"http://host:port/base", "https://…" or "tcp://host:port"; a password in it is never shown'
     )
+    connect_timeout: Seconds = Field(default=5.0, gt=0, description="to open a connection to the upstream")
+    read_timeout: Seconds = Field(
+        default=30.0, gt=0, description="HTTP: the longest wait for the upstream's next bytes; then 504"
+    )
 
     @field_validator("upstream")
     @classmethod

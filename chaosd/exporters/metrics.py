@@ -187,6 +187,7 @@ class ExperimentCollector(Collector):
         yield from _fault_families(exp, self.faults)
         yield from _score_families(exp, accounted)
         yield from _dispatch_families(exp)
+        yield _dependency_connections(exp)
         exported, dropped = self._spans()
         yield CounterMetricFamily("chaosd_spans_exported", "Spans handed to the exporter", value=exported)
         yield CounterMetricFamily("chaosd_spans_dropped", "Spans dropped", value=dropped)
@@ -440,6 +441,19 @@ def _dispatch_families(exp: Experiment) -> Iterator[Metric]:
     yield CounterMetricFamily("chaosd_leader_elections", "Elections won", value=p.dispatcher.elections)
     yield CounterMetricFamily("chaosd_redispatched", "Tasks re-dispatched", value=p.dispatcher.redispatched)
     yield CounterMetricFamily("chaosd_supervisor_restarts", "Agents resurrected", value=p.supervisor.restarts)
+
+
+def _dependency_connections(exp: Experiment) -> Metric:
+    """Client connections open at each dependency's fault proxy (bounded per proxy: each holds an open file)."""
+    family = GaugeMetricFamily(
+        "chaosd_dependency_connections",
+        "Client connections open at a dependency's fault proxy",
+        labels=["stage", "dependency"],
+    )
+    for stage_name, stage in exp.pipeline.stages.items():
+        for name, proxy in stage.proxies.items():
+            family.add_metric([stage_name, name], float(proxy.connections))
+    return family
 
 
 def _observer_errors(exp: Experiment) -> Metric:

@@ -1,153 +1,66 @@
-"""HTTP/1.1 relayed by hand over asyncio streams for a dependency's fault proxy: request heads parsed, bodies
-copied as they arrive, upstream connections pooled; a fault acts on one request of a kept-alive connection."""
+"""HTTP/1.1 relayed for a dependency's fault proxy, framed by h11 on both sides: requests whose framing is ambiguous or
+malformed refused, foreign Host and Origin refused, bodies streamed, upstream connections pooled and bounded in time;
+a fault acts on one request of a kept-alive connection."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 
+import h11
+
 from chaosd.faults.dependency import NO_FAULTS, PIECE, CallFaults, DependencyFaults
-from chaosd.faults.upstream_pool import Conn, UpstreamPool
+from chaosd.faults.upstream_pool import HEAD_LIMIT, Conn, UpstreamPool
 
 __all__ = ["BadMessage", "HttpRelay"]
-
-# --- HTTP/1.1 framing -----------------------------------------------------------------------------------------
 
 _HOP_BY_HOP = frozenset(
     (b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"upgrade", b"proxy-authorization")
 )
-_HEAD_END = b"\r\n\r\n"
-_CRLF = b"\r\n"
-_WHOLE = 64 * 1024  # a body this small is read whole and written with its head (one send)
+_FRAMING = frozenset((b"content-length", b"transfer-encoding"))
 _BUFFERED_REQUEST = 1024 * 1024  # request bodies up to this are read first, so a stale pooled connection can retry
-_NO_BODY_STATUS = (204, 304)
+# A head's end as h11 finds it (it takes a bare LF for a line end; we refuse those, below).
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+# What a head line may hold: no CR or LF of its own, no control byte but HTAB (RFC 9110 §5.5), not a folded line.
+_BAD_LINE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]|^[ \t]")
 
 
 class BadMessage(Exception):
     """A request or response this relay cannot frame."""
 
 
+class _Refused(Exception):
+    """A request refused before anything of it is forwarded: answered ``status`` and the connection closed."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
 @dataclass(slots=True)
-class _Head:
-    """One parsed message head: its first line, the header lines kept, and the framing read from them."""
+class _Call:
+    """One request read from the client: its head as forwarded, and what the relay needs to know of it."""
 
-    first: bytes
-    lines: list[bytes]
-    length: int | None  # Content-Length, if given
-    chunked: bool
-    close: bool  # the sender asked to close after this message
-    has_auth: bool
+    method: bytes
+    head: h11.Request  # as sent upstream: host, framing and credentials set
     expect_continue: bool
-    http10: bool
 
 
-def _parse_head(raw: bytes) -> _Head:
-    lines = raw[:-4].split(_CRLF)
-    first = lines[0]
-    kept: list[bytes] = []
-    length: int | None = None
-    chunked = close = has_auth = expect = False
-    keep_alive = False
-    connection_tokens: list[bytes] = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip():
-            raise BadMessage("malformed header line")
-        lname = name.lower()
-        if lname in _HOP_BY_HOP:
-            if lname in (b"connection", b"proxy-connection"):
-                connection_tokens += [t.strip().lower() for t in value.split(b",")]
-            continue
-        if lname == b"content-length":
-            try:
-                n = int(value.strip())
-            except ValueError:
-                raise BadMessage("bad Content-Length") from None
-            if n < 0 or (length is not None and length != n):
-                raise BadMessage("bad Content-Length")
-            length = n
-        elif lname == b"transfer-encoding":
-            chunked = value.strip().lower().endswith(b"chunked")
-        elif lname == b"host":
-            continue  # rewritten (requests) or never sent back (responses have none)
-        elif lname == b"authorization":
-            has_auth = True
-        elif lname == b"expect":
-            expect = value.strip().lower() == b"100-continue"
-            continue
-        kept.append(line)
-    close = b"close" in connection_tokens
-    keep_alive = b"keep-alive" in connection_tokens
-    http10 = first.endswith(b"HTTP/1.0") or first.startswith(b"HTTP/1.0")
-    if http10 and not keep_alive:
-        close = True
-    if connection_tokens:  # headers the sender named as hop-by-hop go too
-        named = {t for t in connection_tokens if t not in (b"close", b"keep-alive")}
-        if named:
-            kept = [line for line in kept if line.partition(b":")[0].lower() not in named]
-    if chunked:
-        length = None
-    return _Head(first, kept, length, chunked, close, has_auth, expect, http10)
+def _answer(status: int, body: Mapping[str, object], extra: Iterable[tuple[bytes, bytes]] = ()) -> h11.Response:
+    return h11.Response(
+        status_code=status,
+        headers=[(b"content-type", b"application/json"), (b"content-length", b"%d" % len(_json(body))), *extra],
+        reason=_reason(status).encode(),
+    )
 
 
-async def _copy_exact(src: asyncio.StreamReader, n: int, send: Callable[[bytes], Awaitable[None]]) -> None:
-    while n > 0:
-        data = await src.read(min(n, PIECE))
-        if not data:
-            raise asyncio.IncompleteReadError(b"", n)
-        n -= len(data)
-        await send(data)
-
-
-async def _copy_chunked(src: asyncio.StreamReader, send: Callable[[bytes], Awaitable[None]]) -> None:
-    """Relays a chunked body with its framing as it is, chunk by chunk (an SSE event goes on as it comes)."""
-    while True:
-        line = await src.readuntil(_CRLF)
-        try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise BadMessage("bad chunk size") from None
-        if size == 0:
-            trailer = line
-            while True:  # trailer fields, then the empty line
-                more = await src.readuntil(_CRLF)
-                trailer += more
-                if more == _CRLF:
-                    break
-            await send(trailer)
-            return
-        if size + 2 <= _WHOLE:
-            await send(line + await src.readexactly(size + 2))
-        else:
-            await send(line)
-            await _copy_exact(src, size + 2, send)
-
-
-async def _discard_body(src: asyncio.StreamReader, head: _Head) -> None:
-    async def drop(_: bytes) -> None:
-        return None
-
-    if head.chunked:
-        await _copy_chunked(src, drop)
-    elif head.length:
-        await _copy_exact(src, head.length, drop)
-
-
-def _simple_response(status: int, body: dict[str, object], extra: tuple[bytes, ...] = (), close: bool = False) -> bytes:
-    data = json.dumps(body).encode()
-    lines = [
-        f"HTTP/1.1 {status} {_reason(status)}".encode(),
-        b"Content-Type: application/json",
-        b"Content-Length: %d" % len(data),
-        *extra,
-    ]
-    if close:
-        lines.append(b"Connection: close")
-    return _CRLF.join(lines) + _HEAD_END + data
+def _json(body: Mapping[str, object]) -> bytes:
+    return json.dumps(body).encode()
 
 
 def _reason(status: int) -> str:
@@ -157,186 +70,389 @@ def _reason(status: int) -> str:
         return "Error"
 
 
-def _status(first: bytes) -> int:
-    try:
-        return int(first.split(b" ", 2)[1])
-    except (IndexError, ValueError):
-        raise BadMessage("bad status line") from None
+def _refusal(exc: h11.RemoteProtocolError) -> int:
+    """400 for any framing h11 refuses (its 501 for an unknown transfer coding too: a smuggling attempt, not a
+    feature request), 431 for a head too large."""
+    return 431 if exc.error_status_hint == 431 else 400
+
+
+def _check_head(raw: bytes) -> None:
+    """What h11 lets through that a proxy must not: bare LF line ends, control bytes, folded lines."""
+    lines = raw.split(b"\r\n")
+    if any(_BAD_LINE.search(line) for line in lines):
+        raise _Refused(400, "malformed request head")
 
 
 class HttpRelay:
-    """Relays HTTP/1.1 calls to one upstream, one client connection at a time, the faults acting on each request:
-    request heads parsed, bodies copied as they arrive, upstream connections pooled."""
+    """Relays HTTP/1.1 calls to one upstream, one client connection at a time, the faults acting on each request.
 
-    def __init__(self, acts: CallFaults, pool: UpstreamPool) -> None:
+    ``hosts`` are the Host values a request may carry (the proxy's own address, the upstream's name); a request
+    naming another is refused 421, an Origin from elsewhere 403, before anything of it reaches the upstream.
+    """
+
+    def __init__(self, acts: CallFaults, pool: UpstreamPool, *, read_timeout: float) -> None:
         self._acts = acts
         self._pool = pool
+        self._read_timeout = read_timeout
         upstream = pool.upstream
         default_port = {"http": 80, "https": 443}.get(upstream.scheme)
         host_b = b"[%s]" % upstream.host.encode() if ":" in upstream.host else upstream.host.encode("idna")
-        self._host_line = b"Host: " + host_b + (b":%d" % upstream.port if upstream.port != default_port else b"")
-        self._auth_line: bytes | None = None
+        self._host = host_b + (b":%d" % upstream.port if upstream.port != default_port else b"")
+        self._hosts = {self._host.lower(), (host_b + b":%d" % upstream.port).lower()}
+        self._origins = {upstream.scheme.encode() + b"://" + h for h in self._hosts}
+        self._auth: bytes | None = None
         if upstream.username is not None or upstream.password is not None:
-            token = base64.b64encode(f"{upstream.username or ''}:{upstream.password or ''}".encode()).decode()
-            self._auth_line = b"Authorization: Basic " + token.encode()
+            token = base64.b64encode(f"{upstream.username or ''}:{upstream.password or ''}".encode())
+            self._auth = b"Basic " + token
+
+    def listening_on(self, host: str, port: int) -> None:
+        """The proxy's own address: a Host (and an http Origin) a caller of the proxy may name."""
+        own = (f"[{host}]" if ":" in host else host).encode() + b":%d" % port
+        self._hosts.add(own.lower())
+        self._origins.add(b"http://" + own.lower())
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        client = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
         while True:
             try:
-                raw = await reader.readuntil(_HEAD_END)
-            except asyncio.IncompleteReadError:
-                return  # the client closed between requests
-            except asyncio.LimitOverrunError:
-                writer.write(_simple_response(431, {"error": "request head too large"}, close=True))
-                return
-            try:
-                head = _parse_head(raw)
-            except BadMessage as exc:
-                writer.write(_simple_response(400, {"error": str(exc)}, close=True))
-                return
-            if head.first.count(b" ") < 2:
-                writer.write(_simple_response(400, {"error": "malformed request line"}, close=True))
-                return
-            faults = self._acts.call()
-            if faults is not NO_FAULTS:
-                if await self._acts.cut(faults, reader, writer):
+                call = await self._read_request(client, reader)
+                if call is None:
                     return
-                if faults.error_status and self._acts.chance(faults.error_probability):
-                    self._acts.count("dependency_error")
-                    if not await self._answer_error(reader, writer, head, faults.error_status):
-                        return
-                    continue
-                if faults.latency > 0 or faults.jitter > 0:
-                    self._acts.count("dependency_latency")
-                    await self._acts.sleep(self._acts.delay(faults))
-                if faults.slice_bytes > 0:
-                    self._acts.count("dependency_slice")
-            if not await self._forward(reader, writer, head, faults):
+                go_on = await self._serve(client, reader, writer, call)
+            except _Refused as refused:  # before any answer: the head, or a body read before anything is sent
+                self._refuse(client, writer, refused)
                 return
+            if not go_on:
+                return
+            if client.our_state is not h11.DONE or client.their_state is not h11.DONE:
+                return
+            client.start_next_cycle()
+
+    async def _serve(
+        self, client: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, call: _Call
+    ) -> bool:
+        """One request, faulted or forwarded; whether the client connection may go on."""
+        faults = self._acts.call()
+        if faults is not NO_FAULTS:
+            if await self._acts.cut(faults, reader, writer):
+                return False
+            if faults.error_status and self._acts.chance(faults.error_probability):
+                self._acts.count("dependency_error")
+                return await self._answer_error(client, reader, writer, call, faults.error_status)
+            if faults.latency > 0 or faults.jitter > 0:
+                self._acts.count("dependency_latency")
+                await self._acts.sleep(self._acts.delay(faults))
+            if faults.slice_bytes > 0:
+                self._acts.count("dependency_slice")
+        return await self._forward(client, reader, writer, call, faults)
+
+    # --- the client side ----------------------------------------------------------------------------------------
+
+    async def _read_request(self, client: h11.Connection, reader: asyncio.StreamReader) -> _Call | None:
+        """The next request's head, checked; None if the client closed between requests."""
+        while True:
+            buffered, closed = client.trailing_data
+            end = _HEAD_END.search(buffered)
+            if end is not None:
+                if end.group() != b"\r\n\r\n":
+                    raise _Refused(400, "malformed request head")
+                _check_head(buffered[: end.end()])
+                break
+            if closed:
+                if buffered.strip():
+                    raise _Refused(400, "incomplete request head")
+                return None
+            if len(buffered) > HEAD_LIMIT:
+                raise _Refused(431, "request head too large")
+            client.receive_data(await reader.read(PIECE))
+        try:
+            event = client.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise _Refused(_refusal(exc), str(exc)) from None
+        if not isinstance(event, h11.Request):  # a whole head was buffered: h11 finds it where we did
+            raise _Refused(400, "malformed request head")
+        return self._checked(event)
+
+    def _checked(self, request: h11.Request) -> _Call:
+        headers = request.headers
+        names = {name for name, _ in headers}
+        if names >= _FRAMING:
+            raise _Refused(400, "both Content-Length and Transfer-Encoding")
+        if request.http_version != b"1.1" and b"transfer-encoding" in names:
+            raise _Refused(400, "Transfer-Encoding in an HTTP/1.0 request")
+        host = next((value for name, value in headers if name == b"host"), b"")
+        if host.lower() not in self._hosts:
+            raise _Refused(421, "the Host is neither this proxy nor its dependency")
+        connection_named = {b"close", b"keep-alive"}
+        expect = False
+        kept: list[tuple[bytes, bytes]] = [(b"host", self._host)]
+        has_auth = False
+        for raw_name, value in headers.raw_items():
+            name = raw_name.lower()
+            if name == b"origin" and value.lower() not in self._origins:
+                raise _Refused(403, "the Origin is neither this proxy nor its dependency")
+            if name in (b"connection", b"proxy-connection"):
+                connection_named.update(t.strip().lower() for t in value.split(b","))
+            elif name == b"expect":
+                expect = value.lower() == b"100-continue"
+            elif name not in _HOP_BY_HOP and name != b"host":
+                has_auth = has_auth or name == b"authorization"
+                kept.append((raw_name, value))
+        kept = [(n, v) for n, v in kept if n.lower() not in connection_named]
+        if self._auth is not None and not has_auth:
+            kept.append((b"authorization", self._auth))
+        head = h11.Request(method=request.method, target=request.target, headers=kept)
+        return _Call(request.method, head, expect)
+
+    def _refuse(self, client: h11.Connection, writer: asyncio.StreamWriter, refused: _Refused) -> None:
+        """Answer what the client sent wrong, then close: nothing of the request went upstream."""
+        body = {"error": str(refused), "dependency": self._pool.name}
+        response = _answer(refused.status, body, [(b"connection", b"close")])
+        try:
+            out = client.send(response)
+        except h11.LocalProtocolError:  # h11 gave up on the connection before a request line: answer it by hand
+            lines = [b"HTTP/1.1 %d %s" % (refused.status, _reason(refused.status).encode())]
+            lines += [n + b": " + v for n, v in response.headers]
+            out = b"\r\n".join(lines) + b"\r\n\r\n"
+        writer.write((out or b"") + _json(body))
+
+    async def _body_piece(self, client: h11.Connection, reader: asyncio.StreamReader) -> bytes | None:
+        """The next piece of the request body, None at its end."""
+        while True:
+            try:
+                event = client.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise _Refused(_refusal(exc), str(exc)) from None
+            if event is h11.NEED_DATA:
+                data = await reader.read(PIECE)
+                if not data:
+                    raise BadMessage("the client left mid-body")
+                client.receive_data(data)
+            elif isinstance(event, h11.Data):
+                return bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return None
+            else:
+                raise BadMessage(f"unexpected {type(event).__name__}")
 
     async def _answer_error(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: _Head, status: int
+        self,
+        client: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        call: _Call,
+        status: int,
     ) -> bool:
         """The injected error, without calling upstream; whether the connection goes on."""
-        close = head.close or head.expect_continue  # a client waiting for 100-continue may or may not send
-        if not head.expect_continue:
-            await _discard_body(reader, head)
-        extra = [b"x-chaosd-fault: dependency_error"]
+        if not call.expect_continue:  # a client waiting for 100-continue may or may not send: it is closed after
+            while await self._body_piece(client, reader) is not None:
+                pass
+        extra = [(b"x-chaosd-fault", b"dependency_error")]
         if status in (429, 503):
-            extra.append(b"Retry-After: 1")
-        writer.write(
-            _simple_response(
-                status, {"error": "injected by chaosd", "dependency": self._pool.name}, tuple(extra), close
-            )
-        )
+            extra.append((b"retry-after", b"1"))
+        if call.expect_continue:
+            extra.append((b"connection", b"close"))
+        body = {"error": "injected by chaosd", "dependency": self._pool.name}
+        writer.write((client.send(_answer(status, body, extra)) or b"") + (client.send(h11.Data(_json(body))) or b""))
+        writer.write(client.send(h11.EndOfMessage()) or b"")
         await writer.drain()
-        return not close
+        return not call.expect_continue
 
-    def _request_head(self, head: _Head) -> bytes:
-        method, _, rest = head.first.partition(b" ")
-        target = rest.rpartition(b" ")[0]
-        lines = [method + b" " + target + b" HTTP/1.1", self._host_line, *head.lines]
-        if self._auth_line is not None and not head.has_auth:
-            lines.append(self._auth_line)
-        return _CRLF.join(lines) + _HEAD_END
+    # --- the upstream side --------------------------------------------------------------------------------------
 
     async def _forward(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: _Head, faults: DependencyFaults
+        self,
+        client: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        call: _Call,
+        faults: DependencyFaults,
     ) -> bool:
         """Relay one request and its response; whether the client connection goes on."""
-        if head.expect_continue:
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        out = self._request_head(head)
-        body = b""
-        streamed = head.chunked or (head.length or 0) > _BUFFERED_REQUEST
-        if not streamed and head.length:
-            body = await reader.readexactly(head.length)
+        if call.expect_continue and client.they_are_waiting_for_100_continue:
+            writer.write(client.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+        body: list[bytes] = []
+        size = 0
+        streamed = True
+        while size <= _BUFFERED_REQUEST:
+            piece = await self._body_piece(client, reader)
+            if piece is None:
+                streamed = False
+                break
+            body.append(piece)
+            size += len(piece)
+        watch = _ClientWatch(reader, client)
+        try:
+            return await self._exchange(client, writer, call, faults, watch, body, streamed)
+        finally:
+            await watch.stop()
+
+    async def _exchange(
+        self,
+        client: h11.Connection,
+        writer: asyncio.StreamWriter,
+        call: _Call,
+        faults: DependencyFaults,
+        watch: _ClientWatch,
+        body: list[bytes],
+        streamed: bool,
+    ) -> bool:
         for attempt in range(2):  # a pooled connection the upstream has closed meanwhile: one retry on a new one
-            idle = self._pool.take(reuse=attempt == 0 and not streamed)
-            reused = idle is not None
+            conn = self._pool.take(reuse=attempt == 0 and not streamed)
+            reused = conn is not None
             try:
-                conn = idle if idle is not None else await self._pool.connect()
+                if conn is None:
+                    conn = await self._pool.connect()
             except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-                return await self._bad_gateway(writer, head, exc, body_read=not streamed)
+                return await self._gateway_error(client, writer, exc)
+            upstream = conn.http
             try:
-                conn.writer.write(out + body if body else out)
+                conn.writer.write(self._request_out(upstream, call, body, streamed))
                 if streamed:
-                    await self._stream_request(reader, conn, head)
-                response = await conn.reader.readuntil(_HEAD_END)
-            except (OSError, asyncio.IncompleteReadError) as exc:  # ConnectionError, ssl.SSLError
+                    await self._stream_request(client, watch.reader, conn)
+                first = await self._upstream_event(conn, watch)
+            except (OSError, asyncio.IncompleteReadError, h11.RemoteProtocolError) as exc:
                 conn.close()
-                if reused:
+                if watch.left:  # the answer is for no one now: its request ended with its connection
+                    return False
+                if reused and not isinstance(exc, TimeoutError):
                     continue
-                return await self._bad_gateway(writer, head, exc, body_read=not streamed)
+                return await self._gateway_error(client, writer, exc)
             except BaseException:
                 conn.close()
                 raise
             self._pool.reached()
             try:
-                return await self._relay_response(writer, head, conn, response, faults)
+                return await self._relay_response(client, writer, conn, first, faults, watch)
             except BaseException:
                 conn.close()
                 raise
         raise AssertionError("unreachable: the second attempt returns")  # pragma: no cover
 
-    async def _stream_request(self, reader: asyncio.StreamReader, conn: Conn, head: _Head) -> None:
-        async def send(data: bytes) -> None:
-            conn.writer.write(data)
-            await conn.writer.drain()
+    def _request_out(self, upstream: h11.Connection, call: _Call, body: list[bytes], streamed: bool) -> bytes:
+        out = [upstream.send(call.head) or b""]
+        out += [upstream.send(h11.Data(piece)) or b"" for piece in body]
+        if not streamed:
+            out.append(upstream.send(h11.EndOfMessage()) or b"")
+        return b"".join(out)
 
-        if head.chunked:
-            await _copy_chunked(reader, send)
-        elif head.length:
-            await _copy_exact(reader, head.length, send)
+    async def _stream_request(self, client: h11.Connection, reader: asyncio.StreamReader, conn: Conn) -> None:
+        upstream = conn.http
+        while (piece := await self._body_piece(client, reader)) is not None:
+            conn.writer.write(upstream.send(h11.Data(piece)) or b"")
+            await conn.writer.drain()
+        conn.writer.write(upstream.send(h11.EndOfMessage()) or b"")
+
+    async def _upstream_event(self, conn: Conn, watch: _ClientWatch) -> h11.Event:
+        """The upstream's next event, within the read timeout; the client leaving meanwhile ends the wait."""
+        upstream = conn.http
+        while True:
+            event = upstream.next_event()
+            if isinstance(event, h11.Event):
+                return event
+            if event is h11.PAUSED:  # pragma: no cover - only after a message's end, where no event is asked for
+                raise BadMessage("the upstream connection is paused")
+            watch.start(conn)
+            async with asyncio.timeout(self._read_timeout):
+                upstream.receive_data(await conn.reader.read(PIECE))
 
     async def _relay_response(
-        self, writer: asyncio.StreamWriter, request: _Head, conn: Conn, raw: bytes, faults: DependencyFaults
+        self,
+        client: h11.Connection,
+        writer: asyncio.StreamWriter,
+        conn: Conn,
+        event: h11.Event,
+        faults: DependencyFaults,
+        watch: _ClientWatch,
     ) -> bool:
-        head = _parse_head(raw)
-        status = _status(head.first)
-        while 100 <= status < 200:  # interim answers (100 Continue, 103 Early Hints) go on as they are
-            if status != 100 or not request.expect_continue:
-                writer.write(raw)
-            raw = await conn.reader.readuntil(_HEAD_END)
-            head = _parse_head(raw)
-            status = _status(head.first)
-        bodiless = request.first.startswith(b"HEAD ") or status in _NO_BODY_STATUS
-        until_eof = not bodiless and not head.chunked and head.length is None
-        close = request.close or until_eof
-        lines = [head.first, *head.lines]
-        if close:
-            lines.append(b"Connection: close")
-        out = _CRLF.join(lines) + _HEAD_END
-        if bodiless:
-            writer.write(out)
-        elif head.length is not None and head.length <= _WHOLE and faults.slice_bytes <= 0:
-            writer.write(out + await conn.reader.readexactly(head.length) if head.length else out)
-        else:
-            writer.write(out)
+        while isinstance(event, h11.InformationalResponse):  # 103 Early Hints go on; a 100 was answered already
+            if event.status_code != 100:
+                writer.write(client.send(h11.InformationalResponse(status_code=event.status_code, headers=[])) or b"")
+            event = await self._upstream_event(conn, watch)
+        if not isinstance(event, h11.Response):
+            raise BadMessage(f"unexpected {type(event).__name__}")
+        writer.write(client.send(self._response_head(event)) or b"")
+        send: Callable[[bytes], Awaitable[None]] | None = None
+        if faults.slice_bytes > 0:
             send = self._acts.sender(writer, faults)
-            if head.chunked:
-                await _copy_chunked(conn.reader, send)
-            elif head.length is not None:
-                await _copy_exact(conn.reader, head.length, send)
+        while True:
+            event = await self._upstream_event(conn, watch)
+            if isinstance(event, h11.Data):
+                out = client.send(h11.Data(event.data)) or b""
+                if send is not None:
+                    await send(out)
+                else:
+                    writer.write(out)
+                    if writer.transport.get_write_buffer_size() > PIECE:
+                        await writer.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                writer.write(client.send(h11.EndOfMessage()) or b"")
+                break
             else:
-                while data := await conn.reader.read(PIECE):
-                    await send(data)
+                raise BadMessage(f"unexpected {type(event).__name__}")
         await writer.drain()
-        self._pool.give_back(conn, reusable=not (until_eof or head.close))
+        self._pool.give_back(conn)
+        return client.our_state is h11.DONE and client.their_state is h11.DONE
+
+    def _response_head(self, response: h11.Response) -> h11.Response:
+        named = {b"close", b"keep-alive"}
+        for name, value in response.headers:
+            if name in (b"connection", b"proxy-connection"):
+                named.update(t.strip().lower() for t in value.split(b","))
+        headers = [
+            (n, v) for n, v in response.headers.raw_items() if n.lower() not in _HOP_BY_HOP and n.lower() not in named
+        ]
+        if not any(
+            n.lower() in _FRAMING for n, _ in headers
+        ):  # a body that ends with the upstream's connection: ours too
+            headers.append((b"connection", b"close"))
+        return h11.Response(status_code=response.status_code, headers=headers, reason=response.reason)
+
+    async def _gateway_error(self, client: h11.Connection, writer: asyncio.StreamWriter, exc: BaseException) -> bool:
+        """502 for an upstream that could not be reached or answered nonsense, 504 for one that did not answer in
+        time; the connection closed if the request's body was not all read."""
+        timed_out = isinstance(exc, TimeoutError)
+        reason = type(exc).__name__ if timed_out else (str(exc) or type(exc).__name__)
+        self._pool.unreachable(reason)
+        status = 504 if timed_out else 502
+        error = "upstream timed out" if timed_out else "upstream unreachable"
+        close = client.their_state is not h11.DONE
+        body: dict[str, object] = {"error": error, "dependency": self._pool.name, "reason": reason}
+        extra = [(b"connection", b"close")] if close else []
+        writer.write((client.send(_answer(status, body, extra)) or b"") + (client.send(h11.Data(_json(body))) or b""))
+        writer.write(client.send(h11.EndOfMessage()) or b"")
+        await writer.drain()
         return not close
 
-    async def _bad_gateway(
-        self,
-        writer: asyncio.StreamWriter,
-        head: _Head,
-        exc: BaseException,
-        *,
-        body_read: bool,
-    ) -> bool:
-        reason = type(exc).__name__ if isinstance(exc, TimeoutError) else (str(exc) or type(exc).__name__)
-        self._pool.unreachable(reason)
-        close = head.close or not body_read
-        body: dict[str, object] = {"error": "upstream unreachable", "dependency": self._pool.name, "reason": reason}
-        writer.write(_simple_response(502, body, close=close))
-        await writer.drain()
-        return not close
+
+class _ClientWatch:
+    """While a request is with the upstream: reads what the client sends (kept for h11: a pipelined request), and
+    the moment the client leaves, aborts the upstream connection, which ends the wait on it at once."""
+
+    def __init__(self, reader: asyncio.StreamReader, client: h11.Connection) -> None:
+        self.left = False
+        self.reader = reader
+        self._client = client
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, conn: Conn) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._watch(conn))
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _watch(self, conn: Conn) -> None:
+        while len(self._client.trailing_data[0]) <= HEAD_LIMIT:  # past a head's worth: noticed at the next write
+            try:
+                data = await self.reader.read(PIECE)
+            except OSError:
+                data = b""
+            if not data:
+                self.left = True
+                conn.close()
+                return
+            self._client.receive_data(data)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import h11
 
 from chaosd.core.urls import Upstream
 
@@ -16,13 +18,15 @@ _log = logging.getLogger(__name__)
 
 HEAD_LIMIT = 256 * 1024  # the longest message head read (and the streams' buffer limit)
 _POOL = 32  # idle upstream connections kept
-_CONNECT_TIMEOUT = 10.0
 
 
 @dataclass(slots=True)
 class Conn:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    http: h11.Connection = field(  # its HTTP/1.1 framing (unused for TCP)
+        default_factory=lambda: h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_LIMIT)
+    )
 
     def usable(self) -> bool:
         return not self.writer.is_closing() and not self.reader.at_eof()
@@ -34,8 +38,9 @@ class Conn:
 class UpstreamPool:
     """Connections to one upstream for one proxy; ``errors`` counts the calls it could not be reached for."""
 
-    def __init__(self, name: str, upstream: Upstream) -> None:
+    def __init__(self, name: str, upstream: Upstream, *, connect_timeout: float) -> None:
         self.name = name
+        self.connect_timeout = connect_timeout
         self.upstream = upstream
         self.errors = 0
         self._idle: list[Conn] = []
@@ -48,7 +53,7 @@ class UpstreamPool:
             asyncio.open_connection(
                 up.host, up.port, ssl=self._ssl, server_hostname=up.host if self._ssl else None, limit=HEAD_LIMIT
             ),
-            _CONNECT_TIMEOUT,
+            self.connect_timeout,
         )
         return Conn(reader, writer)
 
@@ -58,12 +63,15 @@ class UpstreamPool:
             self._idle.pop().close()
         return self._idle.pop() if reuse and self._idle else None
 
-    def give_back(self, conn: Conn, reusable: bool) -> None:
-        """Keep the connection for the next call, if it can serve one and the pool has room; else close it."""
-        if not reusable or len(self._idle) >= _POOL or not conn.usable():
-            conn.close()
-        else:
+    def give_back(self, conn: Conn) -> None:
+        """Keep the connection for the next call, if its last exchange ended cleanly, it can serve another and the
+        pool has room; else close it."""
+        http = conn.http
+        if http.our_state is h11.DONE and http.their_state is h11.DONE and len(self._idle) < _POOL and conn.usable():
+            http.start_next_cycle()
             self._idle.append(conn)
+        else:
+            conn.close()
 
     def close_idle(self) -> None:
         for conn in self._idle:

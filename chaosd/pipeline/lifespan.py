@@ -62,8 +62,15 @@ async def _start_proxies(
     stack: AsyncExitStack, stage: StageRunner, dependencies: Mapping[str, DependencyConfig], seed: int
 ) -> None:
     for name in stage.dependencies:
-        upstream = parse_upstream(dependencies[name].upstream.get_secret_value())
-        proxy = FaultProxy(name, upstream, rng=random.Random(f"{seed}:dependency:{stage.name}:{name}"))
+        config = dependencies[name]
+        upstream = parse_upstream(config.upstream.get_secret_value())
+        proxy = FaultProxy(
+            name,
+            upstream,
+            rng=random.Random(f"{seed}:dependency:{stage.name}:{name}"),
+            connect_timeout=config.connect_timeout,
+            read_timeout=config.read_timeout,
+        )
         try:
             await proxy.start()
         except OSError as exc:

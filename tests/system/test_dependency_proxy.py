@@ -461,7 +461,7 @@ def test_http_reset_is_a_connection_reset_with_no_answer() -> None:
                 with pytest.raises(httpx.ReadError):
                     await client.get(f"{proxy.url}/echo")
             reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-            writer.write(b"GET /base/echo HTTP/1.1\r\nHost: x\r\n\r\n")
+            writer.write(b"GET /base/echo HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % proxy.port)
             with pytest.raises(ConnectionResetError):
                 await reader.read(1)  # not one response byte, and an RST rather than an orderly close
             writer.close()
@@ -487,7 +487,7 @@ def test_http_timeout_holds_until_the_client_gives_up_or_the_proxy_stops() -> No
                     await client.get(f"{proxy.url}/echo")
             await _eventually(lambda: proxy.connections == 0)
             reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-            writer.write(b"GET /base/echo HTTP/1.1\r\nHost: x\r\n\r\n")
+            writer.write(b"GET /base/echo HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % proxy.port)
             await _eventually(lambda: proxy.calls == 3)
             assert proxy.connections == 1
             began = time.perf_counter()
