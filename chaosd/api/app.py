@@ -204,6 +204,13 @@ def _auth(token: str | None) -> Middleware:
             # Header bytes that are not UTF-8 reach us as surrogates: compared as the bytes they were, never raised.
             sent = given.strip().encode("utf-8", "surrogateescape")
             if scheme.lower() != "bearer" or not hmac.compare_digest(sent, token.encode()):
+                # One short line an operator (or fail2ban) can act on: who and where, never what was sent.
+                log.warning(
+                    "refused %s %s from %s: missing or wrong bearer token",
+                    request.method,
+                    request.path[:100],
+                    request.remote,
+                )
                 return _error(401, "missing or wrong bearer token", "Authorization")
         return await handler(request)
 

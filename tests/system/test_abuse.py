@@ -264,7 +264,14 @@ def test_a_malformed_or_non_ascii_credential_is_401_and_counted(daemon: Daemon, 
         b"Authorization: Bearer " + credential + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n"
         b"Connection: close\r\n\r\n" + body
     )
+    seen = len(daemon.drain())
     error = _assert_error(_exchange(daemon, raw), 401)
     assert error["field"] == "Authorization"
+    daemon.wait_line("missing or wrong bearer token")
+    logged = [line for line in daemon.drain()[seen:] if "bearer token" in line]
+    # One short line naming the request and the caller, never the bytes sent.
+    assert len(logged) == 1 and len(logged[0]) < 200, logged
+    assert "POST /api/v1/faults from 127.0.0.1" in logged[0], logged
+    assert credential.decode("latin-1") not in logged[0] or not credential, logged
     assert _metric(daemon, 'chaosd_api_refused_total{reason="unauthorized"}') == refused + 1
     assert _state(daemon) == before
