@@ -90,10 +90,11 @@ class HttpRelay:
     naming another is refused 421, an Origin from elsewhere 403, before anything of it reaches the upstream.
     """
 
-    def __init__(self, acts: CallFaults, pool: UpstreamPool, *, read_timeout: float) -> None:
+    def __init__(self, acts: CallFaults, pool: UpstreamPool, *, read_timeout: float, idle_timeout: float) -> None:
         self._acts = acts
         self._pool = pool
         self._read_timeout = read_timeout
+        self._idle_timeout = idle_timeout
         upstream = pool.upstream
         default_port = {"http": 80, "https": 443}.get(upstream.scheme)
         host_b = b"[%s]" % upstream.host.encode() if ":" in upstream.host else upstream.host.encode("idna")
@@ -164,7 +165,12 @@ class HttpRelay:
                 return None
             if len(buffered) > HEAD_LIMIT:
                 raise _Refused(431, "request head too large")
-            client.receive_data(await reader.read(PIECE))
+            try:
+                client.receive_data(await self._client_bytes(reader))
+            except TimeoutError:
+                if buffered:  # a head begun and left unfinished (a slow-loris caller): told so, then closed
+                    raise _Refused(408, f"request head not complete within {self._idle_timeout:g} s") from None
+                return None  # a kept-alive connection idle that long: closed quietly, as servers do
         try:
             event = client.next_event()
         except h11.RemoteProtocolError as exc:
@@ -204,6 +210,11 @@ class HttpRelay:
         head = h11.Request(method=request.method, target=request.target, headers=kept)
         return _Call(request.method, head, expect)
 
+    async def _client_bytes(self, reader: asyncio.StreamReader) -> bytes:
+        """The client's next bytes; a client silent for ``idle_timeout`` holds no connection (nor file) longer."""
+        async with asyncio.timeout(self._idle_timeout):
+            return await reader.read(PIECE)
+
     def _refuse(self, client: h11.Connection, writer: asyncio.StreamWriter, refused: _Refused) -> None:
         """Answer what the client sent wrong, then close: nothing of the request went upstream."""
         body = {"error": str(refused), "dependency": self._pool.name}
@@ -224,7 +235,10 @@ class HttpRelay:
             except h11.RemoteProtocolError as exc:
                 raise _Refused(_refusal(exc), str(exc)) from None
             if event is h11.NEED_DATA:
-                data = await reader.read(PIECE)
+                try:
+                    data = await self._client_bytes(reader)
+                except TimeoutError:
+                    raise _Refused(408, f"request body stalled for {self._idle_timeout:g} s") from None
                 if not data:
                     raise BadMessage("the client left mid-body")
                 client.receive_data(data)

@@ -26,9 +26,18 @@ from chaosd.faults.upstream_pool import HEAD_LIMIT, UpstreamPool
 
 # DependencyFaults and NO_FAULTS live in chaosd.faults.dependency, Upstream and parse_upstream in chaosd.core.urls;
 # imported from here too.
-__all__ = ["MAX_CONNECTIONS", "NO_FAULTS", "DependencyFaults", "FaultProxy", "Upstream", "parse_upstream"]
+__all__ = [
+    "IDLE_TIMEOUT",
+    "MAX_CONNECTIONS",
+    "NO_FAULTS",
+    "DependencyFaults",
+    "FaultProxy",
+    "Upstream",
+    "parse_upstream",
+]
 
 MAX_CONNECTIONS = 1024  # client connections open at once, per proxy
+IDLE_TIMEOUT = 60.0  # the longest an HTTP client may keep a connection silent, between requests or within one
 
 
 class FaultProxy:
@@ -41,7 +50,8 @@ class FaultProxy:
     ``faults`` is read at each request (HTTP) or at each connection and chunk (TCP), so assigning a new value
     acts on the next. ``calls`` counts requests (HTTP) or connections (TCP); ``faulted`` the calls each fault
     action acted on; ``upstream_errors`` the calls the upstream could not be reached for (answered 502) or did not
-    answer within ``read_timeout`` (504). At most ``max_connections`` client connections are open at once: one
+    answer within ``read_timeout`` (504). An HTTP client silent for ``idle_timeout`` is let go: closed between
+    requests, answered 408 within one. At most ``max_connections`` client connections are open at once: one
     more is answered 503 (HTTP) or reset (TCP) and closed, so the proxy's open files stay bounded.
     """
 
@@ -54,6 +64,7 @@ class FaultProxy:
         host: str = "127.0.0.1",
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
+        idle_timeout: float = IDLE_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.name = name
@@ -67,7 +78,9 @@ class FaultProxy:
         if upstream.scheme == "tcp":
             self._relay = TcpRelay(self._acts, self._pool)
         else:
-            self._relay = self._http = HttpRelay(self._acts, self._pool, read_timeout=read_timeout)
+            self._relay = self._http = HttpRelay(
+                self._acts, self._pool, read_timeout=read_timeout, idle_timeout=idle_timeout
+            )
         self._host = host
         self._server: asyncio.Server | None = None
         self._closing = False

@@ -273,6 +273,105 @@ def test_connections_over_the_limit_are_503_and_closed() -> None:
     _run(go)
 
 
+def test_a_silent_client_is_let_go_at_the_idle_timeout_and_a_half_sent_head_is_a_408() -> None:
+    async def go() -> None:
+        async with _stack(idle_timeout=0.3) as (upstream, proxy), _stack() as (_, patient):
+            baseline = _open_fds()
+            silent, half = [], []
+            for _ in range(20):
+                silent.append(await asyncio.open_connection("127.0.0.1", proxy.port))
+                reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+                writer.write(b"GET /base/a HTTP/1.1\r\n" + _HOST % proxy.port)  # the head never ends
+                half.append((reader, writer))
+            # The control: the same silent client on a proxy with the default idle timeout (60 s).
+            control = await asyncio.open_connection("127.0.0.1", patient.port)
+            await _until(lambda: proxy.connections == 40 and patient.connections == 1)
+            for reader, _ in silent:
+                assert await asyncio.wait_for(reader.read(), DEADLINE) == b""  # closed, nothing said
+            for reader, _ in half:
+                answer = await asyncio.wait_for(reader.read(), DEADLINE)
+                assert _status(answer) == 408 and b"not complete within 0.3 s" in answer, answer
+            await _until(lambda: proxy.connections == 0)
+            assert patient.connections == 1 and upstream.seen == [] and proxy.calls == 0
+            for _, writer in [*silent, *half, control]:
+                writer.close()
+            await _until(lambda: patient.connections == 0 and _open_fds() <= baseline)
+
+    _run(go)
+
+
+def test_an_upstream_that_accepts_no_connection_is_a_504_at_the_connect_timeout() -> None:
+    async def go() -> None:
+        # A listener whose accept queue is full: the kernel drops further SYNs, so a connect hangs (a blackholed host).
+        with socket.socket() as full:
+            full.bind(("127.0.0.1", 0))
+            full.listen(0)
+            port = full.getsockname()[1]
+            fillers = []
+            for _ in range(4):
+                filler = socket.socket()
+                filler.setblocking(False)
+                filler.connect_ex(("127.0.0.1", port))
+                fillers.append(filler)
+            proxy = FaultProxy(
+                "billing", parse_upstream(f"http://127.0.0.1:{port}"), rng=random.Random(1), connect_timeout=0.4
+            )
+            await proxy.start()
+            try:
+                began = time.perf_counter()
+                async with aiohttp.ClientSession() as session, session.get(f"{proxy.url}/a") as resp:
+                    took = time.perf_counter() - began
+                    body = await resp.json()
+                assert resp.status == 504 and body["error"] == "upstream timed out", body
+                assert 0.4 <= took < 0.4 + 2.0, took
+                assert proxy.upstream_errors == 1
+            finally:
+                await proxy.stop()
+                for filler in fillers:
+                    filler.close()
+
+    _run(go)
+
+
+def test_a_raw_tcp_connection_over_the_limit_is_reset_unread() -> None:
+    async def go() -> None:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while data := await reader.read(1024):
+                writer.write(data)
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        proxy = FaultProxy("echo", parse_upstream(f"tcp://127.0.0.1:{port}"), rng=random.Random(1), max_connections=3)
+        await proxy.start()
+        held = []
+        try:
+            for _ in range(3):
+                reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+                writer.write(b"ping")
+                assert await asyncio.wait_for(reader.readexactly(4), DEADLINE) == b"ping"
+                held.append(writer)
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(b"ping")
+            with pytest.raises(ConnectionResetError):
+                assert await asyncio.wait_for(reader.read(4), DEADLINE) == b""  # an EOF would not be a reset
+            assert proxy.refused == 1 and proxy.connections == 3
+            writer.close()
+            for w in held:
+                w.close()
+            await _until(lambda: proxy.connections == 0)
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)  # room again
+            writer.write(b"pong")
+            assert await asyncio.wait_for(reader.readexactly(4), DEADLINE) == b"pong"
+            writer.close()
+        finally:
+            await proxy.stop()
+            server.close()
+            await server.wait_closed()
+
+    _run(go)
+
+
 def test_a_free_port_as_upstream_is_a_502_and_the_connect_timeout_is_a_setting() -> None:
     async def go() -> None:
         with socket.socket() as s:
