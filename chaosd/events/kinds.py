@@ -27,6 +27,7 @@ __all__ = [
     "AgentAlive",
     "AgentDead",
     "AgentJoined",
+    "AgentStalled",
     "BackendConnected",
     "BackendReachable",
     "BackendReadiness",
@@ -171,6 +172,14 @@ class AgentDead(TypedDict):
     pid_killed: NotRequired[bool]  # a local worker process: killed by its pid (redis backend)
     exit_requested: NotRequired[str]  # a remote worker: the process instance asked to exit
     heartbeat: NotRequired[Literal["lost"]]  # a remote worker that stopped beating
+
+
+class AgentStalled(TypedDict):
+    agent: str
+    state: Literal["stalled"]
+    heartbeat: Literal["lost"]
+    pid: int  # the local worker process that lives but does not beat
+    stopped: bool  # the OS says it is stopped (SIGSTOP): judged at once, not after the heartbeat's expiry
 
 
 class AgentAlive(TypedDict):

@@ -14,6 +14,7 @@ from chaosd.events.kinds import (
     AgentAlive,
     AgentDead,
     AgentJoined,
+    AgentStalled,
     BackendConnected,
     BackendReachable,
     BackendReadiness,
@@ -124,6 +125,9 @@ class EventLog:
 
     @overload
     def record(self, t: float, kind: Literal["agent"], **data: Unpack[AgentDead]) -> Event: ...
+
+    @overload
+    def record(self, t: float, kind: Literal["agent"], **data: Unpack[AgentStalled]) -> Event: ...
 
     @overload
     def record(self, t: float, kind: Literal["agent"], **data: Unpack[AgentAlive]) -> Event: ...

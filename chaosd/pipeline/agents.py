@@ -28,6 +28,7 @@ class Agent:
     paused: bool = False
     exhausted: bool = False  # held by a pool-exhaustion fault
     partitioned: bool = False
+    stalled: bool = False  # not alive because its process stopped beating while it lives (SIGSTOPped, hung)
     slow: float = 1.0  # service-time multiplier (workers) or rate divisor (producers)
     served: int = 0  # tasks finished (workers) or offered (producers): progress after a restart
     restarts: list[float] = field(default_factory=list)  # restart times within the supervisor's window
@@ -66,7 +67,7 @@ class Agent:
     @property
     def state(self) -> AgentState:
         if not self.alive:
-            return "dead"
+            return "stalled" if self.stalled else "dead"
         if self.partitioned:
             return "partitioned"
         if self.paused or self.exhausted:

@@ -19,7 +19,7 @@ from chaosd.views.verdict import ScoreView
 AgentKind = Literal["worker", "producer", "orchestrator"]
 
 
-AgentState = Literal["running", "slow", "paused", "partitioned", "dead"]
+AgentState = Literal["running", "slow", "paused", "partitioned", "stalled", "dead"]
 
 
 @closed_view

@@ -241,7 +241,9 @@ export function narrate(kind, d, ctx) {
       }
       return ["info", `leader ${d.replica}: ${d.state}`];
     case "agent":
-      return d.state === "dead" ? ["bad", `✗ ${d.agent} down`] : ["good", `✓ ${d.agent} ${d.state === "alive" ? "back up" : d.state}`];
+      if (d.state === "dead") return ["bad", `✗ ${d.agent} down`];
+      if (d.state === "stalled") return ["bad", `✗ ${d.agent} stalled: its process lives but does not beat`];
+      return ["good", `✓ ${d.agent} ${d.state === "alive" ? "back up" : d.state}`];
     case "supervisor":
       return d.state === "gave_up"
         ? ["bad", `✗ supervisor gave up on ${d.agent} after ${d.restarts} restarts`]

@@ -21,6 +21,7 @@ from chaosd.faults.proxy import DependencyFaults
 from chaosd.views import BreakerState, FailReason
 
 __all__ = [
+    "HEARTBEAT_S",
     "Heartbeat",
     "LeaderStats",
     "Lease",
@@ -32,6 +33,8 @@ __all__ = [
     "StageFlags",
     "StageTotals",
 ]
+
+HEARTBEAT_S = 0.1  # seconds between a worker process's heartbeats (which also read its control hash)
 
 _STAGE_COUNTERS = ("degraded", "successes", "fallback_served")
 # What else each stage adds to ``stage_stats`` besides those: plain counters (``STAGE:retries`` …), failed attempts
@@ -271,6 +274,7 @@ class Heartbeat:
     breakers: Mapping[str, tuple[BreakerState, float]] = field(default_factory=dict)  # not closed: seconds left
     memory: Mapping[str, tuple[str, frozenset[int]]] = field(default_factory=dict)  # see _memory
     mcp: Mapping[str, tuple[str, bool]] = field(default_factory=dict)  # see _mcp
+    beat: str = ""  # the beat's number, new at each beat
 
     @classmethod
     def from_reply(cls, reply: object) -> Heartbeat | None:
@@ -285,6 +289,7 @@ class Heartbeat:
             _breakers(reply.get("breakers", "")),
             _memory(reply.get("memory", "")),
             _mcp(reply.get("mcp", "")),
+            reply.get("beat", ""),
         )
 
 

@@ -35,6 +35,7 @@ from chaosd.backends.redis.replies import (
     BUCKET_PREFIX,
     ERROR_PREFIX,
     FAIL_PREFIX,
+    HEARTBEAT_S,
     LATENCY_NS,
     StageDocument,
     StageFlags,
@@ -54,7 +55,7 @@ from chaosd.views import FailReason
 
 __all__ = ["RedisWorker"]
 
-_CONTROL_EVERY = 0.1  # seconds between heartbeats (which also read the control hash)
+_CONTROL_EVERY = HEARTBEAT_S
 _RETRY = 0.1  # seconds before trying Redis again after a connection error
 _STOP_GRACE = 0.5  # seconds the serving tasks get to end once cancelled, before the stages' teardown runs
 # Seconds a worker keeps the fault state it has when its control hash or the stage document is missing: Redis
@@ -124,6 +125,7 @@ class RedisWorker:
         self._offset = 0.0
         self.current: str | None = None
         self.served = 0
+        self._beats = 0  # heartbeats sent
         self.dropped = 0
         self._dropped_reported = 0
         self.round_trips = 0  # pipelines sent (serving and heartbeats): the benchmark's round trips per task
@@ -322,6 +324,7 @@ class RedisWorker:
         k = 0
         while True:
             k += 1
+            self._beats += 1
             pipe = self._ctl.pipeline(transaction=False)
             pipe.hset(beat, mapping=self._beat_fields())
             pipe.pexpire(beat, ttl_ms)
@@ -369,6 +372,7 @@ class RedisWorker:
             "instance": self.instance,
             "busy": self.current or "",
             "served": self.served,
+            "beat": self._beats,  # changes at each beat: a reader can tell a fresh beat from a key not yet expired
             "breakers": self._breakers(),
             "memory": memory,
             "mcp": mcp,
