@@ -319,13 +319,21 @@ def test_every_selector_filters_on_the_instance_variable(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=_ids(DASHBOARDS))
-def test_fault_injections_are_annotated(path: Path) -> None:
+def test_faults_are_annotated_as_regions_from_injection_to_end(path: Path) -> None:
+    """Grafana turns a Prometheus annotation's points with a value above 0, a step or less apart, into one region:
+    the count of active faults by action gives one region per fault from its injection to its end. Grafana drops
+    the zeros itself, so the query keeps them (an instant query of it always answers, as the live test wants)."""
     queries = dict(panel_queries(path))
     assert (
-        queries.get("annotation: Fault injections") == 'changes(chaosd_faults_injected_total{instance=~".*"}[30s]) > 0'
+        queries.get("annotation: Faults active") == 'sum by (instance, action) (chaosd_faults_active{instance=~".*"})'
     )
-    annotation = next(a for a in _load(path)["annotations"]["list"] if a["name"] == "Fault injections")
-    assert "{{action}}" in annotation["titleFormat"]
+    annotation = next(a for a in _load(path)["annotations"]["list"] if a["name"] == "Faults active")
+    assert "{{action}}" in annotation["titleFormat"] and annotation["tagKeys"] == "action,instance"
+    assert annotation["useValueForTime"] is False  # the value is a count, not a timestamp
+    # The step is chaosd's scrape interval in the shipped prometheus.yml: a region's ends are as sharp as the data.
+    prometheus = yaml.safe_load((ROOT / "config" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    (job,) = [j for j in prometheus["scrape_configs"] if j["job_name"] == "chaosd"]
+    assert annotation["step"] == annotation["target"]["interval"] == job["scrape_interval"]
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=_ids(DASHBOARDS))
