@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -316,13 +319,21 @@ def test_every_selector_filters_on_the_instance_variable(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=_ids(DASHBOARDS))
-def test_fault_injections_are_annotated(path: Path) -> None:
+def test_faults_are_annotated_as_regions_from_injection_to_end(path: Path) -> None:
+    """Grafana turns a Prometheus annotation's points with a value above 0, a step or less apart, into one region:
+    the count of active faults by action gives one region per fault from its injection to its end. Grafana drops
+    the zeros itself, so the query keeps them (an instant query of it always answers, as the live test wants)."""
     queries = dict(panel_queries(path))
     assert (
-        queries.get("annotation: Fault injections") == 'changes(chaosd_faults_injected_total{instance=~".*"}[30s]) > 0'
+        queries.get("annotation: Faults active") == 'sum by (instance, action) (chaosd_faults_active{instance=~".*"})'
     )
-    annotation = next(a for a in _load(path)["annotations"]["list"] if a["name"] == "Fault injections")
-    assert "{{action}}" in annotation["titleFormat"]
+    annotation = next(a for a in _load(path)["annotations"]["list"] if a["name"] == "Faults active")
+    assert "{{action}}" in annotation["titleFormat"] and annotation["tagKeys"] == "action,instance"
+    assert annotation["useValueForTime"] is False  # the value is a count, not a timestamp
+    # The step is chaosd's scrape interval in the shipped prometheus.yml: a region's ends are as sharp as the data.
+    prometheus = yaml.safe_load((ROOT / "config" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    (job,) = [j for j in prometheus["scrape_configs"] if j["job_name"] == "chaosd"]
+    assert annotation["step"] == annotation["target"]["interval"] == job["scrape_interval"]
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=_ids(DASHBOARDS))
@@ -419,7 +430,8 @@ def test_dashboard_provider_loads_the_mounted_folder() -> None:
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
 
 
-_STATE_CODE = re.compile(r'(\d+) \* chaosd_detector_state\{[^}]*state="([a-z]+)"\}')
+_STATE_CODE = re.compile(r'(\d+) \* chaosd_detector_state\{[^}]*state="([a-z_]+)"\}')
+NO_STATE = "unknown"  # the text of code 0: no state series at all
 
 
 def _detector_states() -> set[str]:
@@ -433,17 +445,24 @@ def _state_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _state_coverage_problems(panel: dict[str, Any], states: set[str]) -> list[str]:
-    """What a panel folding the one-hot detector state gets wrong: a state left out of the folding query, or a
-    code its value mapping does not name as that state."""
+    """What a panel folding the one-hot detector state gets wrong: a state left out of the folding query, a state
+    its value mappings do not name, a code whose mapping names another state, or a mapping that is no state."""
+    title = repr(panel["title"])
     codes = {code: state for t in panel["targets"] for code, state in _STATE_CODE.findall(t["expr"])}
-    problems = [
-        f"{panel['title']!r}: state {state} not folded into a code" for state in sorted(states - {*codes.values()})
-    ]
+    problems = [f"{title}: state {state} not folded into a code" for state in sorted(states - {*codes.values()})]
     if unknown := set(codes.values()) - states:
-        problems.append(f"{panel['title']!r}: {sorted(unknown)} are no detector states")
-    options = panel["fieldConfig"]["defaults"]["mappings"][0]["options"]
+        problems.append(f"{title}: {sorted(unknown)} are no detector states")
+    options = {
+        code: option
+        for mapping in panel["fieldConfig"]["defaults"]["mappings"]
+        for code, option in mapping["options"].items()
+    }
+    texts = {option.get("text") for option in options.values()}
+    problems += [f"{title}: no value mapping names state {state}" for state in sorted(states - texts)]
+    if extra := texts - states - {NO_STATE}:
+        problems.append(f"{title}: value mappings {sorted(map(str, extra))} are no detector states")
     problems += [
-        f"{panel['title']!r}: code {code} maps to {options.get(code, {}).get('text')!r}, not {state!r}"
+        f"{title}: code {code} maps to {options.get(code, {}).get('text')!r}, not {state!r}"
         for code, state in codes.items()
         if options.get(code, {}).get("text") != state
     ]
@@ -457,23 +476,83 @@ def test_every_detector_state_has_its_code_and_its_name(path: Path) -> None:
     states = _detector_states()
     panels = _state_panels(_load(path))
     assert [problem for panel in panels for problem in _state_coverage_problems(panel, states)] == []
-    assert panels or path.name != "chaosd-overview.json"
+    assert panels or path.name == "chaosd-stages.json"
 
 
-def test_a_detector_state_left_out_of_a_panel_is_caught() -> None:
-    """The negative control: the overview's state panel without metastable, or with its mapping dropped."""
+@pytest.mark.parametrize("state", sorted(_detector_states()))
+def test_a_detector_state_left_out_of_a_panel_is_caught(state: str) -> None:
+    """The negative control, for every state: the overview's state panel without the state's fold, or without its
+    value mapping."""
     states = _detector_states()
     (panel,) = _state_panels(_load(DASHBOARD_DIR / "chaosd-overview.json"))
-    assert "metastable" in states and _state_coverage_problems(panel, states) == []
+    assert _state_coverage_problems(panel, states) == []
+    title = repr(panel["title"])
     target = panel["targets"][0]
-    unfolded = {
-        **panel,
-        "targets": [{**target, "expr": re.sub(r' or \d+ \* [^}]*state="metastable"\}', "", target["expr"])}],
-    }
-    assert _state_coverage_problems(unfolded, states) == [
-        f"{panel['title']!r}: state metastable not folded into a code"
-    ]
-    mapping = panel["fieldConfig"]["defaults"]["mappings"][0]
-    options = {code: option for code, option in mapping["options"].items() if option["text"] != "metastable"}
+    term = re.compile(rf'( or )?\d+ \* chaosd_detector_state\{{[^}}]*state="{state}"\}}( or )?')
+    expr = term.sub(lambda m: " or " if m.group(1) and m.group(2) else "", target["expr"], count=1)
+    assert expr != target["expr"]
+    unfolded = {**panel, "targets": [{**target, "expr": expr}]}
+    assert _state_coverage_problems(unfolded, states) == [f"{title}: state {state} not folded into a code"]
+    (mapping,) = panel["fieldConfig"]["defaults"]["mappings"]
+    code = next(code for code, option in mapping["options"].items() if option["text"] == state)
+    options = {c: option for c, option in mapping["options"].items() if c != code}
     unnamed = {**panel, "fieldConfig": {"defaults": {"mappings": [{**mapping, "options": options}]}}}
-    assert _state_coverage_problems(unnamed, states) == [f"{panel['title']!r}: code 8 maps to None, not 'metastable'"]
+    assert _state_coverage_problems(unnamed, states) == [
+        f"{title}: no value mapping names state {state}",
+        f"{title}: code {code} maps to None, not {state!r}",
+    ]
+
+
+# --------------------------------------------------------------------------- the generator: scripts/dashboard_states.py
+
+GENERATOR = ROOT / "scripts" / "dashboard_states.py"
+
+
+def _generate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(GENERATOR), *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _generator_module() -> Any:
+    spec = importlib.util.spec_from_file_location("dashboard_states", GENERATOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_dashboards_are_what_the_generator_writes_from_the_detectors_states() -> None:
+    """A state added to the detector cannot be missed: the generator writes every state panel from the detector's
+    own states, and the shipped dashboards must be byte for byte what it writes."""
+    result = _generate("--check")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_generator_check_catches_a_state_left_out_and_writes_it_back(tmp_path: Path) -> None:
+    for path in DASHBOARDS:
+        shutil.copy(path, tmp_path / path.name)
+    overview = tmp_path / "chaosd-overview.json"
+    dashboard = _load(overview)
+    (panel,) = _state_panels(dashboard)
+    del panel["fieldConfig"]["defaults"]["mappings"][0]["options"]["5"]  # stall
+    overview.write_text(json.dumps(dashboard, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    result = _generate("--check", "--dashboards", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stdout == f"chaosd-overview.json: {panel['title']!r}\n"
+    assert _generate("--dashboards", str(tmp_path)).returncode == 0
+    assert [p.read_bytes() for p in sorted(tmp_path.glob("*.json"))] == [p.read_bytes() for p in DASHBOARDS]
+
+
+def test_a_state_the_generator_has_no_style_for_stops_it() -> None:
+    generator = _generator_module()
+    states = sorted(_detector_states())
+    table = generator.codes(states)
+    assert sorted(state for _, state, _ in table) == states
+    assert len({code for code, _, _ in table}) == len(states) and 0 not in {code for code, _, _ in table}
+    with pytest.raises(generator.MissingStyle, match="meltdown"):
+        generator.codes([*states, "meltdown"])
+    # What the script does with it: exit 2, nothing written (the shipped dashboards would otherwise change).
+    generator.detector_states = lambda: [*states, "meltdown"]
+    assert generator.main(["--dashboards", str(DASHBOARD_DIR)]) == 2
+    assert _generate("--check").returncode == 0

@@ -35,6 +35,9 @@ ALERTS = {
     "ChaosdFileDescriptorsNearLimit",
     "ChaosdRefusingConnections",
     "ChaosdUnplannedIncident",
+    "ChaosdScrapeSlow",
+    "ChaosdObserverFailing",
+    "ChaosdSpansDropped",
 }
 RECORDS = {
     "chaosd:task_sojourn_seconds:p95",
