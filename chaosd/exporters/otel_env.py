@@ -119,14 +119,16 @@ def _is_http_url(text: str) -> bool:
 
 
 def read_otel_env(env: Mapping[str, str]) -> OtelEnv:
-    """The variables read and checked; a ConfigError naming each variable that cannot be used."""
+    """The variables read and checked; a ConfigError naming each variable that cannot be used. With no endpoint
+    nothing is exported and no other variable is read: those set for other programs are no matter."""
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not (endpoint and endpoint.strip()):
+        return OtelEnv(False, "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL", QUEUE, 512)
     problems = _problems(env)
     if problems:
         raise ConfigError([("environment", name, message) for name, message in problems])
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     exporting = (
-        bool(endpoint and endpoint.strip())
-        and env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
+        env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
         and env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() != "none"
     )
     protocol: Protocol = "http/protobuf"
