@@ -18,7 +18,7 @@ from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from chaosd.core.errors import ConfigError
 from chaosd.core.version import __version__
 
-__all__ = ["GRPC_EXTRA", "OtelEnv", "read_otel_env", "resource", "textmap"]
+__all__ = ["GRPC_EXTRA", "OtelEnv", "queue_limits", "read_otel_env", "resource", "textmap"]
 
 Protocol = Literal["http/protobuf", "grpc"]
 GRPC_EXTRA = "chaosd[otlp-grpc]"
@@ -123,7 +123,7 @@ def read_otel_env(env: Mapping[str, str]) -> OtelEnv:
     nothing is exported and no other variable is read: those set for other programs are no matter."""
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if not (endpoint and endpoint.strip()):
-        return OtelEnv(False, "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL", QUEUE, 512)
+        return OtelEnv(False, "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL", QUEUE, 512)  # unused
     problems = _problems(env)
     if problems:
         raise ConfigError([("environment", name, message) for name, message in problems])
@@ -138,13 +138,21 @@ def read_otel_env(env: Mapping[str, str]) -> OtelEnv:
             protocol = "grpc" if value == "grpc" else "http/protobuf"
             protocol_from = name
             break
+    return OtelEnv(exporting, protocol, protocol_from, *queue_limits(env))
+
+
+def queue_limits(env: Mapping[str, str]) -> tuple[int, int]:
+    """Spans that may wait for export (``OTEL_BSP_MAX_QUEUE_SIZE``) and spans per export (at most as many)."""
+    problems = _problems({k: v for k, v in env.items() if k.startswith("OTEL_BSP_")})
+    if problems:
+        raise ConfigError([("environment", name, message) for name, message in problems])
     queue = int(env.get("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE))
     batch = int(env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", min(512, queue)))
     if batch > queue:
         raise ConfigError(
             [("environment", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", f"at most OTEL_BSP_MAX_QUEUE_SIZE ({queue})")]
         )
-    return OtelEnv(exporting, protocol, protocol_from, queue, batch)
+    return queue, batch
 
 
 def resource(defaults: Mapping[str, str | int]) -> Resource:

@@ -27,7 +27,7 @@ from chaosd.core.clock import Clock, unix_time, wall_time
 from chaosd.core.errors import ConfigError
 from chaosd.events.log import Event, fault_data
 from chaosd.experiment.runner import Experiment
-from chaosd.exporters.otel_env import GRPC_EXTRA, QUEUE, read_otel_env, resource
+from chaosd.exporters.otel_env import GRPC_EXTRA, QUEUE, queue_limits, read_otel_env, resource
 from chaosd.faults import Injector
 from chaosd.pipeline.stages import Degraded
 from chaosd.pipeline.task import Task
@@ -163,11 +163,10 @@ class Tracing:
             self.provider.add_span_processor(processor)  # a caller's processor (tests): no queue to guard
         else:
             assert exporter is not None
-            otel = read_otel_env(os.environ)
-            self._queue = otel.queue
+            self._queue, per_export = queue_limits(os.environ)
             # The SDK's queue is twice the gate's, so a span is dropped here, counted, never silently there.
             batch = BatchSpanProcessor(
-                _Counting(exporter, self), max_queue_size=otel.queue * 2, max_export_batch_size=otel.batch
+                _Counting(exporter, self), max_queue_size=self._queue * 2, max_export_batch_size=per_export
             )
             self.provider.add_span_processor(_Gate(batch, self))
         self.tracer = self.provider.get_tracer("chaosd")
