@@ -23,6 +23,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from chaosd.core.version import __version__
 
+HEADER_SECRET = "otlp-key-" + secrets.token_hex(8)
 TEXT_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (DEBUG|INFO|WARNING|ERROR) ")
 
 
@@ -87,6 +88,8 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, S
         "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=api-tracing-test",
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # honoured: spans reach the receiver within a tenth of a second
         "CHAOSD_TRACING__SAMPLE_EVERY": "1000000",  # the API's spans, hardly any task's
+        "OTEL_EXPORTER_OTLP_HEADERS": f"x-api-key={HEADER_SECRET}",
+        "CHAOSD_LOG__LEVEL": "debug",  # every record there is: none may carry a secret
     }
     d = Daemon(tmp_path_factory.mktemp("traced"), env=env, args=("--log-format", "json"))
     try:
@@ -160,7 +163,7 @@ def test_a_json_log_line_written_while_serving_carries_the_requests_trace(traced
     assert outside["level"] == "info" and "trace_id" not in outside  # no span current: no ids
     assert not [line for line in lines if TEXT_LOG_LINE.match(line)]  # every log record is JSON
     exported = b"".join(body for _, body in sink.bodies)
-    for secret in (wrong, TOKEN):
+    for secret in (wrong, TOKEN, HEADER_SECRET):
         assert secret not in "\n".join(lines) and secret.encode() not in exported
 
 
