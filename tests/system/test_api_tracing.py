@@ -195,3 +195,15 @@ def test_a_daemon_given_an_otel_variable_it_cannot_use_exits_2_naming_it(tmp_pat
     assert done.returncode == 2, done.stdout + done.stderr
     assert "chaosd: error: environment: OTEL_TRACES_SAMPLER: one of always_on" in done.stderr
     assert "listening on" not in done.stdout  # refused before anything started
+
+
+def test_a_request_no_route_matched_is_named_by_its_method_alone(traced: tuple[Daemon, Sink]) -> None:
+    d, sink = traced
+    assert d.request("GET", "/api/v1/no-such-thing", headers={"User-Agent": "probe-404"})[0] == 404
+    code, answer = d.request("PROPFIND", "/api/v1/faults", headers={"User-Agent": "probe-propfind"})
+    assert code == 405, answer
+    missing, brewed = _by_agent(sink, "probe-404"), _by_agent(sink, "probe-propfind")
+    assert missing["name"] == "GET" and "http.route" not in missing["attributes"]  # a path is not a route
+    assert missing["attributes"]["http.response.status_code"] == 404 and "error.type" not in missing["attributes"]
+    assert brewed["name"] == "HTTP" and brewed["attributes"]["http.request.method"] == "_OTHER"
+    assert brewed["attributes"]["http.request.method_original"] == "PROPFIND"
