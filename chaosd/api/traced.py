@@ -74,6 +74,9 @@ def request_attributes(request: web.Request, route: str | None) -> dict[str, Att
     if request.remote:
         attributes["client.address"] = request.remote
         attributes["network.peer.address"] = request.remote
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    if isinstance(peer, tuple) and len(peer) >= 2 and isinstance(peer[1], int):
+        attributes["network.peer.port"] = peer[1]
     if agent := request.headers.get("User-Agent"):
         attributes["user_agent.original"] = agent[:_TEXT]
     return attributes
