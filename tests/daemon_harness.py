@@ -47,8 +47,14 @@ def wait_for(
 
 
 class Daemon:
-    def __init__(self, tmp: Path, env: dict[str, str | None] | None = None, config: Path | None = None) -> None:
-        """``env`` adds variables; a value of None removes one (e.g. the default token)."""
+    def __init__(
+        self,
+        tmp: Path,
+        env: dict[str, str | None] | None = None,
+        config: Path | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
+        """``env`` adds variables; a value of None removes one (e.g. the default token). ``args``: more options."""
         self.tmp = tmp
         merged: dict[str, str | None] = {
             **os.environ,
@@ -63,9 +69,9 @@ class Daemon:
             **(env or {}),
         }
         self.env = {k: v for k, v in merged.items() if v is not None}
-        args = [sys.executable, "-m", "chaosd"] + (["--config", str(config)] if config else [])
+        argv = [sys.executable, "-m", "chaosd", *args] + (["--config", str(config)] if config else [])
         self.proc = subprocess.Popen(
-            args, cwd=tmp, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            argv, cwd=tmp, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []

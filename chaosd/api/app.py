@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
 from chaosd.api.errors import HttpError
@@ -38,6 +37,7 @@ from chaosd.api.schemas import openapi_document
 from chaosd.api.server import HostPolicy, HttpStats, Refusal, error_body, own_origin, request_ended, request_started
 from chaosd.api.sse import Broker
 from chaosd.api.table import ENDPOINTS, check_query, route_defs
+from chaosd.api.traced import traced
 from chaosd.arena.mount import add_arena
 from chaosd.config.settings import ApiConfig, Settings
 from chaosd.core.errors import ChaosdError, ConfigError, Conflict, FaultError, NotFound, Unavailable
@@ -272,39 +272,6 @@ def _experiment_ctx(live: LiveRun) -> Callable[[web.Application], AsyncIterator[
     return ctx
 
 
-_UNTRACED = ("/metrics", "/healthz", "/readyz", "/api/v1/events")
-
-
-def _traced(tracing: Tracing) -> Middleware:
-    """A server span per API request (not for scrapes, health checks or the event stream)."""
-
-    @web.middleware
-    async def traced(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in _UNTRACED:
-            return await handler(request)
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else request.path
-        span = tracing.tracer.start_span(
-            f"{request.method} {route}",
-            kind=SpanKind.SERVER,
-            start_time=tracing.now_ns(),
-            attributes={"http.request.method": request.method, "http.route": route},
-        )
-        try:
-            response = await handler(request)
-        except Exception:
-            span.set_status(Status(StatusCode.ERROR))
-            span.end(end_time=tracing.now_ns())
-            raise
-        span.set_attribute("http.response.status_code", response.status)
-        if response.status >= 500:
-            span.set_status(Status(StatusCode.ERROR))
-        span.end(end_time=tracing.now_ns())
-        return response
-
-    return traced
-
-
 def build_app(settings: Settings, live: LiveRun, tracing: Tracing | None = None) -> web.Application:
     """The daemon's application for ``live``; the caller runs it (``web.AppRunner`` and a ``FrontDoor``).
 
@@ -314,7 +281,9 @@ def build_app(settings: Settings, live: LiveRun, tracing: Tracing | None = None)
     api = settings.api
     middlewares: list[Middleware] = [front, _browser_guard(api), errors, _auth(api.token_value()), durable]
     if tracing is not None and tracing.enabled:
-        middlewares.insert(1, _traced(tracing))
+        # Outside every other middleware but the front door: a refusal (403, 415, 401) is traced too, and
+        # the span is current while they run, so their log lines carry its ids.
+        middlewares.insert(1, traced(tracing))
     app = web.Application(client_max_size=api.max_body_bytes, middlewares=middlewares)
     app[CONTROLLER] = controller
     app[STOP] = live.stop

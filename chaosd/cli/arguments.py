@@ -15,7 +15,7 @@ from chaosd.cli.exits import EXIT_USAGE
 from chaosd.core.durations import parse_duration
 from chaosd.core.version import __version__
 
-__all__ = ["parser"]
+__all__ = ["LOG_FORMATS", "LOG_LEVELS", "parser"]
 
 
 def _duration(text: str) -> float:
@@ -174,7 +174,14 @@ _DAEMON_OPTIONS = (
     ("--config", "FILE", "TOML config file (default: built-in defaults)"),
     ("--host", "HOST", "listen on this address (overrides api.host and CHAOSD_API__HOST)"),
     ("--port", "PORT", "listen on this port, 0 for a free one (overrides api.port and CHAOSD_API__PORT)"),
+    ("--log-level", "LEVEL", "debug, info, warning or error: the least severe log record written (log.level; info)"),
+    ("--log-format", "FORMAT", "text, or json: one object per line with trace ids (log.format; text)"),
 )
+
+
+# log.level's and log.format's values (chaosd.config.logs), spelt here: a client command never loads the config.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 
 
 _Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"  # not subscriptable at run time
@@ -211,6 +218,8 @@ def _add_serve(sub: _Commands) -> None:
     serve.add_argument("--config", type=Path, metavar="FILE", help=_DAEMON_OPTIONS[0][2])
     serve.add_argument("--host", type=_host, help=_DAEMON_OPTIONS[1][2])
     serve.add_argument("--port", type=_port, help=_DAEMON_OPTIONS[2][2])
+    serve.add_argument("--log-level", choices=LOG_LEVELS, type=str.lower, help=_DAEMON_OPTIONS[3][2])
+    serve.add_argument("--log-format", choices=LOG_FORMATS, type=str.lower, help=_DAEMON_OPTIONS[4][2])
 
 
 def _add_run(sub: _Commands) -> None:

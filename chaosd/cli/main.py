@@ -442,6 +442,9 @@ def _serve(args: argparse.Namespace) -> int:
     listen = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if listen:  # the command line beats the file and the environment
         settings = settings.model_copy(update={"api": settings.api.model_copy(update=listen)})
+    logs = {k: v for k, v in (("level", args.log_level), ("format", args.log_format)) if v is not None}
+    if logs:
+        settings = settings.model_copy(update={"log": settings.log.model_copy(update=logs)})
     source = ", ".join(f"--{k}" if k in listen else f"api.{k}" for k in ("host", "port"))
     return serve(settings, _out, source=source)
 

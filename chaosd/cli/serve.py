@@ -30,6 +30,7 @@ from chaosd.api import build_app
 from chaosd.api.keys import HTTP_STATS, LIMITS, REGISTRY, REPORT, STORAGE
 from chaosd.api.server import FrontDoor
 from chaosd.cli.exits import EXIT_REPORT_NOT_WRITTEN
+from chaosd.cli.logs import configure_logging
 from chaosd.config.settings import Settings
 from chaosd.core.clock import LoopClock, new_event_loop, unix_time, wall_time
 from chaosd.core.errors import ChaosdError, ConfigError
@@ -366,15 +367,6 @@ class Daemon:
         return 0
 
 
-class _Escaped(logging.Formatter):
-    """Log lines with their message escaped (``shown``): a reason with ESC or CR/LF in it can neither colour the
-    terminal nor forge a log line. A traceback, appended after the message, keeps its own lines."""
-
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = shown(record.message)
-        return super().formatMessage(record)
-
-
 async def _serve(settings: Settings, out: Callable[[str], None], source: str) -> int:
     return await Daemon(settings, out, source).run()
 
@@ -383,9 +375,7 @@ def serve(settings: Settings, out: Callable[[str], None], *, source: str = "api.
     """Run the daemon on a real-time loop; returns the process exit code. ``source`` names where the listening
     address came from, for the message when it cannot be bound."""
     check_bind(settings)
-    handler = logging.StreamHandler()
-    handler.setFormatter(_Escaped("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    configure_logging(settings.log)
     loop = new_event_loop(virtual=False)
     asyncio.set_event_loop(loop)
     try:

@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from chaosd.config.clients import BackoffConfig, BudgetConfig, ClientsConfig, PatienceConfig, RetryOn
 from chaosd.config.handlers import handler_problems
+from chaosd.config.logs import LogConfig
 from chaosd.config.problems import Layer, closest, problems_of, stray_variables
 from chaosd.core.durations import Seconds
 from chaosd.core.errors import ConfigError
@@ -43,6 +44,7 @@ __all__ = [
     "DetectorConfig",
     "FaultsConfig",
     "LoadConfig",
+    "LogConfig",
     "OrchestratorConfig",
     "PatienceConfig",
     "Phase",
@@ -589,6 +591,7 @@ class Settings(BaseSettings):
     api: ApiConfig = ApiConfig()
     storage: StorageConfig = StorageConfig()
     tracing: TracingConfig = TracingConfig()
+    log: LogConfig = LogConfig()
     backend: BackendConfig = BackendConfig()
     dependencies: dict[Annotated[str, StringConstraints(pattern=_DEPENDENCY_NAME)], DependencyConfig] = Field(
         default_factory=dict, description="what python stages call, by name: each gets a fault proxy"

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -25,8 +24,10 @@ from opentelemetry.util.types import AttributeValue
 
 from chaosd.config.settings import StageKind
 from chaosd.core.clock import Clock, unix_time, wall_time
+from chaosd.core.errors import ConfigError
 from chaosd.events.log import Event, fault_data
 from chaosd.experiment.runner import Experiment
+from chaosd.exporters.otel_env import GRPC_EXTRA, QUEUE, queue_limits, read_otel_env, resource
 from chaosd.faults import Injector
 from chaosd.pipeline.stages import Degraded
 from chaosd.pipeline.task import Task
@@ -36,20 +37,23 @@ from chaosd.views import FailReason
 __all__ = ["Tracing", "otlp_exporter_from_env", "process_tracing"]
 
 log = logging.getLogger("chaosd.tracing")
-QUEUE = 2048
 
 
 def otlp_exporter_from_env(env: Mapping[str, str] | None = None) -> SpanExporter | None:
-    """The OTLP exporter the standard variables ask for (http/protobuf unless grpc), or None."""
-    env = os.environ if env is None else env
-    if not (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")):
+    """The OTLP exporter the standard variables ask for (http/protobuf unless grpc), or None when they ask for
+    none (no endpoint, ``OTEL_SDK_DISABLED``, ``OTEL_TRACES_EXPORTER=none``). A variable that cannot be used is a
+    ConfigError naming it. The gRPC exporter is imported only when asked for: it is an extra."""
+    otel = read_otel_env(os.environ if env is None else env)
+    if not otel.exporting:
         return None
-    if env.get("OTEL_TRACES_EXPORTER", "otlp") == "none":
-        return None
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc  # noqa: PLC0415
-
+    if otel.protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415
+                OTLPSpanExporter as Grpc,
+            )
+        except ImportError as exc:
+            why = f"grpc needs the gRPC exporter, not installed here ({exc.name or exc}): pip install '{GRPC_EXTRA}'"
+            raise ConfigError([("environment", otel.protocol_from, f"{why}, or use http/protobuf")]) from None
         return Grpc()
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http  # noqa: PLC0415
 
@@ -140,7 +144,7 @@ class Tracing:
         self._offset = epoch_offset  # clock seconds + offset = Unix seconds
         self._fault_spans: dict[int, trace.Span] = {}
         self._injector: Injector | None = None
-        name = os.environ.get("OTEL_SERVICE_NAME", "chaosd")
+        self._queue = QUEUE
         if processor is None and exporter is None:
             self.enabled = False
             self.provider: TracerProvider | None = None
@@ -149,19 +153,21 @@ class Tracing:
         self.enabled = True
         # No exit hook: the SDK's would flush at interpreter exit with no bound; close() flushes, bounded.
         # Which process sent a span: a task's trace on Redis has spans from the daemon and from a worker process.
-        resource = Resource.create(
-            {
-                "service.name": name,
-                "process.pid": os.getpid(),
-                "service.instance.id": f"{socket.gethostname()}-{os.getpid()}",
-            }
-        )
-        self.provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        # The sampler (OTEL_TRACES_SAMPLER) and span limits (OTEL_SPAN_*, OTEL_ATTRIBUTE_*) are the SDK's own.
+        where: dict[str, str | int] = {
+            "process.pid": os.getpid(),
+            "service.instance.id": f"{socket.gethostname()}-{os.getpid()}",
+        }
+        self.provider = TracerProvider(resource=resource(where), shutdown_on_exit=False)
         if processor is not None:
             self.provider.add_span_processor(processor)  # a caller's processor (tests): no queue to guard
         else:
             assert exporter is not None
-            batch = BatchSpanProcessor(_Counting(exporter, self), max_queue_size=QUEUE * 2)
+            self._queue, per_export = queue_limits(os.environ)
+            # The SDK's queue is twice the gate's, so a span is dropped here, counted, never silently there.
+            batch = BatchSpanProcessor(
+                _Counting(exporter, self), max_queue_size=self._queue * 2, max_export_batch_size=per_export
+            )
             self.provider.add_span_processor(_Gate(batch, self))
         self.tracer = self.provider.get_tracer("chaosd")
 
@@ -178,7 +184,7 @@ class Tracing:
     def _admit(self) -> bool:
         """Take a place in the export queue for one span, or count it dropped when the queue is full."""
         with self._lock:
-            if self.in_queue >= QUEUE:
+            if self.in_queue >= self._queue:
                 self.dropped += 1
                 return False
             if self.in_queue == 0:
