@@ -1,8 +1,8 @@
 """Prometheus metrics: a custom collector that reads the live experiment, rendered once per telemetry tick.
 
 Nothing is updated per task: counters come from the ledger, gauges from the latest telemetry
-snapshot, histograms from the pipeline's own log-bucket histograms (every 4th ×1.05 edge, so the
-exported buckets are exact and ×1.2155 apart), the HTTP server's series from its own counters, and the
+snapshot, latency histograms from the pipeline's own (which count samples at the exported edges too: round numbers
+and the configured thresholds, chaosd.exporters.buckets), the HTTP server's series from its own counters, and the
 process, platform and GC collectors of prometheus_client. Names and labels: docs/metrics.md.
 """
 
@@ -27,7 +27,7 @@ from chaosd.admission.detector import DetectorState
 from chaosd.core.version import __version__
 from chaosd.events.log import Event
 from chaosd.experiment.runner import Experiment
-from chaosd.exporters.buckets import latency_buckets
+from chaosd.exporters.buckets import LatencyEdges, latency_buckets, latency_edges
 from chaosd.exporters.stage_series import StageSeries
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.pipeline.ledger import Counts
@@ -167,6 +167,7 @@ class ExperimentCollector(Collector):
         server: ServerStats | None = None,
     ) -> None:
         self.exp = experiment
+        self.edges = latency_edges(experiment.settings)
         self.faults = _FaultSeries(experiment)
         self._spans = spans or (lambda: (0, 0))
         self._server = server
@@ -181,7 +182,7 @@ class ExperimentCollector(Collector):
         yield from _rate_families(exp)
         yield from _ledger_families(exp)
         accounted = exp.accounted()  # one answer serves both uses: the lost tasks and the live score
-        yield from _loss_families(exp, accounted)
+        yield from _loss_families(exp, accounted, self.edges)
         yield from _detector_families(exp)
         yield from _admission_families(exp)
         yield from _fault_families(exp, self.faults)
@@ -296,7 +297,7 @@ def _caller_families(total: Counts) -> Iterator[Metric]:
     )
 
 
-def _loss_families(exp: Experiment, accounted: tuple[int, int, int]) -> Iterator[Metric]:
+def _loss_families(exp: Experiment, accounted: tuple[int, int, int], edges: LatencyEdges) -> Iterator[Metric]:
     """Tasks lost, duplicated or deduplicated, and the wait and sojourn histograms."""
     p = exp.pipeline
     yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=accounted[0])
@@ -309,7 +310,7 @@ def _loss_families(exp: Experiment, accounted: tuple[int, int, int]) -> Iterator
         ("chaosd_task_sojourn_seconds", p.sojourn, "Accepted to completion"),
     ):
         family = HistogramMetricFamily(name, doc)
-        family.add_metric([], latency_buckets(hist), hist.sum)
+        family.add_metric([], latency_buckets(hist, edges), hist.sum)
         yield family
 
 
@@ -647,7 +648,10 @@ def make_registry(
     registry.recovery = _RecoveryHistograms(collector.faults)
     registry.register(registry.recovery)
     pipeline = experiment.pipeline
-    registry.stages = StageSeries(lambda: pipeline.stages, pipeline.clock.now)
+    edges = collector.edges
+    for hist in (pipeline.wait, pipeline.sojourn, *(stage.stats.latency for stage in pipeline.stages.values())):
+        hist.pin(edges.values)  # before the first task, so every sample is counted at the exported edges exactly
+    registry.stages = StageSeries(lambda: pipeline.stages, pipeline.clock.now, edges)
     registry.register(registry.stages)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
