@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Literal, Protocol, get_args
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -22,13 +22,17 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 
 from chaosd.admission.detector import DetectorState
 from chaosd.core.version import __version__
 from chaosd.events.log import Event
 from chaosd.experiment.runner import Experiment
 from chaosd.exporters.buckets import LatencyEdges, latency_buckets, latency_edges
-from chaosd.exporters.stage_series import StageSeries
+from chaosd.exporters.exemplars import Exemplars
+from chaosd.exporters.exposition import EOF, Format, deflated, gzip_joined, render, with_exemplars
+from chaosd.exporters.stage_series import STAGE_SECONDS, StageSeries
+from chaosd.exporters.tracing import Tracing
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.pipeline.ledger import Counts
 from chaosd.telemetry.engine import Telemetry
@@ -545,15 +549,60 @@ class _Families(Collector):
         return self._families()
 
 
+class _Tick:
+    """The pipeline's series as read at one moment: their families and stage figures, each format's bytes made from
+    them on first use (the text format at once), and each format's deflate on the first gzip scrape."""
+
+    def __init__(self, registry: MetricsRegistry) -> None:
+        self._registry = registry
+        experiment, stages = registry.experiment, registry.stages
+        self.head = list(experiment.collect_pipeline()) if experiment is not None else []
+        self.stages = stages.read() if stages is not None else []
+        self.parts: dict[Format, tuple[bytes, bytes]] = {"text": self._render("text")}
+        self._packed: dict[Format, tuple[bytes, bytes]] = {}
+
+    def _render(self, fmt: Format) -> tuple[bytes, bytes]:
+        """The experiment's series (head), then the stages' and the recoveries' (tail, after the process's)."""
+        registry = self._registry
+        marked = registry.marked if fmt == "openmetrics" else _unmarked
+        head = render(lambda: iter(marked(self.head)), fmt)
+        tail = b""
+        stages = registry.stages
+        if stages is not None:
+            if fmt == "text":
+                tail = stages.text(self.stages)
+            else:
+                tail = render(lambda: iter(marked(list(stages.families(self.stages)))), fmt)
+        if registry.recovery is not None:
+            tail += registry.recovery_text(fmt)
+        return head, tail + (EOF if fmt == "openmetrics" else b"")
+
+    def body(self, fmt: Format) -> tuple[bytes, bytes]:
+        if fmt not in self.parts:
+            self.parts[fmt] = self._render(fmt)
+        return self.parts[fmt]
+
+    def packed(self, fmt: Format) -> tuple[bytes, bytes]:
+        if fmt not in self._packed:
+            head, tail = self.body(fmt)
+            self._packed[fmt] = deflated(head, last=False), deflated(tail, last=True)
+        return self._packed[fmt]
+
+
+def _unmarked(families: list[Metric]) -> list[Metric]:
+    return families
+
+
 class MetricsRegistry(CollectorRegistry):
     """The daemon's registry. :meth:`scrape` is what ``GET /metrics`` serves; :meth:`exposition` renders it afresh.
 
     Once it follows a telemetry tick (:meth:`follow`, as the daemon does), the series read from the pipeline (the
-    experiment's, the stages', the recoveries') are rendered once a tick, after the tick's detector, throttle and
-    injector, and kept as bytes: a scrape reads only the HTTP server's and the process's own series, whatever the
-    pipeline is doing. Without a tick to follow, each scrape renders everything. The recovery histograms' text is
-    kept until a fault recovers (formatting them would be most of a render's cost). ``generate_latest(registry)``
-    still renders the same series.
+    experiment's, the stages', the recoveries') are read once a tick, after the tick's detector, throttle and
+    injector, and rendered in the text format then: a scrape reads only the HTTP server's and the process's own
+    series, whatever the pipeline is doing. OpenMetrics (with the exemplars) and the gzip of a format are made from
+    the same reading at the first scrape that asks for them, once a tick. Without a tick to follow, each scrape reads
+    everything. The recovery histograms' text is kept until a fault recovers (formatting them would be most of a
+    render's cost). ``generate_latest(registry)`` still renders the same series.
     """
 
     def __init__(self) -> None:
@@ -562,9 +611,10 @@ class MetricsRegistry(CollectorRegistry):
         self.experiment: ExperimentCollector | None = None
         self.recovery: _RecoveryHistograms | None = None
         self.stages: StageSeries | None = None
-        self.renders = 0  # of the pipeline's series: one a tick when following, one a scrape when not
-        self._kept: tuple[int, bytes] | None = None
-        self._ticked: tuple[bytes, bytes] | None = None  # the pipeline's series of the last tick (None: not following)
+        self.exemplars: Callable[[], Exemplars | None] = lambda: None
+        self.renders = 0  # readings of the pipeline's series: one a tick when following, one a scrape when not
+        self._kept: dict[Format, tuple[int, bytes]] = {}
+        self._ticked: _Tick | None = None  # the pipeline's series of the last tick (None: not following)
         self._due: asyncio.Handle | None = None  # the render after the current tick, until it has run
 
     def register(self, collector: Collector) -> None:
@@ -575,22 +625,26 @@ class MetricsRegistry(CollectorRegistry):
         super().unregister(collector)
         self._order.remove(collector)
 
-    def exposition(self) -> bytes:
+    def exposition(self, fmt: Format = "text") -> bytes:
         """Everything, rendered now."""
-        head, tail = self._pipeline()
-        return head + self._own() + tail
+        head, tail = self._pipeline().body(fmt)
+        return head + self._own(fmt) + tail
 
-    def scrape(self) -> bytes:
-        """What ``GET /metrics`` serves: the pipeline's series as rendered at the last tick (rendered now before the
+    def scrape(self, fmt: Format = "text", *, gzip: bool = False) -> bytes:
+        """What ``GET /metrics`` serves: the pipeline's series as read at the last tick (read now before the
         first), with the HTTP server's and the process's series as they are now; :meth:`exposition` when not
-        following a tick."""
-        if self._ticked is None:
-            return self.exposition()
-        head, tail = self._ticked
-        return head + self._own() + tail
+        following a tick. ``gzip``: one gzip member, of which only the server's and process's part is compressed
+        now."""
+        tick = self._ticked if self._ticked is not None else self._pipeline()
+        head, tail = tick.body(fmt)
+        own = self._own(fmt)
+        if not gzip:
+            return head + own + tail
+        packed_head, packed_tail = tick.packed(fmt)
+        return gzip_joined([(head, packed_head), (own, deflated(own, last=False)), (tail, packed_tail)])
 
     def follow(self, telemetry: Telemetry) -> None:
-        """From now on, render the pipeline's series once per tick of ``telemetry``, and serve those.
+        """From now on, read the pipeline's series once per tick of ``telemetry``, and serve those.
 
         The render is called soon after the telemetry listeners, so it runs once the tick's handlers (detector,
         throttle, injector) are done with the same snapshot. One that raises is counted as observer ``metrics``;
@@ -609,28 +663,59 @@ class MetricsRegistry(CollectorRegistry):
         self._due = None
         self._ticked = self._pipeline()
 
-    def _pipeline(self) -> tuple[bytes, bytes]:
-        """The series read from the pipeline, rendered now: the experiment's, then the stages' and the recoveries'
-        (which come after the process's in the exposition)."""
+    def _pipeline(self) -> _Tick:
         self.renders += 1
-        experiment, recovery, stages = self.experiment, self.recovery, self.stages
-        head = generate_latest(_Families(experiment.collect_pipeline)) if experiment is not None else b""
-        tail = stages.text() if stages is not None else b""
-        if recovery is not None:
-            version = recovery.series.version
-            if self._kept is None or self._kept[0] != version:
-                self._kept = (version, generate_latest(recovery))
-            tail += self._kept[1]
-        return head, tail
+        return _Tick(self)
 
-    def _own(self) -> bytes:
+    def recovery_text(self, fmt: Format) -> bytes:
+        """The recovery histograms in ``fmt``, rendered again only once a fault has recovered since."""
+        recovery = self.recovery
+        if recovery is None:
+            return b""
+        version = recovery.series.version
+        kept = self._kept.get(fmt)
+        if kept is None or kept[0] != version:
+            kept = self._kept[fmt] = (version, render(recovery.collect, fmt))
+        return kept[1]
+
+    def marked(self, families: list[Metric]) -> list[Metric]:
+        """The latency histograms among ``families`` with their exemplars, when tasks are traced."""
+        store = self.exemplars()
+        if store is None:
+            return families
+        return [with_exemplars(f, _exemplar_of(store)) if f.name in _EXEMPLIFIED else f for f in families]
+
+    def _own(self, fmt: Format) -> bytes:
         """The HTTP server's series and every other collector's (process, platform, GC, storage), rendered now."""
         experiment = self.experiment
         pipeline: list[Collector] = [c for c in (experiment, self.recovery, self.stages) if c is not None]
         others = [c for c in self._order if c not in pipeline]
         if experiment is not None:
             others.insert(0, _Families(experiment.collect_server))
-        return generate_latest(_Some(others))
+        return render(_Some(others).collect, fmt)
+
+
+_EXEMPLIFIED = {"chaosd_task_wait_seconds": "wait", "chaosd_task_sojourn_seconds": "sojourn", STAGE_SECONDS[0]: ""}
+
+
+def _exemplar_of(store: Exemplars) -> Callable[[Metric, dict[str, str]], Exemplar | None]:
+    """Which of ``store``'s exemplars a bucket sample carries: the one of its histogram (a stage's by its label)
+    and its bucket (its ``le``)."""
+
+    def exemplar(metric: Metric, labels: dict[str, str]) -> Exemplar | None:
+        key = _EXEMPLIFIED[metric.name] or f"stage:{labels.get('stage', '')}"
+        return store.at(key, float(labels["le"]))
+
+    return exemplar
+
+
+def _traced(experiment: Experiment) -> Exemplars | None:
+    """The exemplars of the daemon's tracing, found where Tracing.attach put it (the workers' tracer), whichever of
+    the registry and the tracing was made first; None when tasks are not traced."""
+    for worker in experiment.pipeline.workers:
+        if isinstance(worker.tracer, Tracing):
+            return worker.tracer.exemplars
+    return None
 
 
 def make_registry(
@@ -653,6 +738,7 @@ def make_registry(
         hist.pin(edges.values)  # before the first task, so every sample is counted at the exported edges exactly
     registry.stages = StageSeries(lambda: pipeline.stages, pipeline.clock.now, edges)
     registry.register(registry.stages)
+    registry.exemplars = lambda: _traced(experiment)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
