@@ -1,37 +1,43 @@
-"""The exposition formats of ``/metrics``: which one a scraper asks for, rendering a part of a body in it, the
-exemplars OpenMetrics carries, and a gzip body joined from parts compressed apart (the cached ones once)."""
+"""The exposition formats of ``/metrics``: which one a scraper asks for, OpenMetrics made from the text format with
+the exemplars it carries, and a gzip body joined from parts compressed apart (the cached ones once)."""
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Literal, cast
 
-from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.openmetrics import exposition as openmetrics
-from prometheus_client.registry import Collector
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.openmetrics import exposition as openmetrics_exposition
 from prometheus_client.samples import Exemplar
+from prometheus_client.utils import floatToGoString
+
+from chaosd.exporters.exemplars import Exemplars
 
 __all__ = [
     "CONTENT_TYPES",
     "EOF",
+    "ExemplarOf",
     "Format",
     "accepts_gzip",
     "deflated",
+    "exemplars_of",
     "gzip_joined",
     "negotiate",
-    "render",
-    "with_exemplars",
+    "openmetrics",
 ]
 
 Format = Literal["text", "openmetrics"]
-CONTENT_TYPES: dict[Format, str] = {"text": CONTENT_TYPE_PLAIN_0_0_4, "openmetrics": openmetrics.CONTENT_TYPE_LATEST}
+CONTENT_TYPES: dict[Format, str] = {
+    "text": CONTENT_TYPE_PLAIN_0_0_4,
+    "openmetrics": openmetrics_exposition.CONTENT_TYPE_LATEST,
+}
 EOF = b"# EOF\n"  # OpenMetrics' last line: a body is rendered in parts, and only the whole ends with it
 # A gzip member's header: deflate, no name, no time, unknown system (RFC 1952).
-# The OpenMetrics renderer, typed here (the library's is not).
-_openmetrics = cast(Callable[[Collector], bytes], openmetrics.generate_latest)
+# How prometheus_client writes a float (Go's formatting), typed here: the library's is not.
+_go_float = cast(Callable[[float], str], floatToGoString)
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
@@ -70,32 +76,75 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return False
 
 
-class _Listed(Collector):
-    def __init__(self, metrics: Callable[[], Iterator[Metric]]) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        return self._metrics()
-
-
-def render(metrics: Callable[[], Iterator[Metric]], fmt: Format) -> bytes:
-    """Some families in ``fmt``, as a part of a body: in OpenMetrics without its ``# EOF`` (the body's end adds
-    it once)."""
-    if fmt == "text":
-        return generate_latest(_Listed(metrics))
-    body: bytes = _openmetrics(_Listed(metrics))
-    return body.removesuffix(EOF)
+# A family's header in the text format: OpenMetrics names a counter without its samples' _total, escapes quotes in
+# the help too, and calls untyped "unknown"; everything else prometheus_client writes alike in both.
+_HEADER = re.compile(r"^# HELP (\S+) (.*)\n# TYPE (\S+) (\w+)$", re.MULTILINE)
+# A bucket sample of a latency histogram, which may carry an exemplar.
+_BUCKET = re.compile(
+    r"^(chaosd_task_wait_seconds|chaosd_task_sojourn_seconds|chaosd_stage_attempt_seconds)_bucket\{(.*)\} (\S+)$",
+    re.MULTILINE,
+)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
+# The exemplar a bucket sample carries: from its family's name and its labels (le among them), or None.
+ExemplarOf = Callable[[str, dict[str, str]], Exemplar | None]
+_HISTOGRAMS = {"chaosd_task_wait_seconds": "wait", "chaosd_task_sojourn_seconds": "sojourn"}
 
 
-def with_exemplars(metric: Metric, exemplars: Callable[[Metric, dict[str, str]], Exemplar | None]) -> Metric:
-    """A histogram family with ``exemplars(metric, labels)`` on its bucket samples (None: no exemplar there)."""
-    copy = Metric(metric.name, metric.documentation, metric.type, metric.unit)
-    for sample in metric.samples:
-        marked = (
-            sample._replace(exemplar=exemplars(metric, sample.labels)) if sample.name.endswith("_bucket") else sample
-        )
-        copy.samples.append(marked)
-    return copy
+def _header(infos: Collection[str]) -> Callable[[re.Match[str]], str]:
+    def header(match: re.Match[str]) -> str:
+        name, doc, kind = match[1], match[2].replace('"', '\\"'), match[4]
+        if kind == "counter":
+            name = name.removesuffix("_total")
+        elif kind == "gauge" and name.endswith("_info") and name.removesuffix("_info") in infos:
+            name, kind = name.removesuffix("_info"), "info"
+        elif kind == "untyped":
+            kind = "unknown"
+        return f"# HELP {name} {doc}\n# TYPE {name} {kind}"
+
+    return header
+
+
+def _labels(text: str) -> dict[str, str]:
+    return {k: _unescape(v) if "\\" in v else v for k, v in _LABEL.findall(text)}
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\.", lambda m: _UNESCAPE.get(m[0], m[0]), value)
+
+
+def openmetrics(text: bytes, exemplar_of: ExemplarOf | None = None, infos: Collection[str] = ()) -> bytes:
+    """Families prometheus_client rendered in the text format, in OpenMetrics 1.0 (without the ``# EOF`` the
+    body's end adds once), the latency histograms' buckets with ``exemplar_of``'s exemplars. Byte for byte what its
+    OpenMetrics renderer writes (tests/unit/exporters/test_exposition.py), at a small share of its cost: that one
+    checks every character of every label value, a few hundred milliseconds for a scrape of the default DAG.
+    ``infos``: the info families among them (the text format writes them as gauges named ``…_info``)."""
+    converted = _HEADER.sub(_header(infos), text.decode())
+    if exemplar_of is not None:
+
+        def marked(match: re.Match[str]) -> str:
+            found = exemplar_of(match[1], _labels(match[2]))
+            return match[0] if found is None else match[0] + _exemplar(found)
+
+        converted = _BUCKET.sub(marked, converted)
+    return converted.encode()
+
+
+def _exemplar(exemplar: Exemplar) -> str:
+    labels = ",".join(f'{k}="{v}"' for k, v in sorted(exemplar.labels.items()))  # hex ids: nothing to escape
+    stamp = "" if exemplar.timestamp is None else f" {exemplar.timestamp}"
+    return f" # {{{labels}}} {_go_float(exemplar.value)}{stamp}"
+
+
+def exemplars_of(store: Exemplars) -> ExemplarOf:
+    """The exemplar of a latency histogram's bucket sample in ``store``: its histogram by the family (a stage's by its
+    ``stage`` label), its bucket by ``le``."""
+
+    def exemplar_of(family: str, labels: dict[str, str]) -> Exemplar | None:
+        key = _HISTOGRAMS.get(family) or f"stage:{labels.get('stage', '')}"
+        return store.at(key, float(labels["le"]))
+
+    return exemplar_of
 
 
 def deflated(data: bytes, *, last: bool) -> bytes:

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Literal, Protocol, get_args
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -22,7 +22,6 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Exemplar
 
 from chaosd.admission.detector import DetectorState
 from chaosd.core.version import __version__
@@ -30,8 +29,8 @@ from chaosd.events.log import Event
 from chaosd.experiment.runner import Experiment
 from chaosd.exporters.buckets import LatencyEdges, latency_buckets, latency_edges
 from chaosd.exporters.exemplars import Exemplars
-from chaosd.exporters.exposition import EOF, Format, deflated, gzip_joined, render, with_exemplars
-from chaosd.exporters.stage_series import STAGE_SECONDS, StageSeries
+from chaosd.exporters.exposition import EOF, ExemplarOf, Format, deflated, exemplars_of, gzip_joined, openmetrics
+from chaosd.exporters.stage_series import StageSeries
 from chaosd.exporters.tracing import Tracing
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.pipeline.ledger import Counts
@@ -550,36 +549,27 @@ class _Families(Collector):
 
 
 class _Tick:
-    """The pipeline's series as read at one moment: their families and stage figures, each format's bytes made from
-    them on first use (the text format at once), and each format's deflate on the first gzip scrape."""
+    """The pipeline's series as rendered at one moment in the text format, OpenMetrics made from those bytes on first
+    use (so both formats carry the same values), and each format's deflate on the first gzip scrape."""
 
     def __init__(self, registry: MetricsRegistry) -> None:
         self._registry = registry
         experiment, stages = registry.experiment, registry.stages
-        self.head = list(experiment.collect_pipeline()) if experiment is not None else []
-        self.stages = stages.read() if stages is not None else []
-        self.parts: dict[Format, tuple[bytes, bytes]] = {"text": self._render("text")}
+        families = list(experiment.collect_pipeline()) if experiment is not None else []
+        self._infos = {f.name for f in families if f.type == "info"}
+        head = generate_latest(_Families(lambda: iter(families)))
+        self._stages = stages.text() if stages is not None else b""
+        self.parts: dict[Format, tuple[bytes, bytes]] = {"text": (head, self._stages + registry.recovery_text())}
         self._packed: dict[Format, tuple[bytes, bytes]] = {}
 
-    def _render(self, fmt: Format) -> tuple[bytes, bytes]:
-        """The experiment's series (head), then the stages' and the recoveries' (tail, after the process's)."""
-        registry = self._registry
-        marked = registry.marked if fmt == "openmetrics" else _unmarked
-        head = render(lambda: iter(marked(self.head)), fmt)
-        tail = b""
-        stages = registry.stages
-        if stages is not None:
-            if fmt == "text":
-                tail = stages.text(self.stages)
-            else:
-                tail = render(lambda: iter(marked(list(stages.families(self.stages)))), fmt)
-        if registry.recovery is not None:
-            tail += registry.recovery_text(fmt)
-        return head, tail + (EOF if fmt == "openmetrics" else b"")
-
     def body(self, fmt: Format) -> tuple[bytes, bytes]:
+        """The experiment's series (head), then the stages' and the recoveries' (tail, after the process's)."""
         if fmt not in self.parts:
-            self.parts[fmt] = self._render(fmt)
+            registry = self._registry
+            head = self.parts["text"][0]
+            marks = registry.exemplar_of()
+            tail = openmetrics(self._stages, marks) + registry.recovery_text("openmetrics") + EOF
+            self.parts[fmt] = openmetrics(head, marks, self._infos), tail
         return self.parts[fmt]
 
     def packed(self, fmt: Format) -> tuple[bytes, bytes]:
@@ -587,10 +577,6 @@ class _Tick:
             head, tail = self.body(fmt)
             self._packed[fmt] = deflated(head, last=False), deflated(tail, last=True)
         return self._packed[fmt]
-
-
-def _unmarked(families: list[Metric]) -> list[Metric]:
-    return families
 
 
 class MetricsRegistry(CollectorRegistry):
@@ -667,23 +653,23 @@ class MetricsRegistry(CollectorRegistry):
         self.renders += 1
         return _Tick(self)
 
-    def recovery_text(self, fmt: Format) -> bytes:
-        """The recovery histograms in ``fmt``, rendered again only once a fault has recovered since."""
+    def recovery_text(self, fmt: Format = "text") -> bytes:
+        """The recovery histograms, rendered (and converted to OpenMetrics) again only once a fault has recovered
+        since."""
         recovery = self.recovery
         if recovery is None:
             return b""
         version = recovery.series.version
         kept = self._kept.get(fmt)
         if kept is None or kept[0] != version:
-            kept = self._kept[fmt] = (version, render(recovery.collect, fmt))
+            text = self.recovery_text() if fmt == "openmetrics" else generate_latest(recovery)
+            kept = self._kept[fmt] = (version, text if fmt == "text" else openmetrics(text))
         return kept[1]
 
-    def marked(self, families: list[Metric]) -> list[Metric]:
-        """The latency histograms among ``families`` with their exemplars, when tasks are traced."""
+    def exemplar_of(self) -> ExemplarOf | None:
+        """Where OpenMetrics finds the latency histograms' exemplars: None when no task is traced."""
         store = self.exemplars()
-        if store is None:
-            return families
-        return [with_exemplars(f, _exemplar_of(store)) if f.name in _EXEMPLIFIED else f for f in families]
+        return None if store is None else exemplars_of(store)
 
     def _own(self, fmt: Format) -> bytes:
         """The HTTP server's series and every other collector's (process, platform, GC, storage), rendered now."""
@@ -692,21 +678,9 @@ class MetricsRegistry(CollectorRegistry):
         others = [c for c in self._order if c not in pipeline]
         if experiment is not None:
             others.insert(0, _Families(experiment.collect_server))
-        return render(_Some(others).collect, fmt)
-
-
-_EXEMPLIFIED = {"chaosd_task_wait_seconds": "wait", "chaosd_task_sojourn_seconds": "sojourn", STAGE_SECONDS[0]: ""}
-
-
-def _exemplar_of(store: Exemplars) -> Callable[[Metric, dict[str, str]], Exemplar | None]:
-    """Which of ``store``'s exemplars a bucket sample carries: the one of its histogram (a stage's by its label)
-    and its bucket (its ``le``)."""
-
-    def exemplar(metric: Metric, labels: dict[str, str]) -> Exemplar | None:
-        key = _EXEMPLIFIED[metric.name] or f"stage:{labels.get('stage', '')}"
-        return store.at(key, float(labels["le"]))
-
-    return exemplar
+        families = list(_Some(others).collect())
+        text = generate_latest(_Families(lambda: iter(families)))
+        return text if fmt == "text" else openmetrics(text, None, {f.name for f in families if f.type == "info"})
 
 
 def _traced(experiment: Experiment) -> Exemplars | None:

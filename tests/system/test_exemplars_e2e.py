@@ -135,8 +135,8 @@ def test_prometheus_reads_back_exemplars_carrying_trace_ids_the_daemon_sampled(s
     assert prom.exemplars(f'chaosd_stage_attempt_seconds_bucket{{instance="{traced}"}}')
     assert prom.api("query", query=f'{SOJOURN}{{instance="{traced}", le="0.25"}}')["result"]
     # The control: scraped the same way, with tasks completing, the daemon that traces nothing has no exemplar.
-    completed = prom.api("query", query=f'chaosd_task_sojourn_seconds_count{{instance="{untraced}"}} > 0')
-    assert completed["result"], prom.targets()
+    completed = f'chaosd_task_sojourn_seconds_count{{instance="{untraced}"}} > 0'
+    wait_for(lambda: bool(prom.api("query", query=completed)["result"]), 30, "the control scraped", prom.targets)
     assert prom.exemplars(f'{{__name__=~"chaosd_.*_bucket", instance="{untraced}"}}') == []
 
 

@@ -7,22 +7,27 @@ from __future__ import annotations
 import asyncio
 import gzip
 import subprocess
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import pytest
 from needs import program
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import generate_latest
 from prometheus_client.core import Metric
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
+from prometheus_client.registry import Collector
 
 from chaosd.config.settings import load_settings
 from chaosd.core.clock import LoopClock, new_event_loop
 from chaosd.experiment.runner import Experiment
 from chaosd.exporters import metrics as metrics_module
 from chaosd.exporters.exemplars import OPEN_SPANS
-from chaosd.exporters.exposition import EOF, accepts_gzip, negotiate
+from chaosd.exporters.exposition import EOF, ExemplarOf, accepts_gzip, exemplars_of, negotiate, openmetrics
 from chaosd.exporters.metrics import MetricsRegistry, make_registry
 from chaosd.exporters.tracing import Tracing
 
@@ -176,18 +181,53 @@ def test_every_counter_ends_in_total_and_promtool_passes_the_text_format(traced:
 
 
 def test_openmetrics_is_rendered_once_a_tick_however_often_scraped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ten OpenMetrics scrapes in each of five ticks render the pipeline's series in OpenMetrics once a tick (its
-    experiment and its stage series: two renders); the server's and process's own series at each scrape."""
-    calls: list[str] = []
-    real = metrics_module.render
+    """Ten OpenMetrics scrapes in each of five ticks convert the tick's series once a tick (the experiment's and the
+    stages': two conversions); only the server's and process's own series are converted at each scrape."""
+    calls: list[bool] = []  # whether each conversion was of the tick's series (those carry the exemplars)
+    real = metrics_module.openmetrics
 
-    def counted(metrics: object, fmt: str) -> bytes:
-        calls.append(fmt)
-        return real(metrics, fmt)  # type: ignore[arg-type]
+    def counted(text: bytes, exemplar_of: ExemplarOf | None = None, infos: Collection[str] = ()) -> bytes:
+        calls.append(exemplar_of is not None)
+        return real(text, exemplar_of, infos)
 
-    monkeypatch.setattr(metrics_module, "render", counted)
+    monkeypatch.setattr(metrics_module, "openmetrics", counted)
     _run(traced=True, rounds=5)
-    assert calls.count("openmetrics") == 5 * (2 + 10) + 1  # + the recoveries', rendered once for the run
+    assert calls.count(True) == 5 * 2
+    assert calls.count(False) == 5 * 10 + 1  # and the recovery histograms', converted once: no fault recovered
+
+
+def test_the_openmetrics_made_from_the_text_format_is_the_librarys_byte_for_byte(traced: Run) -> None:
+    """Families of the daemon's registry (the pipeline's, the stages', the recoveries', the process's), rendered
+    by prometheus_client in both formats: the text format converted is its OpenMetrics, exemplars included."""
+    store = traced.tracing.exemplars
+    assert store is not None
+    of = exemplars_of(store)
+    families = list(traced.registry.collect())
+    marked = []
+    for family in families:
+        copy = Metric(family.name, family.documentation, family.type, family.unit)
+        for sample in family.samples:
+            if sample.name.endswith("_bucket") and family.name in HISTOGRAMS:
+                sample = sample._replace(exemplar=of(family.name, sample.labels))  # noqa: PLW2901
+            copy.samples.append(sample)
+        marked.append(copy)
+    text = generate_latest(_Listed(families))
+    library = cast(Callable[[Collector], bytes], generate_openmetrics)
+    infos = {f.name for f in families if f.type == "info"}
+    assert infos == {"chaosd_admission"}
+    assert openmetrics(text, None, infos) + EOF == library(_Listed(families))
+    with_exemplars = library(_Listed(marked))
+    assert with_exemplars.count(b" # {") > 20
+    assert openmetrics(text, of, infos) + EOF == with_exemplars
+    assert openmetrics(text, of) + EOF != with_exemplars  # the control: an info family left as a gauge
+
+
+class _Listed(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
 
 
 def test_exemplars_stay_bounded(traced: Run) -> None:
