@@ -171,6 +171,7 @@ def test_every_counter_ends_in_total_and_promtool_passes_the_text_format(traced:
     counters = [f for f in om.values() if f.type == "counter"]
     assert len(counters) > 25
     assert all(s.name.endswith(("_total", "_created")) for f in counters for s in f.samples)
+    assert not [f.name for f in om.values() if f.type != "counter" and f.name.endswith("_total")]  # no gauge so named
     text = traced.registry.scrape("text")
     typed = [line.split()[2] for line in text.decode().splitlines() if line.startswith("# TYPE") and "counter" in line]
     assert typed and all(name.endswith("_total") for name in typed)
