@@ -149,7 +149,9 @@ def exemplars_of(store: Exemplars) -> ExemplarOf:
 
 def deflated(data: bytes, *, last: bool) -> bytes:
     """``data`` as raw deflate blocks that another part's can follow (a sync flush), or that end the stream."""
-    compressor = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    # Level 1: a sixth of level 6's time for 14 % more bytes (200 kB of exposition: 0.4 ms, 15 kB against 2.1 ms,
+    # 13 kB), and a scraper once in 15 s meets a new tick, so pays it at each scrape.
+    compressor = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
     return compressor.compress(data) + compressor.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
