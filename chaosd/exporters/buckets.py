@@ -14,8 +14,8 @@ from chaosd.core.histogram import LogHistogram
 
 __all__ = ["ROUND_EDGES", "LatencyEdges", "latency_buckets", "latency_edges", "thresholds"]
 
-# A decade's edges: 1-2-2.5-5 refined until no step is over ×1.2143, finer than the ×1.2155 log buckets these
-# replace, so that histogram_quantile's interpolation error is no larger (tests/unit/exporters/test_buckets.py).
+# A decade's edges: 1-2-2.5-5 refined until no step is over ×1.2143, finer than log buckets ×1.2155 apart (11 a
+# decade), so histogram_quantile's interpolation error is no larger (tests/unit/exporters/test_buckets.py).
 _MANTISSAS = ("1", "1.2", "1.4", "1.7", "2", "2.2", "2.5", "3", "3.5", "4", "4.5", "5", "6", "7", "8.5")
 _TOP = 30.0
 # Built from their decimal text, so that 0.25 is the double a configuration's "250ms" parses to.

@@ -1,7 +1,7 @@
 """Exemplars: for each bucket of a latency histogram, the last traced task that fell in it, with its trace and span.
 
 Bounded by the buckets whatever the load: one exemplar a bucket, replaced by the next; a histogram is the task wait,
-the task sojourn, or one of the first stages of the configuration.
+the task sojourn, or one of the stages with a label of their own (the configuration's first 64).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from prometheus_client.samples import Exemplar
 
 from chaosd.config.settings import Settings
 from chaosd.exporters.buckets import latency_edges
+from chaosd.exporters.stage_series import MAX_STAGE_LABELS
 
 __all__ = ["OPEN_SPANS", "Exemplars"]
 
 # Traced tasks whose acceptance time is kept until they end: past this many in flight, the oldest is forgotten (its
 # sojourn gets no exemplar) rather than the memory growing with tasks that never end.
 OPEN_SPANS = 1024
-_STAGES = 64  # as many stages as get a label of their own (stage_series.MAX_STAGE_LABELS)
 
 
 class Exemplars:
@@ -35,7 +35,7 @@ class Exemplars:
     @classmethod
     def of(cls, settings: Settings) -> Exemplars:
         """For the histograms a registry exports for an experiment with these settings (the same edges)."""
-        return cls(latency_edges(settings).values, [s.name for s in settings.stages[:_STAGES]])
+        return cls(latency_edges(settings).values, [s.name for s in settings.stages[:MAX_STAGE_LABELS]])
 
     def observe(self, key: str, seconds: float, trace_id: int, span_id: int, at_unix: float) -> None:
         """A traced sample of ``seconds`` in histogram ``key`` (``wait``, ``sojourn``, ``stage:<name>``)."""
