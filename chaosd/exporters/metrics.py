@@ -585,8 +585,8 @@ class MetricsRegistry(CollectorRegistry):
     Once it follows a telemetry tick (:meth:`follow`, as the daemon does), the series read from the pipeline (the
     experiment's, the stages', the recoveries') are read once a tick, after the tick's detector, throttle and
     injector, and rendered in the text format then: a scrape reads only the HTTP server's and the process's own
-    series, whatever the pipeline is doing. OpenMetrics (with the exemplars) and the gzip of a format are made from
-    the same reading at the first scrape that asks for them, once a tick. Without a tick to follow, each scrape reads
+    series, whatever the pipeline is doing. OpenMetrics (with the exemplars) is made from that text, and a format's
+    gzip from its bytes, at the first scrape of a tick that asks for them. Without a tick to follow, each scrape reads
     everything. The recovery histograms' text is kept until a fault recovers (formatting them would be most of a
     render's cost). ``generate_latest(registry)`` still renders the same series.
     """
