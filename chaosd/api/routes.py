@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from chaosd.api.bodies import (
@@ -31,6 +30,7 @@ from chaosd.core.durations import parse_duration
 from chaosd.core.errors import FaultError
 from chaosd.experiment.report import rounded
 from chaosd.experiment.scenario import load_scenario, parse_scenario, resolve_scenario_name, scenario_names
+from chaosd.exporters.exposition import CONTENT_TYPES, accepts_gzip, negotiate
 from chaosd.faults import CATALOGUE
 from chaosd.faults.record import check_labels
 from chaosd.views import (
@@ -216,10 +216,16 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    # The pipeline's series as rendered at the last telemetry tick: a scrape renders nothing of the pipeline, so it
-    # costs the same at 1,000 tasks/s as idle; the server's and the process's own series are read now.
-    body = request.app[REGISTRY].scrape()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    # The pipeline's series as read at the last telemetry tick: a scrape renders nothing of the pipeline (OpenMetrics
+    # and gzip at most once a tick), so it costs the same at 1,000 tasks/s as idle; the server's and the process's
+    # own series are read now. OpenMetrics (with exemplars) to who asks for it, the text format to anyone else.
+    fmt = negotiate(request.headers.get("Accept", ""))
+    packed = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    body = request.app[REGISTRY].scrape(fmt, gzip=packed)
+    headers = {"Content-Type": CONTENT_TYPES[fmt], "Vary": "Accept, Accept-Encoding"}
+    if packed:
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=body, headers=headers)
 
 
 async def openapi(request: web.Request) -> web.Response:

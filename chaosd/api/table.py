@@ -138,11 +138,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "GET",
         "/metrics",
-        Media(("text/plain",), "text exposition"),
+        Media(("text/plain", "application/openmetrics-text"), "text exposition, or OpenMetrics when asked for"),
         "Prometheus metrics (docs/metrics.md)",
         handler=r.metrics,
         errors=(),
-        answers="Prometheus exposition (`docs/metrics.md`), with the process's own series (open fds, RSS, CPU, GC)",
+        answers=(
+            "Prometheus exposition (`docs/metrics.md`), with the process's own series (open fds, RSS, CPU, GC);"
+            " OpenMetrics with exemplars for `Accept: application/openmetrics-text`, gzip for `Accept-Encoding: gzip`"
+        ),
     ),
     Endpoint(
         "GET",

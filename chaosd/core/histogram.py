@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import array
+import bisect
+import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 
 import numpy as np
@@ -29,7 +31,19 @@ class LogHistogram:
     seconds' worth for those it drains.
     """
 
-    __slots__ = ("_count", "_counts", "_pending", "_shot", "_shot_count", "_sum", "_top", "add")
+    __slots__ = (
+        "_count",
+        "_counts",
+        "_edges",
+        "_edges_array",
+        "_pending",
+        "_pinned",
+        "_shot",
+        "_shot_count",
+        "_sum",
+        "_top",
+        "add",
+    )
 
     factor = _FACTOR
     low = _LOW
@@ -44,6 +58,39 @@ class LogHistogram:
         self.add: Callable[[float], None] = self._pending.append
         self._shot: npt.NDArray[np.int64] | None = None  # the last snapshot, and the count it was taken at
         self._shot_count = -1
+        # Edges of its own a reader asked for (:meth:`pin`): samples counted in (edges[j-1], edges[j]], the last
+        # count above every edge. Empty: none asked for, nothing more done per sample.
+        self._edges: list[float] = []
+        self._edges_array: npt.NDArray[np.float64] = np.empty(0)
+        self._pinned = array.array("q")
+
+    def pin(self, edges: Sequence[float]) -> None:
+        """Also count samples at these increasing ``edges`` from now on, exactly (a sample equal to an edge is
+        at or below it): edges the ×1.05 buckets do not have, such as round numbers and thresholds. Samples
+        binned before are placed by their ×1.05 bucket's upper edge, as are those :meth:`add_counts` brings."""
+        wanted = [float(e) for e in edges]
+        if wanted == self._edges:
+            return
+        if any(b <= a for a, b in itertools.pairwise(wanted)) or (wanted and wanted[0] <= _LOW):
+            raise ValueError(f"pinned edges must increase, from above {_LOW}")
+        self._flush()
+        self._edges = wanted
+        self._edges_array = np.array(wanted, dtype=np.float64)
+        self._pinned = array.array("q", bytes(8 * (len(wanted) + 1)))
+        self._pin_binned({i: n for i, n in enumerate(self._counts) if n})
+
+    def _pin_binned(self, counts: Mapping[int, int]) -> None:
+        """Place counts of ×1.05 buckets at the pinned edges, by each bucket's upper edge."""
+        if not self._edges:
+            return
+        for index, n in counts.items():
+            upper = _LOW * _FACTOR ** min(max(index, 0), self._top)
+            self._pinned[bisect.bisect_left(self._edges, upper)] += n
+
+    def pinned(self) -> list[int]:
+        """The samples at or below each pinned edge (cumulative, one per edge); empty when none are pinned."""
+        self._flush()
+        return list(itertools.accumulate(self._pinned[:-1]))
 
     def _flush(self) -> None:
         pending = self._pending
@@ -54,6 +101,10 @@ class LogHistogram:
         if len(pending) <= _SMALL:  # a light load: numpy's per-call cost would outweigh the work
             counts_ = self._counts
             top = self._top
+            if self._edges:
+                edges, pinned = self._edges, self._pinned
+                for v in pending:
+                    pinned[bisect.bisect_left(edges, v)] += 1
             for v in pending:
                 if v <= _LOW:
                     counts_[0] += 1
@@ -64,6 +115,9 @@ class LogHistogram:
             return
         # np.maximum makes a new array, so the view on the buffer is gone before the buffer is emptied.
         x = np.maximum(np.frombuffer(pending, dtype=np.float64), _LOW)  # at or below LOW: bucket 0
+        if self._edges:  # the pinned edges are above LOW: clipping there moves no sample across one
+            pinned_view = np.frombuffer(self._pinned, dtype=np.int64)
+            pinned_view += np.bincount(self._edges_array.searchsorted(x, side="left"), minlength=len(pinned_view))
         index = np.minimum(np.ceil((np.log(x) - _LOG_LOW) * _INV_LOG), self._top).astype(np.intp)
         counts = np.frombuffer(self._counts, dtype=np.int64)
         counts += np.bincount(index, minlength=len(counts))
@@ -103,6 +157,7 @@ class LogHistogram:
             buckets[min(max(index, 0), top)] += n
             self._count += n
         self._sum += total
+        self._pin_binned(counts)
 
     def snapshot(self) -> npt.NDArray[np.int64]:
         """The bucket counts now, read-only: the same array as last time while no sample has come since (an idle

@@ -1,8 +1,8 @@
 """Prometheus metrics: a custom collector that reads the live experiment, rendered once per telemetry tick.
 
 Nothing is updated per task: counters come from the ledger, gauges from the latest telemetry
-snapshot, histograms from the pipeline's own log-bucket histograms (every 4th ×1.05 edge, so the
-exported buckets are exact and ×1.2155 apart), the HTTP server's series from its own counters, and the
+snapshot, latency histograms from the pipeline's own (which count samples at the exported edges too: round numbers
+and the configured thresholds, chaosd.exporters.buckets), the HTTP server's series from its own counters, and the
 process, platform and GC collectors of prometheus_client. Names and labels: docs/metrics.md.
 """
 
@@ -27,8 +27,11 @@ from chaosd.admission.detector import DetectorState
 from chaosd.core.version import __version__
 from chaosd.events.log import Event
 from chaosd.experiment.runner import Experiment
-from chaosd.exporters.buckets import latency_buckets
+from chaosd.exporters.buckets import LatencyEdges, latency_buckets, latency_edges
+from chaosd.exporters.exemplars import Exemplars
+from chaosd.exporters.exposition import EOF, ExemplarOf, Format, deflated, exemplars_of, gzip_joined, openmetrics
 from chaosd.exporters.stage_series import StageSeries
+from chaosd.exporters.tracing import Tracing
 from chaosd.faults import CATALOGUE, FaultRecord
 from chaosd.pipeline.ledger import Counts
 from chaosd.telemetry.engine import Telemetry
@@ -167,6 +170,7 @@ class ExperimentCollector(Collector):
         server: ServerStats | None = None,
     ) -> None:
         self.exp = experiment
+        self.edges = latency_edges(experiment.settings)
         self.faults = _FaultSeries(experiment)
         self._spans = spans or (lambda: (0, 0))
         self._server = server
@@ -181,7 +185,7 @@ class ExperimentCollector(Collector):
         yield from _rate_families(exp)
         yield from _ledger_families(exp)
         accounted = exp.accounted()  # one answer serves both uses: the lost tasks and the live score
-        yield from _loss_families(exp, accounted)
+        yield from _loss_families(exp, accounted, self.edges)
         yield from _detector_families(exp)
         yield from _admission_families(exp)
         yield from _fault_families(exp, self.faults)
@@ -296,7 +300,7 @@ def _caller_families(total: Counts) -> Iterator[Metric]:
     )
 
 
-def _loss_families(exp: Experiment, accounted: tuple[int, int, int]) -> Iterator[Metric]:
+def _loss_families(exp: Experiment, accounted: tuple[int, int, int], edges: LatencyEdges) -> Iterator[Metric]:
     """Tasks lost, duplicated or deduplicated, and the wait and sojourn histograms."""
     p = exp.pipeline
     yield GaugeMetricFamily("chaosd_tasks_lost", "Accepted tasks nobody holds", value=accounted[0])
@@ -309,7 +313,7 @@ def _loss_families(exp: Experiment, accounted: tuple[int, int, int]) -> Iterator
         ("chaosd_task_sojourn_seconds", p.sojourn, "Accepted to completion"),
     ):
         family = HistogramMetricFamily(name, doc)
-        family.add_metric([], latency_buckets(hist), hist.sum)
+        family.add_metric([], latency_buckets(hist, edges), hist.sum)
         yield family
 
 
@@ -544,15 +548,47 @@ class _Families(Collector):
         return self._families()
 
 
+class _Tick:
+    """The pipeline's series as rendered at one moment in the text format, OpenMetrics made from those bytes on first
+    use (so both formats carry the same values), and each format's deflate on the first gzip scrape."""
+
+    def __init__(self, registry: MetricsRegistry) -> None:
+        self._registry = registry
+        experiment, stages = registry.experiment, registry.stages
+        families = list(experiment.collect_pipeline()) if experiment is not None else []
+        self._infos = {f.name for f in families if f.type == "info"}
+        head = generate_latest(_Families(lambda: iter(families)))
+        self._stages = stages.text() if stages is not None else b""
+        self.parts: dict[Format, tuple[bytes, bytes]] = {"text": (head, self._stages + registry.recovery_text())}
+        self._packed: dict[Format, tuple[bytes, bytes]] = {}
+
+    def body(self, fmt: Format) -> tuple[bytes, bytes]:
+        """The experiment's series (head), then the stages' and the recoveries' (tail, after the process's)."""
+        if fmt not in self.parts:
+            registry = self._registry
+            head = self.parts["text"][0]
+            marks = registry.exemplar_of()
+            tail = openmetrics(self._stages, marks) + registry.recovery_text("openmetrics") + EOF
+            self.parts[fmt] = openmetrics(head, marks, self._infos), tail
+        return self.parts[fmt]
+
+    def packed(self, fmt: Format) -> tuple[bytes, bytes]:
+        if fmt not in self._packed:
+            head, tail = self.body(fmt)
+            self._packed[fmt] = deflated(head, last=False), deflated(tail, last=True)
+        return self._packed[fmt]
+
+
 class MetricsRegistry(CollectorRegistry):
     """The daemon's registry. :meth:`scrape` is what ``GET /metrics`` serves; :meth:`exposition` renders it afresh.
 
     Once it follows a telemetry tick (:meth:`follow`, as the daemon does), the series read from the pipeline (the
-    experiment's, the stages', the recoveries') are rendered once a tick, after the tick's detector, throttle and
-    injector, and kept as bytes: a scrape reads only the HTTP server's and the process's own series, whatever the
-    pipeline is doing. Without a tick to follow, each scrape renders everything. The recovery histograms' text is
-    kept until a fault recovers (formatting them would be most of a render's cost). ``generate_latest(registry)``
-    still renders the same series.
+    experiment's, the stages', the recoveries') are read once a tick, after the tick's detector, throttle and
+    injector, and rendered in the text format then: a scrape reads only the HTTP server's and the process's own
+    series, whatever the pipeline is doing. OpenMetrics (with the exemplars) is made from that text, and a format's
+    gzip from its bytes, at the first scrape of a tick that asks for them. Without a tick to follow, each scrape reads
+    everything. The recovery histograms' text is kept until a fault recovers (formatting them would be most of a
+    render's cost). ``generate_latest(registry)`` still renders the same series.
     """
 
     def __init__(self) -> None:
@@ -561,9 +597,10 @@ class MetricsRegistry(CollectorRegistry):
         self.experiment: ExperimentCollector | None = None
         self.recovery: _RecoveryHistograms | None = None
         self.stages: StageSeries | None = None
-        self.renders = 0  # of the pipeline's series: one a tick when following, one a scrape when not
-        self._kept: tuple[int, bytes] | None = None
-        self._ticked: tuple[bytes, bytes] | None = None  # the pipeline's series of the last tick (None: not following)
+        self.exemplars: Callable[[], Exemplars | None] = lambda: None
+        self.renders = 0  # readings of the pipeline's series: one a tick when following, one a scrape when not
+        self._kept: dict[Format, tuple[int, bytes]] = {}
+        self._ticked: _Tick | None = None  # the pipeline's series of the last tick (None: not following)
         self._due: asyncio.Handle | None = None  # the render after the current tick, until it has run
 
     def register(self, collector: Collector) -> None:
@@ -574,22 +611,26 @@ class MetricsRegistry(CollectorRegistry):
         super().unregister(collector)
         self._order.remove(collector)
 
-    def exposition(self) -> bytes:
+    def exposition(self, fmt: Format = "text") -> bytes:
         """Everything, rendered now."""
-        head, tail = self._pipeline()
-        return head + self._own() + tail
+        head, tail = self._pipeline().body(fmt)
+        return head + self._own(fmt) + tail
 
-    def scrape(self) -> bytes:
-        """What ``GET /metrics`` serves: the pipeline's series as rendered at the last tick (rendered now before the
+    def scrape(self, fmt: Format = "text", *, gzip: bool = False) -> bytes:
+        """What ``GET /metrics`` serves: the pipeline's series as read at the last tick (read now before the
         first), with the HTTP server's and the process's series as they are now; :meth:`exposition` when not
-        following a tick."""
-        if self._ticked is None:
-            return self.exposition()
-        head, tail = self._ticked
-        return head + self._own() + tail
+        following a tick. ``gzip``: one gzip member, of which only the server's and process's part is compressed
+        now."""
+        tick = self._ticked if self._ticked is not None else self._pipeline()
+        head, tail = tick.body(fmt)
+        own = self._own(fmt)
+        if not gzip:
+            return head + own + tail
+        packed_head, packed_tail = tick.packed(fmt)
+        return gzip_joined([(head, packed_head), (own, deflated(own, last=False)), (tail, packed_tail)])
 
     def follow(self, telemetry: Telemetry) -> None:
-        """From now on, render the pipeline's series once per tick of ``telemetry``, and serve those.
+        """From now on, read the pipeline's series once per tick of ``telemetry``, and serve those.
 
         The render is called soon after the telemetry listeners, so it runs once the tick's handlers (detector,
         throttle, injector) are done with the same snapshot. One that raises is counted as observer ``metrics``;
@@ -608,28 +649,47 @@ class MetricsRegistry(CollectorRegistry):
         self._due = None
         self._ticked = self._pipeline()
 
-    def _pipeline(self) -> tuple[bytes, bytes]:
-        """The series read from the pipeline, rendered now: the experiment's, then the stages' and the recoveries'
-        (which come after the process's in the exposition)."""
+    def _pipeline(self) -> _Tick:
         self.renders += 1
-        experiment, recovery, stages = self.experiment, self.recovery, self.stages
-        head = generate_latest(_Families(experiment.collect_pipeline)) if experiment is not None else b""
-        tail = stages.text() if stages is not None else b""
-        if recovery is not None:
-            version = recovery.series.version
-            if self._kept is None or self._kept[0] != version:
-                self._kept = (version, generate_latest(recovery))
-            tail += self._kept[1]
-        return head, tail
+        return _Tick(self)
 
-    def _own(self) -> bytes:
+    def recovery_text(self, fmt: Format = "text") -> bytes:
+        """The recovery histograms, rendered (and converted to OpenMetrics) again only once a fault has recovered
+        since."""
+        recovery = self.recovery
+        if recovery is None:
+            return b""
+        version = recovery.series.version
+        kept = self._kept.get(fmt)
+        if kept is None or kept[0] != version:
+            text = self.recovery_text() if fmt == "openmetrics" else generate_latest(recovery)
+            kept = self._kept[fmt] = (version, text if fmt == "text" else openmetrics(text))
+        return kept[1]
+
+    def exemplar_of(self) -> ExemplarOf | None:
+        """Where OpenMetrics finds the latency histograms' exemplars: None when no task is traced."""
+        store = self.exemplars()
+        return None if store is None else exemplars_of(store)
+
+    def _own(self, fmt: Format) -> bytes:
         """The HTTP server's series and every other collector's (process, platform, GC, storage), rendered now."""
         experiment = self.experiment
         pipeline: list[Collector] = [c for c in (experiment, self.recovery, self.stages) if c is not None]
         others = [c for c in self._order if c not in pipeline]
         if experiment is not None:
             others.insert(0, _Families(experiment.collect_server))
-        return generate_latest(_Some(others))
+        families = list(_Some(others).collect())
+        text = generate_latest(_Families(lambda: iter(families)))
+        return text if fmt == "text" else openmetrics(text, None, {f.name for f in families if f.type == "info"})
+
+
+def _traced(experiment: Experiment) -> Exemplars | None:
+    """The exemplars of the daemon's tracing, found where Tracing.attach put it (the workers' tracer), whichever of
+    the registry and the tracing was made first; None when tasks are not traced."""
+    for worker in experiment.pipeline.workers:
+        if isinstance(worker.tracer, Tracing):
+            return worker.tracer.exemplars
+    return None
 
 
 def make_registry(
@@ -647,8 +707,12 @@ def make_registry(
     registry.recovery = _RecoveryHistograms(collector.faults)
     registry.register(registry.recovery)
     pipeline = experiment.pipeline
-    registry.stages = StageSeries(lambda: pipeline.stages, pipeline.clock.now)
+    edges = collector.edges
+    for hist in (pipeline.wait, pipeline.sojourn, *(stage.stats.latency for stage in pipeline.stages.values())):
+        hist.pin(edges.values)  # before the first task, so every sample is counted at the exported edges exactly
+    registry.stages = StageSeries(lambda: pipeline.stages, pipeline.clock.now, edges)
     registry.register(registry.stages)
+    registry.exemplars = lambda: _traced(experiment)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)

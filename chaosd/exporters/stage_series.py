@@ -5,17 +5,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import cast, get_args
+from typing import NamedTuple, cast, get_args
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString as _untyped_go
 
-from chaosd.exporters.buckets import EDGE_INDEX, EDGE_LABELS
+from chaosd.exporters.buckets import LatencyEdges, latency_edges
 from chaosd.pipeline.stages import StageRunner
 from chaosd.views import BreakerState, StageFailReason
 
-__all__ = ["BREAKER_LEVELS", "MAX_STAGE_LABELS", "OTHER_STAGES", "StageSeries"]
+__all__ = ["BREAKER_LEVELS", "MAX_STAGE_LABELS", "OTHER_STAGES", "StageReading", "StageSeries"]
 
 _REASONS: tuple[StageFailReason, ...] = get_args(StageFailReason)
 # chaosd_stage_breaker_state: one gauge per stage, its level the state (alerts compare it with 2 for open).
@@ -48,9 +48,15 @@ class StageSeries(Collector):
     prometheus_client would escape and format one sample at a time at every scrape.
     """
 
-    def __init__(self, stages: Callable[[], Mapping[str, StageRunner]], now: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        stages: Callable[[], Mapping[str, StageRunner]],
+        now: Callable[[], float],
+        edges: LatencyEdges | None = None,
+    ) -> None:
         self._stages = stages
         self._now = now
+        self.edges = edges or latency_edges()
         self._labels: dict[str, _StageLabels] = {}  # one per stage name of the configuration (and _other)
 
     def _groups(self) -> Iterator[tuple[str, str, list[StageRunner]]]:
@@ -61,36 +67,44 @@ class StageSeries(Collector):
         if rest:
             yield OTHER_STAGES, OTHER_STAGES, rest
 
+    def read(self) -> list[StageReading]:
+        """Every stage's (group's) figures now, for :meth:`families` and :meth:`text` to render later."""
+        now = self._now()
+        return [
+            StageReading(name, kind, _read(group, self.edges), None if name == OTHER_STAGES else group[0].breaker(now))
+            for name, kind, group in self._groups()
+        ]
+
     def collect(self) -> Iterator[Metric]:
+        return self.families(self.read())
+
+    def families(self, reads: list[StageReading]) -> Iterator[Metric]:
         attempts = CounterMetricFamily(STAGE_ATTEMPTS[0], STAGE_ATTEMPTS[1], labels=["stage", "kind"])
         failures = CounterMetricFamily(STAGE_FAILURES[0], STAGE_FAILURES[1], labels=["stage", "reason"])
         retries = CounterMetricFamily(STAGE_RETRIES[0], STAGE_RETRIES[1], labels=["stage"])
         seconds = HistogramMetricFamily(STAGE_SECONDS[0], STAGE_SECONDS[1], labels=["stage"])
         state = GaugeMetricFamily(STAGE_BREAKER[0], STAGE_BREAKER[1], labels=["stage"])
         moves = CounterMetricFamily(STAGE_MOVES[0], STAGE_MOVES[1], labels=["stage", "to"])
-        now = self._now()
-        for name, kind, group in self._groups():
-            r = _read(group)
+        for name, kind, r, breaker in reads:
             attempts.add_metric([name, kind], float(r.attempts))
             for reason, n in zip(_REASONS, r.failures, strict=True):
                 failures.add_metric([name, reason], float(n))
             retries.add_metric([name], float(r.retries))
-            buckets = [(edge, float(n)) for edge, n in zip(EDGE_LABELS, r.cumulative, strict=True)]
+            buckets = [(edge, float(n)) for edge, n in zip(self.edges.labels, r.cumulative, strict=True)]
             seconds.add_metric([name], [*buckets, ("+Inf", float(r.attempts))], r.seconds)
-            if name != OTHER_STAGES:
-                state.add_metric([name], BREAKER_LEVELS[group[0].breaker(now)])
+            if breaker is not None:
+                state.add_metric([name], BREAKER_LEVELS[breaker])
             moves.add_metric([name, "open"], float(r.opened))
             moves.add_metric([name, "closed"], float(r.closed))
         yield from (attempts, failures, retries, seconds, state, moves)
 
-    def text(self) -> bytes:
+    def text(self, reads: list[StageReading] | None = None) -> bytes:
+        """The text format of :meth:`families` (of ``reads``, or read now)."""
         parts: dict[str, list[str]] = {name: [_header(name, doc, kind)] for name, doc, kind in _STAGE_FAMILIES}
-        now = self._now()
-        for name, kind, group in self._groups():
+        for name, kind, r, breaker in self.read() if reads is None else reads:
             labels = self._labels.get(name)
             if labels is None or labels.kind != kind:
-                labels = self._labels[name] = _StageLabels(name, kind)
-            r = _read(group)
+                labels = self._labels[name] = _StageLabels(name, kind, self.edges.labels)
             parts[STAGE_ATTEMPTS[0]].append(f"{labels.attempts}{_go(r.attempts)}\n")
             parts[STAGE_FAILURES[0]].extend(
                 f"{prefix}{_go(n)}\n" for prefix, n in zip(labels.failures, r.failures, strict=True)
@@ -100,8 +114,8 @@ class StageSeries(Collector):
             seconds.extend(f"{prefix}{_go(n)}\n" for prefix, n in zip(labels.buckets, r.cumulative, strict=True))
             seconds.append(f"{labels.inf}{_go(r.attempts)}\n{labels.count}{_go(r.attempts)}\n")
             seconds.append(f"{labels.sum}{floatToGoString(r.seconds)}\n")
-            if name != OTHER_STAGES:
-                level = BREAKER_LEVELS[group[0].breaker(now)]
+            if breaker is not None:
+                level = BREAKER_LEVELS[breaker]
                 parts[STAGE_BREAKER[0]].append(f"{labels.breaker}{floatToGoString(level)}\n")
             parts[STAGE_MOVES[0]].append(f"{labels.opened}{_go(r.opened)}\n{labels.closed}{_go(r.closed)}\n")
         return "".join(line for lines in parts.values() for line in lines).encode()
@@ -118,16 +132,27 @@ class _StageRead:
     closed: int
 
 
-def _read(group: list[StageRunner]) -> _StageRead:
+class StageReading(NamedTuple):
+    """One stage's (or the folded ``_other`` stages') figures as read at one moment."""
+
+    name: str
+    kind: str
+    read: _StageRead
+    breaker: BreakerState | None  # None for _other, which has no breaker series
+
+
+def _read(group: list[StageRunner], edges: LatencyEdges) -> _StageRead:
     stats = [stage.stats for stage in group]
-    counts = stats[0].latency.snapshot()
+    for s in stats:
+        s.latency.pin(edges.values)
+    cumulative = stats[0].latency.pinned()
     for more in stats[1:]:  # the stages past the cap, folded into one
-        counts = counts + more.latency.snapshot()
+        cumulative = [a + b for a, b in zip(cumulative, more.latency.pinned(), strict=True)]
     return _StageRead(
         attempts=sum(s.latency.count for s in stats),
         failures=[sum(s.failures.get(reason, 0) for s in stats) for reason in _REASONS],
         retries=sum(s.retries for s in stats),
-        cumulative=counts.cumsum()[EDGE_INDEX].tolist(),
+        cumulative=cumulative,
         seconds=sum(s.latency.sum for s in stats),
         opened=sum(s.breaker_opened for s in stats),
         closed=sum(s.breaker_closed for s in stats),
@@ -169,14 +194,14 @@ class _StageLabels:
         "sum",
     )
 
-    def __init__(self, name: str, kind: str) -> None:
+    def __init__(self, name: str, kind: str, edges: tuple[str, ...]) -> None:
         stage = f'stage="{_label(name)}"'
         self.kind = kind
         self.attempts = f'{STAGE_ATTEMPTS[0]}_total{{kind="{_label(kind)}",{stage}}} '
         self.failures = [f'{STAGE_FAILURES[0]}_total{{reason="{reason}",{stage}}} ' for reason in _REASONS]
         self.retries = f"{STAGE_RETRIES[0]}_total{{{stage}}} "
         bucket = STAGE_SECONDS[0] + "_bucket"
-        self.buckets = [f'{bucket}{{le="{edge}",{stage}}} ' for edge in EDGE_LABELS]
+        self.buckets = [f'{bucket}{{le="{edge}",{stage}}} ' for edge in edges]
         self.inf = f'{bucket}{{le="+Inf",{stage}}} '
         self.count = f"{STAGE_SECONDS[0]}_count{{{stage}}} "
         self.sum = f"{STAGE_SECONDS[0]}_sum{{{stage}}} "

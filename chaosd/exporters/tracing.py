@@ -27,6 +27,7 @@ from chaosd.core.clock import Clock, unix_time, wall_time
 from chaosd.core.errors import ConfigError
 from chaosd.events.log import Event, fault_data
 from chaosd.experiment.runner import Experiment
+from chaosd.exporters.exemplars import Exemplars
 from chaosd.exporters.otel_env import GRPC_EXTRA, QUEUE, queue_limits, read_otel_env, resource
 from chaosd.faults import Injector
 from chaosd.pipeline.stages import Degraded
@@ -145,6 +146,8 @@ class Tracing:
         self._fault_spans: dict[int, trace.Span] = {}
         self._injector: Injector | None = None
         self._queue = QUEUE
+        # The metrics' exemplars (chaosd.exporters.exemplars): the sampled tasks' latencies with their trace ids.
+        self.exemplars: Exemplars | None = None
         if processor is None and exporter is None:
             self.enabled = False
             self.provider: TracerProvider | None = None
@@ -227,6 +230,7 @@ class Tracing:
         for producer in pipeline.producers:
             producer.tracer = self
         pipeline.callers.tracer = self
+        self.exemplars = Exemplars.of(experiment.settings)
         self.watch_faults(experiment.injector, pipeline.t0)
         experiment.events.subscribe(self.on_event)
 
@@ -351,7 +355,7 @@ class Tracing:
             if active:
                 attributes["chaosd.fault.ids"] = [f.id for f in active]
                 attributes["chaosd.fault.actions"] = [f.action for f in active]
-        return self.tracer.start_span(
+        span = self.tracer.start_span(
             "task process",
             context=parent,
             kind=SpanKind.CONSUMER,
@@ -359,6 +363,11 @@ class Tracing:
             links=links,
             attributes=attributes,
         )
+        if self.exemplars is not None:
+            ids = span.get_span_context()
+            first = task.attempts == 1
+            self.exemplars.started(ids.span_id, ids.trace_id, task.accepted_at, at, at + self._offset, first=first)
+        return span
 
     def stage(
         self, handle: object, name: str, kind: StageKind, start: float, end: float, reason: FailReason | Degraded | None
@@ -370,6 +379,9 @@ class Tracing:
         if reason is not None:
             span.set_status(Status(StatusCode.ERROR, reason))
         span.end(end_time=self.ns(end))
+        if self.exemplars is not None:
+            ids = span.get_span_context()
+            self.exemplars.observe(f"stage:{name}", end - start, ids.trace_id, ids.span_id, end + self._offset)
 
     def ended(self, handle: object, at: float, outcome: TaskEnd) -> None:
         span = _span(handle)
@@ -377,6 +389,10 @@ class Tracing:
         if outcome not in ("completed",):
             span.set_status(Status(StatusCode.ERROR, outcome))
         span.end(end_time=self.ns(at))
+        if self.exemplars is not None:
+            ids = span.get_span_context()
+            done = outcome == "completed"
+            self.exemplars.ended(ids.span_id, ids.trace_id, at, at + self._offset, completed=done)
 
 
 def _span(handle: object) -> Span:
