@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # Install only what the package needs (not .git, caches or local data).
 WORKDIR /tmp/chaosd-src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY chaosd ./chaosd
 RUN python -m pip install . && rm -rf /tmp/chaosd-src
 

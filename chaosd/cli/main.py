@@ -402,6 +402,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     """``chaosd worker``: a worker (or orchestrator replica) process of the Redis backend, or the daemon's spawner."""
+    from chaosd.backends import require_redis  # noqa: PLC0415
+
+    require_redis()  # before its modules import the missing package: a message naming the extra, exit 2
     from chaosd.backends.redis.process import (  # noqa: PLC0415
         default_id,
         read_settings,
