@@ -13,7 +13,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /tmp/chaosd-src
 COPY pyproject.toml README.md LICENSE ./
 COPY chaosd ./chaosd
-RUN python -m pip install . && rm -rf /tmp/chaosd-src
+RUN python -m pip install ".[redis]" && rm -rf /tmp/chaosd-src
 
 # Unprivileged user. Relative paths in the config (storage chaosd-data/chaosd.db, the report, scenarios/)
 # resolve against the working directory, /var/lib/chaosd; chaosd-data is the volume to keep.

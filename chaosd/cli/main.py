@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from chaosd.cli.arguments import parser
 from chaosd.cli.client import COMMANDS, run_client_command
+from chaosd.cli.completion import add_completion_command, completion_script
 from chaosd.cli.exits import EXIT_EXPECTATION, EXIT_INTERRUPTED, EXIT_REPORT_NOT_WRITTEN, EXIT_USAGE
 from chaosd.core.clock import wall_time
 from chaosd.core.errors import ConfigError, FaultError
@@ -373,8 +374,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
-    args = parser().parse_args(argv)
+    top = add_completion_command(parser())
+    args = top.parse_args(argv)
     try:
+        if args.command == "completion":
+            _out(completion_script(args.shell, top).rstrip("\n"))
+            return 0
         if args.command == "run":
             try:
                 return _run(args)
