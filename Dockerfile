@@ -2,7 +2,7 @@
 #   docker build -t chaosd . && docker run --rm -p 127.0.0.1:8686:8686 -e CHAOSD_API__HOST=0.0.0.0 \
 #       -e CHAOSD_API__TOKEN=$(openssl rand -hex 16) chaosd
 # (the daemon refuses a non-loopback bind without a token; the image's default config binds 127.0.0.1).
-FROM python:3.11-slim
+FROM python:3.11.14-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
