@@ -44,6 +44,6 @@ def test_core_dependencies_leave_grpc_and_redis_to_their_extras() -> None:
     assert "opentelemetry-exporter-otlp-proto-http" in names
     assert not [n for n in names if n == "opentelemetry-exporter-otlp" or "grpc" in n or "redis" in n], names
     extras = PROJECT["optional-dependencies"]
-    assert extras["redis"] == ["redis[hiredis]>=5"]
+    assert extras["redis"] == ["redis[hiredis]>=5.0.1"]
     assert extras["otlp-grpc"] == ["opentelemetry-exporter-otlp-proto-grpc>=1.25"]
     assert set(extras["redis"] + extras["otlp-grpc"]) <= set(extras["test"])  # the tests exercise both

@@ -197,3 +197,15 @@ def test_the_wheel_ships_its_license_its_type_marker_and_the_arenas_page(venv: V
     assert static and static <= names
     # Control: what package-data does not name stays out (the tests, the docs, the compose files).
     assert not any(n.startswith(("tests/", "docs/", "config/")) for n in names)
+
+
+def test_the_image_builds_from_the_same_sources() -> None:
+    """The Dockerfile copies what this module builds the wheel from: without LICENSE, setuptools builds a wheel
+    that lacks it (it only warns)."""
+    copied = {
+        name
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+        for name in line.split()[1:-1]
+    }
+    assert set(SOURCES) <= copied, set(SOURCES) - copied
