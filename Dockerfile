@@ -2,7 +2,7 @@
 #   docker build -t chaosd . && docker run --rm -p 127.0.0.1:8686:8686 -e CHAOSD_API__HOST=0.0.0.0 \
 #       -e CHAOSD_API__TOKEN=$(openssl rand -hex 16) chaosd
 # (the daemon refuses a non-loopback bind without a token; the image's default config binds 127.0.0.1).
-FROM python:3.11-slim
+FROM python:3.11.14-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -11,9 +11,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # Install only what the package needs (not .git, caches or local data).
 WORKDIR /tmp/chaosd-src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY chaosd ./chaosd
-RUN python -m pip install . && rm -rf /tmp/chaosd-src
+RUN python -m pip install ".[redis]" && rm -rf /tmp/chaosd-src
 
 # Unprivileged user. Relative paths in the config (storage chaosd-data/chaosd.db, the report, scenarios/)
 # resolve against the working directory, /var/lib/chaosd; chaosd-data is the volume to keep.

@@ -9,7 +9,20 @@ from chaosd.events.log import EventLog
 from chaosd.pipeline import Pipeline
 from chaosd.pipeline.producer import Admission
 
-__all__ = ["make_pipeline"]
+__all__ = ["make_pipeline", "require_redis"]
+
+_NO_REDIS = "'redis' needs the redis package, which chaosd installs only with it: pip install 'chaosd[redis]'"
+
+
+def require_redis() -> None:
+    """Refuse the Redis backend at once, naming the extra to install, where the redis package is missing (a plain
+    ``pip install chaosd`` leaves it out: the in-memory backend needs none of it)."""
+    try:
+        import redis  # noqa: F401, PLC0415 - only asked for on the Redis backend's path
+    except ModuleNotFoundError as exc:
+        if exc.name != "redis":
+            raise
+        raise ConfigError([("configuration", "backend.kind", _NO_REDIS)]) from None
 
 
 def make_pipeline(
@@ -26,6 +39,7 @@ def make_pipeline(
         return Pipeline(settings, clock, admission=admission, measure_from=measure_from, events=events)
     if getattr(clock, "virtual", False):
         raise ConfigError([("configuration", "backend.kind", "redis runs in real time only (use --realtime)")])
+    require_redis()
     from chaosd.backends.redis.runtime import redis_backend  # noqa: PLC0415 - redis only when asked for
 
     return Pipeline(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from chaosd.cli.arguments import parser
 from chaosd.cli.client import COMMANDS, run_client_command
+from chaosd.cli.completion import add_completion_command, completion_script
 from chaosd.cli.exits import EXIT_EXPECTATION, EXIT_INTERRUPTED, EXIT_REPORT_NOT_WRITTEN, EXIT_USAGE
 from chaosd.core.clock import wall_time
 from chaosd.core.errors import ConfigError, FaultError
@@ -373,8 +374,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
-    args = parser().parse_args(argv)
+    top = add_completion_command(parser())
+    args = top.parse_args(argv)
     try:
+        if args.command == "completion":
+            _out(completion_script(args.shell, top).rstrip("\n"))
+            return 0
         if args.command == "run":
             try:
                 return _run(args)
@@ -402,6 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     """``chaosd worker``: a worker (or orchestrator replica) process of the Redis backend, or the daemon's spawner."""
+    from chaosd.backends import require_redis  # noqa: PLC0415
+
+    require_redis()  # before its modules import the missing package: a message naming the extra, exit 2
     from chaosd.backends.redis.process import (  # noqa: PLC0415
         default_id,
         read_settings,

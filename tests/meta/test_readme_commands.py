@@ -215,6 +215,10 @@ def test_every_command_of_the_tour_runs_as_written_against_the_default_daemon(tm
         for command in commands:
             if command == README_LINE:
                 continue
+            if command.startswith("export "):
+                env = _exported(command, tmp_path, env)  # as the user's shell keeps it for what follows
+                ran.append(command)
+                continue
             if command.startswith("docker compose up"):
                 _check_compose(tmp_path, env)
                 ran.append(command)
@@ -242,6 +246,21 @@ def test_every_command_of_the_tour_runs_as_written_against_the_default_daemon(tm
     assert "http://127.0.0.1:8686/arena" in _section("A five-minute tour")
 
 
+def _exported(command: str, cwd: Path, env: dict[str, str]) -> dict[str, str]:
+    """The environment after ``command`` (an ``export``) ran in a shell with ``env``."""
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f"{command}\nenv -0"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, (command, done.stderr)
+    return dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
+
+
 def _check_compose(cwd: Path, env: dict[str, str]) -> None:
     """The compose file as the standalone Compose v1 reads it (Debian's docker-compose: what this machine has), and
     the README telling users of v1 its own command."""
@@ -249,6 +268,7 @@ def _check_compose(cwd: Path, env: dict[str, str]) -> None:
     token = cwd / "chaosd-token"
     assert token.exists(), "the tour makes chaosd-token before `docker compose up`"
     assert "`docker-compose up`" in _section("A five-minute tour")
+    assert env.get("GRAFANA_ADMIN_PASSWORD"), "the tour sets Grafana's admin password before `docker compose up`"
     done = subprocess.run(
         [compose, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
         cwd=ROOT,

@@ -1,0 +1,211 @@
+"""``pip install chaosd`` as a user runs it: the wheel built from this tree, installed with its dependencies into a
+fresh virtual environment (pip's cache makes it quick). What comes in (no gRPC, no Redis), the version it reports,
+and that the default daemon and an offline run work with nothing more; the Redis backend asks for its extra.
+
+The venv has no pip of its own (``venv --without-pip``): this interpreter's pip installs into it (``--python``),
+and nothing is byte-compiled, which halves the install's time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import tomllib
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from daemon_harness import ROOT, wait_for
+
+import chaosd
+
+pytestmark = pytest.mark.slow  # about 15 s to build the wheel and fill the venv, once for the module
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# What a source distribution of chaosd holds, as the Dockerfile copies it: nothing else is needed to build the wheel.
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "chaosd")
+
+
+@dataclass(frozen=True)
+class Venv:
+    root: Path
+    wheel: Path
+    work: Path  # an empty working directory: no source tree on sys.path
+
+    @property
+    def python(self) -> str:
+        return str(self.root / "bin" / "python")
+
+    @property
+    def chaosd(self) -> str:
+        return str(self.root / "bin" / "chaosd")
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """This environment less PYTHONPATH (which points at a checkout) and any CHAOSD_ setting."""
+        keep = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("CHAOSD_")}
+        return keep | extra
+
+    def run(self, *argv: str, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, cwd=self.work, env=self.env(**extra), capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def distributions(self) -> dict[str, str]:
+        code = "import importlib.metadata as m, json; print(json.dumps({d.name: d.version for d in m.distributions()}))"
+        done = self.run(self.python, "-c", code)
+        assert done.returncode == 0, done.stderr
+        return {name.lower().replace("_", "-"): v for name, v in json.loads(done.stdout).items()}
+
+
+def _pip(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, (argv, done.stdout[-2000:], done.stderr[-4000:])
+    return done
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
+    tmp = tmp_path_factory.mktemp("install")
+    src = tmp / "src"
+    src.mkdir()
+    for name in SOURCES:  # a copy: building writes build/ and *.egg-info beside the sources
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
+    _pip("wheel", "-q", "--no-deps", "-w", str(tmp / "dist"), str(src), cwd=tmp)
+    (wheel,) = (tmp / "dist").glob("chaosd-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True, timeout=60)
+    _pip("--python", str(tmp / "venv" / "bin" / "python"), "install", "-q", "--no-compile", str(wheel), cwd=tmp)
+    (tmp / "work").mkdir()
+    yield Venv(tmp / "venv", wheel, tmp / "work")
+
+
+def test_a_plain_install_brings_no_grpc_and_no_redis_and_their_extras_do(venv: Venv) -> None:
+    installed = venv.distributions()
+    assert "chaosd" in installed and "opentelemetry-exporter-otlp-proto-http" in installed
+    assert [name for name in installed if "grpc" in name] == []
+    assert [name for name in installed if "redis" in name] == []
+    # Control: the extras bring exactly what the plain install leaves out (what pip would add to this venv).
+    report = _pip(
+        "--python",
+        venv.python,
+        "install",
+        "-q",
+        "--dry-run",
+        "--report",
+        "-",
+        f"{venv.wheel}[otlp-grpc,redis]",
+        cwd=venv.work,
+    )
+    added = {item["metadata"]["name"].lower() for item in json.loads(report.stdout)["install"]}
+    assert {"grpcio", "opentelemetry-exporter-otlp-proto-grpc", "redis", "hiredis"} <= added, added
+
+
+def test_chaosd_version_is_the_installed_distributions_which_is_pyprojects(venv: Venv) -> None:
+    done = venv.run(venv.chaosd, "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"chaosd {venv.distributions()['chaosd']}" == f"chaosd {PYPROJECT['version']}"
+    # The checkout's own import agrees with its installed metadata (an editable install of this tree).
+    assert chaosd.__version__ == version("chaosd") == PYPROJECT["version"]
+    # Control: the number is read from the distribution's metadata at run time, not written in the code.
+    (metadata,) = venv.root.glob("lib/python*/site-packages/chaosd-*.dist-info/METADATA")
+    original = metadata.read_text()
+    try:
+        metadata.write_text(original.replace(f"\nVersion: {PYPROJECT['version']}\n", "\nVersion: 9.9.9.dev7\n", 1))
+        assert venv.run(venv.chaosd, "--version").stdout.strip() == "chaosd 9.9.9.dev7"
+    finally:
+        metadata.write_text(original)
+
+
+def test_the_default_daemon_and_an_offline_run_work_without_redis(venv: Venv) -> None:
+    report = venv.work / "offline.json"
+    done = venv.run(venv.chaosd, "run", "--duration", "60s", "--quiet", "--report", str(report))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(report.read_text())["tasks"]["completed"] > 0
+
+    env = venv.env(CHAOSD_API__PORT="0", CHAOSD_STORAGE__PATH=str(venv.work / "data" / "chaosd.db"))
+    proc = subprocess.Popen(
+        [venv.chaosd], cwd=venv.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    seen: list[str] = []
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout or ()], daemon=True).start()
+
+    def listening() -> bool:
+        while not lines.empty():
+            seen.append(lines.get())
+        return any("listening on http://127.0.0.1:" in line for line in seen) or proc.poll() is not None
+
+    try:
+        wait_for(listening, 30, "the daemon listening", lambda: "".join(seen))
+        line = next(line for line in seen if "listening on http://127.0.0.1:" in line)
+        base = line.split("listening on ")[1].split()[0]
+        with urllib.request.urlopen(f"{base}/healthz", timeout=10) as resp:
+            assert resp.status == 200 and json.loads(resp.read())["status"] == "ok"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    assert code == 0, "".join(seen)
+
+
+def test_the_redis_backend_without_its_package_names_the_extra_and_exits_2(venv: Venv) -> None:
+    extra = "pip install 'chaosd[redis]'"
+    daemon = venv.run(venv.chaosd, "--port", "0", CHAOSD_BACKEND__KIND="redis")
+    worker = venv.run(venv.chaosd, "worker")
+    for done in (daemon, worker):
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert (
+            done.stderr == f"chaosd: error: configuration: backend.kind: 'redis' needs the redis package, "
+            f"which chaosd installs only with it: {extra}\n"
+        )
+        assert "Traceback" not in done.stderr
+    # Control: where redis is installed (this test environment) the same check lets the backend through.
+    check = subprocess.run(
+        [sys.executable, "-c", "from chaosd.backends import require_redis; require_redis()"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert check.returncode == 0, check.stderr
+
+
+def test_the_wheel_ships_its_license_its_type_marker_and_the_arenas_page(venv: Venv) -> None:
+    with zipfile.ZipFile(venv.wheel) as wheel:
+        names = set(wheel.namelist())
+        info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = wheel.read(f"{info}/METADATA").decode()
+        shipped_license = wheel.read(f"{info}/licenses/LICENSE")
+    assert "chaosd/py.typed" in names  # PEP 561: mypy reads chaosd's own annotations
+    assert shipped_license == (ROOT / "LICENSE").read_bytes()
+    assert "\nLicense-Expression: Apache-2.0\n" in metadata and "\nLicense-File: LICENSE\n" in metadata
+    static = {p.relative_to(ROOT).as_posix() for p in (ROOT / "chaosd" / "arena" / "static").iterdir() if p.is_file()}
+    assert static and static <= names
+    # Control: what package-data does not name stays out (the tests, the docs, the compose files).
+    assert not any(n.startswith(("tests/", "docs/", "config/")) for n in names)
+
+
+def test_the_image_builds_from_the_same_sources() -> None:
+    """The Dockerfile copies what this module builds the wheel from: without LICENSE, setuptools builds a wheel
+    that lacks it (it only warns)."""
+    copied = {
+        name
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+        for name in line.split()[1:-1]
+    }
+    assert set(SOURCES) <= copied, set(SOURCES) - copied
