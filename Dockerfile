@@ -21,7 +21,6 @@ RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/chaosd --shell
     && mkdir -p /var/lib/chaosd/chaosd-data /etc/chaosd \
     && chown -R chaosd:chaosd /var/lib/chaosd
 COPY config/chaosd.toml /etc/chaosd/chaosd.toml
-COPY scenarios /var/lib/chaosd/scenarios
 
 WORKDIR /var/lib/chaosd
 USER chaosd:chaosd

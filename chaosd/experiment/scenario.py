@@ -57,7 +57,7 @@ __all__ = [
     "split_metadata",
 ]
 
-SHIPPED = Path(__file__).resolve().parents[2] / "scenarios"
+SHIPPED = Path(__file__).resolve().parents[1] / "scenarios"  # package data: in a wheel too
 # The shipped scenarios are 1–2 KiB. Reading is synchronous: 64 KiB of dense YAML takes ~0.5 s.
 MAX_SCENARIO_BYTES = 64 * 1024
 

@@ -136,6 +136,10 @@ def test_the_default_daemon_and_an_offline_run_work_without_redis(venv: Venv) ->
     done = venv.run(venv.chaosd, "run", "--duration", "60s", "--quiet", "--report", str(report))
     assert done.returncode == 0, done.stderr
     assert json.loads(report.read_text())["tasks"]["completed"] > 0
+    # The shipped scenarios come with the package: a user of the wheel runs them by name.
+    shipped = venv.run(venv.chaosd, "run", "baseline", "--quiet", "--report", str(venv.work / "baseline.json"))
+    assert shipped.returncode == 0, shipped.stderr
+    assert json.loads((venv.work / "baseline.json").read_text())["scenario"] == "baseline"
 
     env = venv.env(CHAOSD_API__PORT="0", CHAOSD_STORAGE__PATH=str(venv.work / "data" / "chaosd.db"))
     proc = subprocess.Popen(
