@@ -112,3 +112,16 @@ async def echo(task: Task, context: StageContext) -> None:
         dt=time.monotonic() - started,
         faults=list(context.faults),
     )
+
+
+async def traced_get(task: Task, context: StageContext) -> None:
+    """GET through ``svc`` as a traced client would: even task ids send a sampled ``traceparent`` whose ids the
+    task's id gives (trace ``<id>``, span ``<id + 1>``), odd ones send none; the line says the header and status."""
+    session = context.state
+    assert isinstance(session, aiohttp.ClientSession), "setup's session is the state"
+    headers = {}
+    if task.id % 2 == 0:
+        headers["traceparent"] = f"00-{task.id + 1:032x}-{task.id + 2:016x}-01"
+    async with session.get(context.dependencies["svc"] + "/search", params={"q": "x"}, headers=headers) as response:
+        await response.read()
+        record(event="call", stage=context.stage, status=response.status, traceparent=headers.get("traceparent"))

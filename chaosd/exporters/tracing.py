@@ -230,6 +230,7 @@ class Tracing:
         for producer in pipeline.producers:
             producer.tracer = self
         pipeline.callers.tracer = self
+        pipeline.call_tracer = CallSpans(self)
         self.exemplars = Exemplars.of(experiment.settings)
         self.watch_faults(experiment.injector, pipeline.t0)
         experiment.events.subscribe(self.on_event)
@@ -400,3 +401,57 @@ def _span(handle: object) -> Span:
     if not isinstance(handle, Span):
         raise TypeError(f"not a span: {handle!r}")
     return handle
+
+
+class CallSpans:
+    """The dependency proxies' spans (chaosd.faults.call_tracing): one per relayed call whose caller sends a sampled
+    ``traceparent``, a CLIENT span in the caller's trace with the stable HTTP attributes and the faults that acted."""
+
+    def __init__(self, tracing: Tracing) -> None:
+        self._tracing = tracing
+
+    def call_started(self, traceparent: str, dependency: str, method: str, path: str, upstream: str) -> object | None:
+        parsed = parse_traceparent(traceparent.strip().lower())
+        if parsed is None or not parsed[2] & 1:  # malformed, or the caller's trace is not sampled
+            return None
+        trace_id, span_id, flags = parsed
+        caller = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+        host, _, port = upstream.rpartition(":") if upstream.rsplit(":", 1)[-1].isdigit() else (upstream, "", "")
+        attributes: dict[str, AttributeValue] = {
+            "http.request.method": method if method in _METHODS else "_OTHER",
+            "url.path": path,
+            "server.address": host,
+            "chaosd.dependency": dependency,
+        }
+        if port:
+            attributes["server.port"] = int(port)
+        tracing = self._tracing
+        return tracing.tracer.start_span(
+            f"{method if method in _METHODS else 'HTTP'} {dependency}",
+            context=trace.set_span_in_context(trace.NonRecordingSpan(caller)),
+            kind=SpanKind.CLIENT,
+            start_time=tracing.now_ns(),
+            attributes=attributes,
+        )
+
+    def call_header(self, handle: object) -> str:
+        assert isinstance(handle, SdkSpan)
+        context = handle.get_span_context()
+        return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+    def call_ended(self, handle: object, status: int | None, faults: tuple[str, ...], error: str | None) -> None:
+        assert isinstance(handle, SdkSpan)
+        if status is not None:
+            handle.set_attribute("http.response.status_code", status)
+        if faults:
+            handle.set_attribute("chaosd.faults", list(faults))
+        failed = error or (str(status) if status is not None and status >= 500 else None)
+        if status is None and error is None:
+            failed = "no_response"  # a reset, or a hang the client gave up on: it was answered nothing
+        if failed is not None:
+            handle.set_attribute("error.type", failed)
+            handle.set_status(Status(StatusCode.ERROR))
+        handle.end(end_time=self._tracing.now_ns())
+
+
+_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"))

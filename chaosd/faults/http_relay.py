@@ -14,6 +14,7 @@ from http import HTTPStatus
 
 import h11
 
+from chaosd.faults.call_tracing import CallTracer
 from chaosd.faults.dependency import NO_FAULTS, PIECE, CallFaults, DependencyFaults
 from chaosd.faults.upstream_pool import HEAD_LIMIT, Conn, UpstreamPool
 
@@ -49,6 +50,7 @@ class _Call:
     method: bytes
     head: h11.Request  # as sent upstream: host, framing and credentials set
     expect_continue: bool
+    status: int | None = None  # what the client was answered, once it was
 
 
 def _answer(status: int, body: Mapping[str, object], extra: Iterable[tuple[bytes, bytes]] = ()) -> h11.Response:
@@ -95,6 +97,7 @@ class HttpRelay:
         self._pool = pool
         self._read_timeout = read_timeout
         self._idle_timeout = idle_timeout
+        self.tracer: CallTracer | None = None  # set when the daemon exports traces
         upstream = pool.upstream
         default_port = {"http": 80, "https": 443}.get(upstream.scheme)
         host_b = b"[%s]" % upstream.host.encode() if ":" in upstream.host else upstream.host.encode("idna")
@@ -130,6 +133,45 @@ class HttpRelay:
             client.start_next_cycle()
 
     async def _serve(
+        self, client: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, call: _Call
+    ) -> bool:
+        """One request, traced when its caller's trace is sampled; whether the client connection may go on."""
+        handle = self._traced(call)
+        if handle is None:
+            return await self._faulted(client, reader, writer, call)
+        assert self.tracer is not None
+        acted = dict(self._acts.faulted)
+        error: str | None = None
+        try:
+            return await self._faulted(client, reader, writer, call)
+        except BaseException as exc:
+            error = type(exc).__name__
+            raise
+        finally:
+            names = tuple(k for k, n in self._acts.faulted.items() if n != acted.get(k, 0))
+            self.tracer.call_ended(handle, call.status, names, error)
+
+    def _traced(self, call: _Call) -> object | None:
+        """A span for the call when a tracer is set and the call carries a sampled ``traceparent``; the header sent
+        upstream then names the call's own span."""
+        if self.tracer is None:
+            return None
+        headers = call.head.headers
+        header = next((v for n, v in headers if n == b"traceparent"), None)
+        if header is None:
+            return None
+        path = call.head.target.split(b"?", 1)[0].decode("latin-1")  # never the query: it may hold a secret
+        upstream = self._host.decode("latin-1")
+        handle = self.tracer.call_started(
+            header.decode("latin-1"), self._pool.name, call.method.decode("latin-1"), path, upstream
+        )
+        if handle is not None:
+            ours = self.tracer.call_header(handle).encode()
+            kept = [(n, ours if n.lower() == b"traceparent" else v) for n, v in headers.raw_items()]
+            call.head = h11.Request(method=call.head.method, target=call.head.target, headers=kept)
+        return handle
+
+    async def _faulted(
         self, client: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, call: _Call
     ) -> bool:
         """One request, faulted or forwarded; whether the client connection may go on."""
@@ -267,6 +309,7 @@ class HttpRelay:
         if call.expect_continue:
             extra.append((b"connection", b"close"))
         body = {"error": "injected by chaosd", "dependency": self._pool.name}
+        call.status = status
         writer.write((client.send(_answer(status, body, extra)) or b"") + (client.send(h11.Data(_json(body))) or b""))
         writer.write(client.send(h11.EndOfMessage()) or b"")
         await writer.drain()
@@ -318,7 +361,7 @@ class HttpRelay:
                 if conn is None:
                     conn = await self._pool.connect()
             except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-                return await self._gateway_error(client, writer, exc)
+                return await self._gateway_error(client, writer, call, exc)
             upstream = conn.http
             try:
                 conn.writer.write(self._request_out(upstream, call, body, streamed))
@@ -331,13 +374,13 @@ class HttpRelay:
                     return False
                 if reused and not isinstance(exc, TimeoutError):
                     continue
-                return await self._gateway_error(client, writer, exc)
+                return await self._gateway_error(client, writer, call, exc)
             except BaseException:
                 conn.close()
                 raise
             self._pool.reached()
             try:
-                return await self._relay_response(client, writer, conn, first, faults, watch)
+                return await self._relay_response(client, writer, call, conn, first, faults, watch)
             except BaseException:
                 conn.close()
                 raise
@@ -374,6 +417,7 @@ class HttpRelay:
         self,
         client: h11.Connection,
         writer: asyncio.StreamWriter,
+        call: _Call,
         conn: Conn,
         event: h11.Event,
         faults: DependencyFaults,
@@ -386,6 +430,7 @@ class HttpRelay:
         if not isinstance(event, h11.Response):
             raise BadMessage(f"unexpected {type(event).__name__}")
         writer.write(client.send(self._response_head(event)) or b"")
+        call.status = event.status_code
         send: Callable[[bytes], Awaitable[None]] | None = None
         if faults.slice_bytes > 0:
             send = self._acts.sender(writer, faults)
@@ -422,13 +467,15 @@ class HttpRelay:
             headers.append((b"connection", b"close"))
         return h11.Response(status_code=response.status_code, headers=headers, reason=response.reason)
 
-    async def _gateway_error(self, client: h11.Connection, writer: asyncio.StreamWriter, exc: BaseException) -> bool:
+    async def _gateway_error(
+        self, client: h11.Connection, writer: asyncio.StreamWriter, call: _Call, exc: BaseException
+    ) -> bool:
         """502 for an upstream that could not be reached or answered nonsense, 504 for one that did not answer in
         time; the connection closed if the request's body was not all read."""
         timed_out = isinstance(exc, TimeoutError)
         reason = type(exc).__name__ if timed_out else (str(exc) or type(exc).__name__)
         self._pool.unreachable(reason)
-        status = 504 if timed_out else 502
+        status = call.status = 504 if timed_out else 502
         error = "upstream timed out" if timed_out else "upstream unreachable"
         close = client.their_state is not h11.DONE
         body: dict[str, object] = {"error": error, "dependency": self._pool.name, "reason": reason}

@@ -19,6 +19,7 @@ import h11
 
 from chaosd.core.clock import LoopClock
 from chaosd.core.urls import Upstream, parse_upstream
+from chaosd.faults.call_tracing import CallTracer
 from chaosd.faults.dependency import NO_FAULTS, CallFaults, DependencyFaults
 from chaosd.faults.http_relay import BadMessage, HttpRelay
 from chaosd.faults.tcp_relay import TcpRelay
@@ -97,6 +98,11 @@ class FaultProxy:
     @faults.setter
     def faults(self, faults: DependencyFaults) -> None:
         self._acts.faults = faults
+
+    def trace_with(self, tracer: CallTracer | None) -> None:
+        """HTTP calls that carry a sampled ``traceparent`` get a span of their own in the caller's trace."""
+        if self._http is not None:
+            self._http.tracer = tracer
 
     @property
     def calls(self) -> int:

@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from chaosd.config.handlers import HandlerError, StageInfo, load_handler
 from chaosd.config.settings import DependencyConfig
 from chaosd.core.errors import ConfigError
+from chaosd.faults.call_tracing import CallTracer
 from chaosd.faults.proxy import FaultProxy, parse_upstream
 from chaosd.pipeline.stages import StageRunner
 
@@ -37,14 +38,17 @@ def _load(stage: str, key: str, spec: str) -> Callable[..., Awaitable[object]]:
 
 @asynccontextmanager
 async def stage_lifespan(
-    stages: Sequence[StageRunner], dependencies: Mapping[str, DependencyConfig], seed: int
+    stages: Sequence[StageRunner],
+    dependencies: Mapping[str, DependencyConfig],
+    seed: int,
+    tracer: CallTracer | None = None,
 ) -> AsyncIterator[None]:
     """Start every python stage's proxies and setup for the body of the ``async with``; stop them after."""
     async with AsyncExitStack() as stack:
         for stage in stages:
             if stage.kind != "python":
                 continue
-            await _start_proxies(stack, stage, dependencies, seed)
+            await _start_proxies(stack, stage, dependencies, seed, tracer)
             info = StageInfo(stage.name, stage.cfg_params, stage.urls)
             if stage.cfg.setup is not None:
                 setup = _load(stage.name, "setup", stage.cfg.setup)
@@ -59,7 +63,11 @@ async def stage_lifespan(
 
 
 async def _start_proxies(
-    stack: AsyncExitStack, stage: StageRunner, dependencies: Mapping[str, DependencyConfig], seed: int
+    stack: AsyncExitStack,
+    stage: StageRunner,
+    dependencies: Mapping[str, DependencyConfig],
+    seed: int,
+    tracer: CallTracer | None,
 ) -> None:
     for name in stage.dependencies:
         config = dependencies[name]
@@ -71,6 +79,7 @@ async def _start_proxies(
             connect_timeout=config.connect_timeout,
             read_timeout=config.read_timeout,
         )
+        proxy.trace_with(tracer)
         try:
             await proxy.start()
         except OSError as exc:

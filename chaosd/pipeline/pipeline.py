@@ -13,6 +13,7 @@ from chaosd.core.clock import Clock
 from chaosd.core.histogram import LogHistogram
 from chaosd.core.rng import Streams
 from chaosd.events.log import EventLog
+from chaosd.faults.call_tracing import CallTracer
 from chaosd.pipeline.agent_controls import AgentControls
 from chaosd.pipeline.agents import Agent
 from chaosd.pipeline.audit import Audit
@@ -105,6 +106,7 @@ class Pipeline:
         self.admission: Admission = admission if admission is not None else _Unthrottled()
         self.surge = Surge()
         self.callers = Callers(settings.clients, clock, streams.stream("callers"), self.ledger)
+        self.call_tracer: CallTracer | None = None  # the dependency proxies' calls, traced when it is set
         parts = backend(self._core(measure_from))
         self.queue = parts.queue
         self.queue.on_renege = self._reneged
@@ -269,7 +271,8 @@ class Pipeline:
             return
         self._in_lifespan = True
         try:
-            async with stage_lifespan(tuple(self.stages.values()), self.settings.dependencies, self.settings.seed):
+            stages = tuple(self.stages.values())
+            async with stage_lifespan(stages, self.settings.dependencies, self.settings.seed, self.call_tracer):
                 yield
         finally:
             self._in_lifespan = False
