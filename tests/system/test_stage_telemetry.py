@@ -311,7 +311,9 @@ def test_the_counts_move_as_the_pipeline_serves(daemon: Daemon) -> None:
     accepted = _value(last, "chaosd_tasks_total", outcome="accepted") - _value(
         first, "chaosd_tasks_total", outcome="accepted"
     )
-    assert abs(grown - accepted) <= 20  # the tasks in the pipeline at either scrape
+    # The tasks in the pipeline at either scrape: accepted, not yet through `clean` (a loaded host holds more).
+    held = first["chaosd_tasks_in_flight"] + last["chaosd_tasks_in_flight"]
+    assert abs(grown - accepted) <= held + 5, (grown, accepted, held)
     flaky_attempts = _value(last, "chaosd_stage_attempts_total", stage="flaky", kind="compute") - _value(
         first, "chaosd_stage_attempts_total", stage="flaky", kind="compute"
     )
