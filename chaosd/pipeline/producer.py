@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import math
 import random
 from collections.abc import Callable
 from typing import Literal, Protocol
@@ -24,6 +25,7 @@ __all__ = ["Admission", "Producer"]
 # Catching up on arrivals already due (a slow real clock, a zero gap) yields this often.
 _YIELD_EVERY = 64
 _ONCE = (None,)  # one arrival at a time, unless bursty: iterating a tuple costs less than making a range
+_log = math.log
 
 
 def _nothing() -> None:
@@ -66,6 +68,9 @@ class Producer:
         self._rng = rng
         self._bursty = arrival == "bursty"
         self._gap = self._gap_for(arrival)
+        # Poisson gaps drawn where they are used, by expovariate's own formula (the same draws, without its call).
+        self._poisson = arrival == "poisson"
+        self._random = rng.random
         self._queue = queue
         self._ledger = ledger
         self._admission = admission
@@ -159,16 +164,11 @@ class Producer:
         self._rate = rate
         t = self._clock.now()
         if next_t > t:
-            self._timer = self._clock.call_at(next_t, self._arrive)
+            self._timer = self._clock.call_at(next_t, self._emit_due)
         elif self._streak >= _YIELD_EVERY:
-            self._timer = self._clock.call_at(t, self._arrive)
+            self._timer = self._clock.call_at(t, self._emit_due)
         else:
             self._emit_due(t)
-
-    def _arrive(self) -> None:
-        self._timer = None
-        self._streak = 0
-        self._emit_due(self._clock.now())
 
     def _gate_opened(self, incarnation: int) -> None:
         if incarnation == self._incarnation:
@@ -179,10 +179,15 @@ class Producer:
         self._next_t = max(self._next_t, self._clock.now())
         self._schedule()
 
-    def _emit_due(self, t: float, resumed: bool = False) -> None:
+    def _emit_due(self, t: float | None = None, resumed: bool = False) -> None:
         """Every arrival already due at ``t``, in one pass: what ``_schedule`` read (the gate, the surge, the
         agent's slowness) changes only between callbacks, so the rate holds for as long as the shape's does.
+        ``t`` None: the arrival timer fired (the callback itself, not a call to one: once per arrival).
         ``resumed``: after a wait for room, the pass ends with the burst it was in."""
+        if t is None:
+            self._timer = None
+            self._streak = 0
+            t = self._clock.now()
         agent = self.agent
         rate = self._rate
         while True:
@@ -197,7 +202,10 @@ class Producer:
                     self._left = left
                     self._wait_for_room(blocked)
                     return
-            next_t = self._next_t = self._next_t + (1.0 / rate if self._arrival == "constant" else self._gap(rate))
+            if self._poisson:
+                next_t = self._next_t = self._next_t + -_log(1.0 - self._random()) / rate
+            else:
+                next_t = self._next_t = self._next_t + (1.0 / rate if self._arrival == "constant" else self._gap(rate))
             if resumed or self._streak >= _YIELD_EVERY or next_t > t or next_t - self._t0 >= self._flat_until:
                 break
             t = self._clock.now()
@@ -208,7 +216,7 @@ class Producer:
             and self._flat_rate * self._surge.factor / agent.slow == rate
         ):
             # What _schedule would decide in the usual case (the rate holds, the gate is open), without the call.
-            self._timer = self._clock.call_at(next_t, self._arrive)
+            self._timer = self._clock.call_at(next_t, self._emit_due)
             return
         self._schedule()
 

@@ -124,6 +124,10 @@ class StageRunner:
         self.cfg = cfg
         self._rng = rng
         self.sample = make_sampler(cfg.service, rng)
+        # An exponential service time drawn where it is used, by the sampler's own formula (the same draws): a simple
+        # stage's walk then makes no call for it. 0.0 for the other distributions, which ``sample`` draws.
+        self.exp_rate = 1.0 / cfg.service.mean if cfg.service.distribution == "exponential" else 0.0
+        self.draw = rng.random
         self._fallback = make_sampler(cfg.fallback, rng) if cfg.fallback is not None and cfg.kind != "python" else None
         # python: imported once here, at build; the service time is only the handler's expected duration.
         self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None

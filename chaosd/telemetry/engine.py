@@ -28,7 +28,7 @@ _NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 _ZEROS = (0, 0, 0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's constructor sets each field through a call, every tick
 class _Reading:
     t: float
     offered: int
