@@ -193,14 +193,17 @@ class CallbackWalk:
         The call's first attempt is made here, the rest (books, retries) by the StageCall: the usual call is one
         attempt, a timer and its books, without the StageCall's steps around them."""
         if self._unsent:
-            self._claim()
+            # _claim, written out: once per task.
+            self._unsent = False
+            if self._claims is not None:
+                self._claims.assign(self._task, self._worker, self.begun)  # type: ignore[arg-type]
         self._i = i
         if stage.handler is not None:
             assert self._task is not None  # walking one
             return self._call.start(stage, self._slow, self._task, self._called)
         clock = self._clock
         begun = clock.now()
-        use_fallback = stage.starts_on_fallback()
+        use_fallback = stage.has_fallback and begun < stage.open_until  # starts_on_fallback(), written out
         delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
         if delay > 0.0:
             self._timer = clock.call_at(begun + delay, self._attempted, reason, begun, use_fallback)

@@ -40,6 +40,7 @@ DEGRADED: Final = "degraded"
 DEFAULT_HANG_TIMEOUT = 0.1
 
 _log = logging.getLogger("chaosd")
+_ln = math.log
 
 
 def make_sampler(service: ServiceConfig, rng: random.Random) -> Callable[[], float]:
@@ -129,6 +130,7 @@ class StageRunner:
         self.exp_rate = 1.0 / cfg.service.mean if cfg.service.distribution == "exponential" else 0.0
         self.draw = rng.random
         self._fallback = make_sampler(cfg.fallback, rng) if cfg.fallback is not None and cfg.kind != "python" else None
+        self.has_fallback = self._fallback is not None
         # python: imported once here, at build; the service time is only the handler's expected duration.
         self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None
         self._params = MappingProxyType(dict(cfg.params))
@@ -317,7 +319,7 @@ class StageRunner:
 
     def starts_on_fallback(self) -> bool:
         """Whether a call goes straight to the fallback model (the primary's breaker is open)."""
-        return self._fallback is not None and self._now() < self.open_until
+        return self.has_fallback and self._now() < self.open_until
 
     def attempted(
         self, reason: FailReason | None, took: float, use_fallback: bool, attempts: int
@@ -358,7 +360,12 @@ class StageRunner:
             return 0.0, "mcp_disconnected"
         if self.hang:
             return self.hang_timeout, "tool_timeout"
-        service = (self._fallback() if use_fallback and self._fallback is not None else self.sample()) * slow
+        if use_fallback and self._fallback is not None:
+            service = self._fallback() * slow
+        elif self.exp_rate:
+            service = -_ln(1.0 - self.draw()) / self.exp_rate * slow  # sample(), written out: once per attempt
+        else:
+            service = self.sample() * slow
         if self.jitter:
             service += self._rng.uniform(0.0, self.jitter)
         if self.memory is not None:
