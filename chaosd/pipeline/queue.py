@@ -85,7 +85,11 @@ class IngressQueue:
 
     def offer(self, task: Task, now: float) -> bool:
         """Enqueue without waiting at clock time ``now`` (the caller's reading); False when the queue is full."""
-        if self._getters and self.dispatching and self._hand(task):
+        getters = self._getters
+        if getters and self.dispatching:
+            # _hand, written out: an idle worker is handed most tasks of a lightly loaded pipeline.
+            self._handed[task.id] = task
+            self._clock.call_at(self._clock.now(), self._deliver, getters.popleft(), task)
             return True
         items = self._items
         n = len(items)
