@@ -361,8 +361,7 @@ class Producer:
             return task  # accepted: it waits for room
         else:
             reason = self._refusal
-        ledger.offer(task)
-        ledger.refuse(task, reason)
+        ledger.turn_away(task, reason)
         return None
 
     def _refusal_of(self, task: Task, t: float) -> RefuseReason | Literal["blocked"] | None:
@@ -390,8 +389,7 @@ class Producer:
             ledger.admit(task)
             callers.accepted(task)
             return task if reason == "blocked" else None
-        ledger.offer(task)
-        ledger.refuse(task, reason)
+        ledger.turn_away(task, reason)
         callers.refused(task, reason)
         return None
 
