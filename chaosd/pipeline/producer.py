@@ -186,19 +186,25 @@ class Producer:
         ``resumed``: after a wait for room, the pass ends with the burst it was in."""
         if t is None:
             self._timer = None
-            self._streak = 0
+            streak = 0
             t = self._clock.now()
+        else:
+            streak = self._streak
         agent = self.agent
         rate = self._rate
         while True:
-            left = self._left if self._left is not None else (self._burst() if self._bursty else 1)
-            self._left = None
+            left = self._left
+            if left is None:
+                left = self._burst() if self._bursty else 1
+            else:
+                self._left = None
             while left:
                 left -= 1
                 agent.served += 1
-                self._streak += 1
+                streak += 1
                 blocked = self._emit(t)
                 if blocked is not None:
+                    self._streak = streak
                     self._left = left
                     self._wait_for_room(blocked)
                     return
@@ -206,15 +212,12 @@ class Producer:
                 next_t = self._next_t = self._next_t + -_log(1.0 - self._random()) / rate
             else:
                 next_t = self._next_t = self._next_t + (1.0 / rate if self._arrival == "constant" else self._gap(rate))
-            if resumed or self._streak >= _YIELD_EVERY or next_t > t or next_t - self._t0 >= self._flat_until:
+            flat = next_t - self._t0 < self._flat_until  # the shape's rate still holds at next_t
+            if resumed or streak >= _YIELD_EVERY or next_t > t or not flat:
                 break
             t = self._clock.now()
-        if (
-            next_t > t
-            and next_t - self._t0 < self._flat_until
-            and agent.gate_open
-            and self._flat_rate * self._surge.factor / agent.slow == rate
-        ):
+        self._streak = streak
+        if next_t > t and flat and agent.gate_open and self._flat_rate * self._surge.factor / agent.slow == rate:
             # What _schedule would decide in the usual case (the rate holds, the gate is open), without the call.
             self._timer = self._clock.call_at(next_t, self._emit_due)
             return
