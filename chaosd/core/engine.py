@@ -95,11 +95,11 @@ class Engine:
         heap = self._heap
         pop = _heappop
         while heap:
-            entry = heap[0]
+            entry = pop(heap)
             when = entry[0]
             if when > stop:
+                _heappush(heap, entry)  # back in its place (its time and seq are unique): once per run, not per step
                 return
-            pop(heap)
             callback = entry[2]
             if callback is None:
                 self._cancelled -= 1

@@ -36,6 +36,9 @@ class IngressQueue:
         self._clock = clock
         self._items: deque[Task] = deque()
         self._getters: deque[Callable[[Task], object]] = deque()  # idle workers, called back with a task
+        # wait(getter): call ``getter`` back with the next task dispatched (a worker with nothing to do). The deque's
+        # own ``append``: a worker going idle makes a C call, not a Python one.
+        self.wait: Callable[[Callable[[Task], object]], None] = self._getters.append
         self._putters: deque[Callable[[], object]] = deque()  # producers blocked for room, called back once there is
         self.blocked: list[Task] = []
         # No leader, no dispatch: tasks wait and workers are not handed any.
@@ -128,10 +131,6 @@ class IngressQueue:
     def _deliver(self, getter: Callable[[Task], object], task: Task) -> None:
         del self._handed[task.id]
         getter(task)
-
-    def wait(self, getter: Callable[[Task], object]) -> None:
-        """Call ``getter`` back with the next task dispatched (a worker with nothing to do)."""
-        self._getters.append(getter)
 
     def forget(self, getter: Callable[[Task], object]) -> None:
         """``getter`` no longer waits (its worker stopped); a task already on its way to it comes back through
