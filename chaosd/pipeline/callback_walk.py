@@ -222,7 +222,7 @@ class CallbackWalk:
         self._timer = None
         stage = self._stages[self._i - 1]
         if reason is None:
-            stage.attempted(None, self._clock.now() - begun, use_fallback, 1)  # served: the call ends, the walk goes on
+            stage.succeeded(self._clock.now() - begun, use_fallback)  # served: the call ends, the walk goes on
             if self._due:
                 self._due = self._clock.now()
             if self._tracer is not None:

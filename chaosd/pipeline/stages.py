@@ -131,6 +131,8 @@ class StageRunner:
         self.draw = rng.random
         self._fallback = make_sampler(cfg.fallback, rng) if cfg.fallback is not None and cfg.kind != "python" else None
         self.has_fallback = self._fallback is not None
+        # Whether an attempt draws for a failure (the config is frozen: read once, not per attempt).
+        self._may_fail = bool(cfg.pressure.enabled or cfg.failure_probability)
         # python: imported once here, at build; the service time is only the handler's expected duration.
         self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None
         self._params = MappingProxyType(dict(cfg.params))
@@ -327,15 +329,11 @@ class StageRunner:
         """Book an attempt that ended with ``reason`` after ``took`` seconds, the ``attempts``-th: the call's
         outcome, whether the next attempt uses the fallback, and the backoff before it (None: no retry, the
         call ended with the outcome)."""
+        if reason is None:
+            self.succeeded(took, use_fallback)
+            return None, use_fallback, None
         stats = self.stats
         stats.latency.add(took)
-        if reason is None:
-            self.successes += 1
-            if use_fallback:
-                self.fallback_served += 1
-            elif self._fail_streak or self._tripped:  # else closed already, its backoff at the reset
-                self._close()
-            return None, use_fallback, None
         stats.failed(reason)
         if not use_fallback:
             self._failed_attempt()
@@ -350,6 +348,16 @@ class StageRunner:
         self._ledger.retries += 1
         stats.retries += 1
         return None, use_fallback, backoff_delay(cfg.backoff, attempts, self._rng)
+
+    def succeeded(self, took: float, use_fallback: bool) -> None:
+        """Book an attempt that served the task after ``took`` seconds: :meth:`attempted` of one that did not fail,
+        without the answer it has no use for (the walk's usual attempt)."""
+        self.stats.latency.add(took)
+        self.successes += 1
+        if use_fallback:
+            self.fallback_served += 1
+        elif self._fail_streak or self._tripped:  # else closed already, its backoff at the reset
+            self._close()
 
     def attempt(self, slow: float, timeout: float, use_fallback: bool) -> tuple[float, FailReason | None]:
         """One attempt of a stage of chaosd's own kinds, drawn now: how long it takes, and why it failed (None:
@@ -376,7 +384,7 @@ class StageRunner:
                 service += self.cfg.restore_time
         if self.llm_down and not use_fallback:
             return service, "llm_error"
-        p = self.failure_probability() if self.cfg.pressure.enabled or self.cfg.failure_probability else 0.0
+        p = self.failure_probability() if self._may_fail else 0.0
         failed = p > 0.0 and self._rng.random() < p
         if timeout > 0.0 and (failed or service > timeout):
             return timeout, "timeout"
@@ -397,7 +405,7 @@ class StageRunner:
         if self.llm_down:
             await sleep(self.sample() * slow)  # the model answers with an error after its usual time
             return "llm_error"
-        p = self.failure_probability() if self.cfg.pressure.enabled or self.cfg.failure_probability else 0.0
+        p = self.failure_probability() if self._may_fail else 0.0
         if p > 0.0 and self._rng.random() < p:
             if timeout > 0.0:
                 await sleep(timeout)
