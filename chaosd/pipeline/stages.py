@@ -131,8 +131,7 @@ class StageRunner:
         self.draw = rng.random
         self._fallback = make_sampler(cfg.fallback, rng) if cfg.fallback is not None and cfg.kind != "python" else None
         self.has_fallback = self._fallback is not None
-        # Whether an attempt draws for a failure (the config is frozen: read once, not per attempt).
-        self._may_fail = bool(cfg.pressure.enabled or cfg.failure_probability)
+        self._may_fail = False  # whether an attempt draws for a failure: set by refresh, not read per attempt
         # python: imported once here, at build; the service time is only the handler's expected duration.
         self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None
         self._params = MappingProxyType(dict(cfg.params))
@@ -227,6 +226,7 @@ class StageRunner:
 
     def refresh(self) -> None:
         cfg = self.cfg
+        self._may_fail = bool(cfg.pressure.enabled or cfg.failure_probability)
         self.simple = (
             cfg.timeout == 0
             and cfg.failure_probability == 0
