@@ -224,7 +224,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
     def __init__(self, start: float = 0.0) -> None:
         self.engine = Engine(start)
-        self.engine_selector = EngineSelector(self.engine)
+        self.engine_selector = EngineSelector(self.engine, time.perf_counter)
         super().__init__(self.engine_selector)
         self._crashed: asyncio.Future[None] | None = None
         self.engine.on_error = self._failed

@@ -23,14 +23,18 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
-__all__ = ["POLL_EVERY", "Engine", "EngineSelector", "Timer"]
+__all__ = ["POLL_EVERY", "POLL_WALL", "Engine", "EngineSelector", "Timer"]
 
 # A heap entry, as call_at returns it: [when, seq, callback or None once fired or cancelled, args].
 Timer: TypeAlias = list[Any]
 
-# Outside I/O (a thread's callback, a socket, a signal) is polled once per this many simulated seconds of a busy
-# run (a system call per step would be a tenth of the run), and at every jump of the clock.
+# Outside I/O (a thread's callback, a socket, a signal) is polled at every jump of the clock and, in a busy run, once
+# per POLL_EVERY simulated seconds; with a wall clock to pace them, about once per POLL_WALL real seconds instead:
+# the simulated stretch between polls doubles while they come sooner (up to _POLL_MOST), halves when they come later
+# (down to POLL_EVERY). A system call per step would be a tenth of the run; one per POLL_EVERY, a twentieth of it.
 POLL_EVERY = 0.01
+POLL_WALL = 0.001
+_POLL_MOST = 1.0
 
 # Past this many entries, the cancelled share at which the heap is rebuilt without them (as asyncio does): a
 # cancelled entry stays in the heap until its time otherwise.
@@ -91,11 +95,11 @@ class Engine:
         heap = self._heap
         pop = _heappop
         while heap:
-            entry = heap[0]
+            entry = pop(heap)
             when = entry[0]
             if when > stop:
+                _heappush(heap, entry)  # back in its place (its time and seq are unique): once per run, not per step
                 return
-            pop(heap)
             callback = entry[2]
             if callback is None:
                 self._cancelled -= 1
@@ -116,11 +120,15 @@ class EngineSelector(selectors.BaseSelector):
     """An asyncio loop's selector that runs the engine where the loop would wait, and polls real descriptors
     without blocking (``grace``: real seconds outside I/O gets before each jump of the clock)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, wall: Callable[[], float] | None = None) -> None:
         self.engine = engine
         self.grace = 0.0
         self._poll_at = engine.t
         self._real = selectors.DefaultSelector()
+        # ``wall``: real seconds, to pace the polls of a busy run (None: one per POLL_EVERY simulated seconds).
+        self._wall = wall
+        self._polled = wall() if wall is not None else 0.0
+        self._poll_every = POLL_EVERY
 
     def register(self, fileobj: FileDescriptorLike, events: int, data: object = None) -> selectors.SelectorKey:
         return self._real.register(fileobj, events, data)
@@ -168,4 +176,17 @@ class EngineSelector(selectors.BaseSelector):
                     engine.interrupted = False
                     return []
                 continue
-            self._poll_at = max(engine.t, nxt) + POLL_EVERY
+            self._poll_at = max(engine.t, nxt) + self._pace()
+
+    def _pace(self) -> float:
+        """The simulated stretch to the next poll of a busy run, paced by the real time since the last one."""
+        wall = self._wall
+        if wall is None:
+            return POLL_EVERY
+        now = wall()
+        took, self._polled = now - self._polled, now
+        if took < POLL_WALL:
+            self._poll_every = min(self._poll_every * 2.0, _POLL_MOST)
+        elif took > 2.0 * POLL_WALL:
+            self._poll_every = max(self._poll_every * 0.5, POLL_EVERY)
+        return self._poll_every

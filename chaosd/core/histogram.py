@@ -179,27 +179,33 @@ def _upper_bounds(n: int) -> npt.NDArray[np.float64]:
     return bounds
 
 
+@cache
+def _upper_floats(n: int) -> list[float]:
+    return _upper_bounds(n).tolist()  # type: ignore[no-any-return]
+
+
 def percentiles(counts: npt.NDArray[np.int64], qs: tuple[float, ...]) -> tuple[float, ...]:
     """Percentiles (0–1) of a bucket-count vector, interpolated geometrically within a bucket."""
     cum = counts.cumsum()  # the method: np.cumsum adds a Python wrapper call, twice per telemetry tick
     total = int(cum[-1])
     if total == 0:
         return tuple(0.0 for _ in qs)
-    upper = _upper_bounds(len(counts))
+    upper = _upper_floats(len(counts))
     last = len(counts) - 1
     out = []
     found = cum.searchsorted([q * total for q in qs], side="left").tolist()
+    # Arithmetic on Python numbers (the same IEEE operations as on numpy's scalars, each of which costs a dispatch).
     for q, where in zip(qs, found, strict=True):
         rank = q * total
         i = min(where, last)
         if i == 0:
-            out.append(float(_LOW * rank / counts[0]) if counts[0] else 0.0)
+            first = int(counts[0])
+            out.append(_LOW * rank / first if first else 0.0)
             continue
         below = int(cum[i - 1])
         inside = int(counts[i])
         frac = (rank - below) / inside if inside else 1.0
-        lo = upper[i - 1]
-        out.append(float(lo * _FACTOR**frac))
+        out.append(upper[i - 1] * _FACTOR**frac)
     return tuple(out)
 
 

@@ -8,6 +8,7 @@ inline, its service drawn, recorded and waited out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Literal
 
@@ -20,6 +21,8 @@ from chaosd.pipeline.tracing import TaskEnd, TaskTracer
 from chaosd.views import FailReason
 
 __all__ = ["CallbackWalk"]
+
+_log = math.log
 
 
 class CallbackWalk:
@@ -111,10 +114,24 @@ class CallbackWalk:
         if route is None:
             self.outcome = "no_route"
             return self._ended()
-        self._slow = self._flags.slow
-        self._stages = route.stages
+        slow = self._slow = self._flags.slow
+        stages = self._stages = route.stages
         catch_up = self._catch_up
         self._due = max(self._free_at, task.accepted_at, t - catch_up) if catch_up and tracer is None else 0.0
+        if stages and tracer is None and not self._due and not self._coalesce:
+            stage = stages[0]
+            if stage.simple:
+                # _step's first simple stage that takes time, written out: once per task.
+                lambd = stage.exp_rate
+                service = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * slow
+                stage.stats.latency.add(service)
+                if service > 0.0:
+                    self._unsent = False
+                    if self._claims is not None:
+                        self._claims.assign(task, self._worker, t)
+                    self._timer = self._clock.call_at(self._clock.now() + service, self._served, 1)
+                    return False
+                return self._step(1)
         return self._step(0)
 
     def cancel(self) -> None:
@@ -135,7 +152,8 @@ class CallbackWalk:
             if self._tracer is not None:
                 self._stage_begun = clock.now()
             if stage.simple:
-                service = stage.sample() * self._slow
+                lambd = stage.exp_rate
+                service = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self._slow
                 stage.stats.latency.add(service)
                 if service > 0.0 and self._coalesce and self._tracer is None:
                     self._pending += service
@@ -175,14 +193,17 @@ class CallbackWalk:
         The call's first attempt is made here, the rest (books, retries) by the StageCall: the usual call is one
         attempt, a timer and its books, without the StageCall's steps around them."""
         if self._unsent:
-            self._claim()
+            # _claim, written out: once per task.
+            self._unsent = False
+            if self._claims is not None:
+                self._claims.assign(self._task, self._worker, self.begun)  # type: ignore[arg-type]
         self._i = i
         if stage.handler is not None:
             assert self._task is not None  # walking one
             return self._call.start(stage, self._slow, self._task, self._called)
         clock = self._clock
         begun = clock.now()
-        use_fallback = stage.starts_on_fallback()
+        use_fallback = stage.has_fallback and begun < stage.open_until  # starts_on_fallback(), written out
         delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
         if delay > 0.0:
             self._timer = clock.call_at(begun + delay, self._attempted, reason, begun, use_fallback)
@@ -201,7 +222,7 @@ class CallbackWalk:
         self._timer = None
         stage = self._stages[self._i - 1]
         if reason is None:
-            stage.attempted(None, self._clock.now() - begun, use_fallback, 1)  # served: the call ends, the walk goes on
+            stage.succeeded(self._clock.now() - begun, use_fallback)  # served: the call ends, the walk goes on
             if self._due:
                 self._due = self._clock.now()
             if self._tracer is not None:

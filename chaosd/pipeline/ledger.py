@@ -104,6 +104,19 @@ class Ledger:
             counts.rejected += 1
             counts.rejected_by[reason] = counts.rejected_by.get(reason, 0) + 1
 
+    def turn_away(self, task: Task, reason: RefuseReason) -> None:
+        """Offered and refused at once (``offer`` then ``refuse``): one call per task turned away, most of an
+        overloaded pipeline's arrivals."""
+        total = self.total
+        total.offered += 1
+        total.rejected += 1
+        total.rejected_by[reason] = total.rejected_by.get(reason, 0) + 1
+        if task.measured:
+            measured = self.measured
+            measured.offered += 1
+            measured.rejected += 1
+            measured.rejected_by[reason] = measured.rejected_by.get(reason, 0) + 1
+
     def complete(self, task: Task, now: float, degraded: bool = False) -> bool:
         """A completion; good when within the deadline and not degraded (a stage skipped or given up on).
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import math
 import random
 from collections.abc import Callable
 from typing import Literal, Protocol
@@ -24,6 +25,7 @@ __all__ = ["Admission", "Producer"]
 # Catching up on arrivals already due (a slow real clock, a zero gap) yields this often.
 _YIELD_EVERY = 64
 _ONCE = (None,)  # one arrival at a time, unless bursty: iterating a tuple costs less than making a range
+_log = math.log
 
 
 def _nothing() -> None:
@@ -66,6 +68,9 @@ class Producer:
         self._rng = rng
         self._bursty = arrival == "bursty"
         self._gap = self._gap_for(arrival)
+        # Poisson gaps drawn where they are used, by expovariate's own formula (the same draws, without its call).
+        self._poisson = arrival == "poisson"
+        self._random = rng.random
         self._queue = queue
         self._ledger = ledger
         self._admission = admission
@@ -159,16 +164,11 @@ class Producer:
         self._rate = rate
         t = self._clock.now()
         if next_t > t:
-            self._timer = self._clock.call_at(next_t, self._arrive)
+            self._timer = self._clock.call_at(next_t, self._emit_due)
         elif self._streak >= _YIELD_EVERY:
-            self._timer = self._clock.call_at(t, self._arrive)
+            self._timer = self._clock.call_at(t, self._emit_due)
         else:
             self._emit_due(t)
-
-    def _arrive(self) -> None:
-        self._timer = None
-        self._streak = 0
-        self._emit_due(self._clock.now())
 
     def _gate_opened(self, incarnation: int) -> None:
         if incarnation == self._incarnation:
@@ -179,36 +179,47 @@ class Producer:
         self._next_t = max(self._next_t, self._clock.now())
         self._schedule()
 
-    def _emit_due(self, t: float, resumed: bool = False) -> None:
+    def _emit_due(self, t: float | None = None, resumed: bool = False) -> None:
         """Every arrival already due at ``t``, in one pass: what ``_schedule`` read (the gate, the surge, the
         agent's slowness) changes only between callbacks, so the rate holds for as long as the shape's does.
+        ``t`` None: the arrival timer fired (the callback itself, not a call to one: once per arrival).
         ``resumed``: after a wait for room, the pass ends with the burst it was in."""
+        if t is None:
+            self._timer = None
+            streak = 0
+            t = self._clock.now()
+        else:
+            streak = self._streak
         agent = self.agent
         rate = self._rate
         while True:
-            left = self._left if self._left is not None else (self._burst() if self._bursty else 1)
-            self._left = None
+            left = self._left
+            if left is None:
+                left = self._burst() if self._bursty else 1
+            else:
+                self._left = None
             while left:
                 left -= 1
                 agent.served += 1
-                self._streak += 1
+                streak += 1
                 blocked = self._emit(t)
                 if blocked is not None:
+                    self._streak = streak
                     self._left = left
                     self._wait_for_room(blocked)
                     return
-            next_t = self._next_t = self._next_t + (1.0 / rate if self._arrival == "constant" else self._gap(rate))
-            if resumed or self._streak >= _YIELD_EVERY or next_t > t or next_t - self._t0 >= self._flat_until:
+            if self._poisson:
+                next_t = self._next_t = self._next_t + -_log(1.0 - self._random()) / rate
+            else:
+                next_t = self._next_t = self._next_t + (1.0 / rate if self._arrival == "constant" else self._gap(rate))
+            flat = next_t - self._t0 < self._flat_until  # the shape's rate still holds at next_t
+            if resumed or streak >= _YIELD_EVERY or next_t > t or not flat:
                 break
             t = self._clock.now()
-        if (
-            next_t > t
-            and next_t - self._t0 < self._flat_until
-            and agent.gate_open
-            and self._flat_rate * self._surge.factor / agent.slow == rate
-        ):
+        self._streak = streak
+        if next_t > t and flat and agent.gate_open and self._flat_rate * self._surge.factor / agent.slow == rate:
             # What _schedule would decide in the usual case (the rate holds, the gate is open), without the call.
-            self._timer = self._clock.call_at(next_t, self._arrive)
+            self._timer = self._clock.call_at(next_t, self._emit_due)
             return
         self._schedule()
 
@@ -353,8 +364,7 @@ class Producer:
             return task  # accepted: it waits for room
         else:
             reason = self._refusal
-        ledger.offer(task)
-        ledger.refuse(task, reason)
+        ledger.turn_away(task, reason)
         return None
 
     def _refusal_of(self, task: Task, t: float) -> RefuseReason | Literal["blocked"] | None:
@@ -382,8 +392,7 @@ class Producer:
             ledger.admit(task)
             callers.accepted(task)
             return task if reason == "blocked" else None
-        ledger.offer(task)
-        ledger.refuse(task, reason)
+        ledger.turn_away(task, reason)
         callers.refused(task, reason)
         return None
 

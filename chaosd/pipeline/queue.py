@@ -36,6 +36,9 @@ class IngressQueue:
         self._clock = clock
         self._items: deque[Task] = deque()
         self._getters: deque[Callable[[Task], object]] = deque()  # idle workers, called back with a task
+        # wait(getter): call ``getter`` back with the next task dispatched (a worker with nothing to do). The deque's
+        # own ``append``: a worker going idle makes a C call, not a Python one.
+        self.wait: Callable[[Callable[[Task], object]], None] = self._getters.append
         self._putters: deque[Callable[[], object]] = deque()  # producers blocked for room, called back once there is
         self.blocked: list[Task] = []
         # No leader, no dispatch: tasks wait and workers are not handed any.
@@ -85,7 +88,11 @@ class IngressQueue:
 
     def offer(self, task: Task, now: float) -> bool:
         """Enqueue without waiting at clock time ``now`` (the caller's reading); False when the queue is full."""
-        if self._getters and self.dispatching and self._hand(task):
+        getters = self._getters
+        if getters and self.dispatching:
+            # _hand, written out: an idle worker is handed most tasks of a lightly loaded pipeline.
+            self._handed[task.id] = task
+            self._clock.call_at(self._clock.now(), self._deliver, getters.popleft(), task)
             return True
         items = self._items
         n = len(items)
@@ -124,10 +131,6 @@ class IngressQueue:
     def _deliver(self, getter: Callable[[Task], object], task: Task) -> None:
         del self._handed[task.id]
         getter(task)
-
-    def wait(self, getter: Callable[[Task], object]) -> None:
-        """Call ``getter`` back with the next task dispatched (a worker with nothing to do)."""
-        self._getters.append(getter)
 
     def forget(self, getter: Callable[[Task], object]) -> None:
         """``getter`` no longer waits (its worker stopped); a task already on its way to it comes back through

@@ -40,6 +40,7 @@ DEGRADED: Final = "degraded"
 DEFAULT_HANG_TIMEOUT = 0.1
 
 _log = logging.getLogger("chaosd")
+_ln = math.log
 
 
 def make_sampler(service: ServiceConfig, rng: random.Random) -> Callable[[], float]:
@@ -124,7 +125,13 @@ class StageRunner:
         self.cfg = cfg
         self._rng = rng
         self.sample = make_sampler(cfg.service, rng)
+        # An exponential service time drawn where it is used, by the sampler's own formula (the same draws): a simple
+        # stage's walk then makes no call for it. 0.0 for the other distributions, which ``sample`` draws.
+        self.exp_rate = 1.0 / cfg.service.mean if cfg.service.distribution == "exponential" else 0.0
+        self.draw = rng.random
         self._fallback = make_sampler(cfg.fallback, rng) if cfg.fallback is not None and cfg.kind != "python" else None
+        self.has_fallback = self._fallback is not None
+        self._may_fail = False  # whether an attempt draws for a failure: set by refresh, not read per attempt
         # python: imported once here, at build; the service time is only the handler's expected duration.
         self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None
         self._params = MappingProxyType(dict(cfg.params))
@@ -219,6 +226,7 @@ class StageRunner:
 
     def refresh(self) -> None:
         cfg = self.cfg
+        self._may_fail = bool(cfg.pressure.enabled or cfg.failure_probability)
         self.simple = (
             cfg.timeout == 0
             and cfg.failure_probability == 0
@@ -313,7 +321,7 @@ class StageRunner:
 
     def starts_on_fallback(self) -> bool:
         """Whether a call goes straight to the fallback model (the primary's breaker is open)."""
-        return self._fallback is not None and self._now() < self.open_until
+        return self.has_fallback and self._now() < self.open_until
 
     def attempted(
         self, reason: FailReason | None, took: float, use_fallback: bool, attempts: int
@@ -321,15 +329,11 @@ class StageRunner:
         """Book an attempt that ended with ``reason`` after ``took`` seconds, the ``attempts``-th: the call's
         outcome, whether the next attempt uses the fallback, and the backoff before it (None: no retry, the
         call ended with the outcome)."""
+        if reason is None:
+            self.succeeded(took, use_fallback)
+            return None, use_fallback, None
         stats = self.stats
         stats.latency.add(took)
-        if reason is None:
-            self.successes += 1
-            if use_fallback:
-                self.fallback_served += 1
-            elif self._fail_streak or self._tripped:  # else closed already, its backoff at the reset
-                self._close()
-            return None, use_fallback, None
         stats.failed(reason)
         if not use_fallback:
             self._failed_attempt()
@@ -345,6 +349,16 @@ class StageRunner:
         stats.retries += 1
         return None, use_fallback, backoff_delay(cfg.backoff, attempts, self._rng)
 
+    def succeeded(self, took: float, use_fallback: bool) -> None:
+        """Book an attempt that served the task after ``took`` seconds: :meth:`attempted` of one that did not fail,
+        without the answer it has no use for (the walk's usual attempt)."""
+        self.stats.latency.add(took)
+        self.successes += 1
+        if use_fallback:
+            self.fallback_served += 1
+        elif self._fail_streak or self._tripped:  # else closed already, its backoff at the reset
+            self._close()
+
     def attempt(self, slow: float, timeout: float, use_fallback: bool) -> tuple[float, FailReason | None]:
         """One attempt of a stage of chaosd's own kinds, drawn now: how long it takes, and why it failed (None:
         it served the task)."""
@@ -354,7 +368,12 @@ class StageRunner:
             return 0.0, "mcp_disconnected"
         if self.hang:
             return self.hang_timeout, "tool_timeout"
-        service = (self._fallback() if use_fallback and self._fallback is not None else self.sample()) * slow
+        if use_fallback and self._fallback is not None:
+            service = self._fallback() * slow
+        elif self.exp_rate:
+            service = -_ln(1.0 - self.draw()) / self.exp_rate * slow  # sample(), written out: once per attempt
+        else:
+            service = self.sample() * slow
         if self.jitter:
             service += self._rng.uniform(0.0, self.jitter)
         if self.memory is not None:
@@ -365,7 +384,7 @@ class StageRunner:
                 service += self.cfg.restore_time
         if self.llm_down and not use_fallback:
             return service, "llm_error"
-        p = self.failure_probability() if self.cfg.pressure.enabled or self.cfg.failure_probability else 0.0
+        p = self.failure_probability() if self._may_fail else 0.0
         failed = p > 0.0 and self._rng.random() < p
         if timeout > 0.0 and (failed or service > timeout):
             return timeout, "timeout"
@@ -386,7 +405,7 @@ class StageRunner:
         if self.llm_down:
             await sleep(self.sample() * slow)  # the model answers with an error after its usual time
             return "llm_error"
-        p = self.failure_probability() if self.cfg.pressure.enabled or self.cfg.failure_probability else 0.0
+        p = self.failure_probability() if self._may_fail else 0.0
         if p > 0.0 and self._rng.random() < p:
             if timeout > 0.0:
                 await sleep(timeout)

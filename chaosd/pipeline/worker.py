@@ -165,19 +165,33 @@ class Worker:
         now = self._now
         while True:
             if not agent.gate_open:
+                self._release(now())
                 agent.when_open(self._opened)
                 return
             t = now()
             task = queue.get_nowait(t)
             if task is None:
+                if self._holding:  # _release, written out: a worker going idle
+                    busy = self._busy
+                    busy.area += busy.busy * (t - busy.since)
+                    busy.since = t
+                    busy.busy -= 1
+                    self._holding = False
                 self._waiting = True
                 queue.wait(self._getter)
                 return
             if self._served >= _YIELD_EVERY:
+                self._release(t)
                 queue.requeue(task)  # let others run first; the task keeps its place at the head
                 self._served = 0
                 self._timer = self._clock.call_at(t, self._take)
                 return
+            if self._holding:
+                # Busy from the task before: its integral up to now, and the hold goes on (the same integral as a
+                # release and a new hold in this instant, without the two).
+                busy = self._busy
+                busy.area += busy.busy * (t - busy.since)
+                busy.since = t
             if not self._burst(task, t):
                 return  # a walk goes on in callbacks: _walked takes it from there
 
@@ -227,13 +241,7 @@ class Worker:
         assert task is not None  # a walk is of the current task
         self._served += 1
         self._settle(task, walk.route, walk.outcome, walk.begun, t)
-        if self._holding:  # _release, written out: once per task
-            busy = self._busy
-            busy.area += busy.busy * (t - busy.since)
-            busy.since = t
-            busy.busy -= 1
-            self._holding = False
-        self._take()
+        self._take()  # still counted busy: released there unless a task follows at once
 
     def _release(self, t: float) -> None:
         if self._holding:

@@ -28,7 +28,7 @@ _NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 _ZEROS = (0, 0, 0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's constructor sets each field through a call, every tick
 class _Reading:
     t: float
     offered: int
@@ -179,11 +179,13 @@ class Telemetry:
         n = len(readings)
         if n < 2:
             return 0.0
-        mean_t = sum(r.t for r in readings) / n
-        mean_d = sum(r.depth for r in readings) / n
+        ts = [r.t for r in readings]
+        depths = [r.depth for r in readings]
+        mean_t = sum(ts) / n
+        mean_d = sum(depths) / n
         sxx = sxy = 0.0
-        for r in readings:
-            dx = r.t - mean_t
+        for t, depth in zip(ts, depths, strict=True):
+            dx = t - mean_t
             sxx += dx * dx
-            sxy += dx * (r.depth - mean_d)
+            sxy += dx * (depth - mean_d)
         return sxy / sxx if sxx > 0 else 0.0
