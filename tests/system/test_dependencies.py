@@ -76,10 +76,16 @@ def services() -> Iterator[Services]:
         s.stop()
 
 
+class _EchoServer(socketserver.ThreadingTCPServer):
+    # socketserver's backlog of 5 drops the SYNs of a burst of new connections while its accept thread waits for
+    # the GIL, and a dropped SYN is retried a second later: past the stage's 0.6 s timeout, a failed call.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 @pytest.fixture(scope="module")
 def echo_port() -> Iterator[int]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
-    server.daemon_threads = True
+    server = _EchoServer(("127.0.0.1", 0), _Echo)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield server.server_address[1]
@@ -235,7 +241,9 @@ def test_each_dependency_fault_changes_what_the_real_call_sees_and_reverts_at_it
         faulted, ended = _during(daemon, calls, "talk", "dependency_latency", fid)
         assert min(c["dt"] for c in faulted if c.get("ok")) >= 0.15
         back = _after(calls, "talk", ended)
-        assert all(c.get("ok") and not c["faults"] for c in back), back[:3]
+        assert all(c.get("ok") and not c["faults"] for c in back), [
+            (round(c["t"] - ended, 3), c.get("ok"), c.get("error"), c["faults"], round(c["dt"], 3)) for c in back
+        ]
         # the median, as for HTTP above: one call a loaded host stalls is not the fault still acting
         assert sorted(c["dt"] for c in back)[len(back) // 2] < 0.1, back
         fid, _ = _inject(daemon, "dependency_reset", "echo")
@@ -371,7 +379,8 @@ def test_an_outage_nobody_injected_is_an_incident_with_its_cause_and_recovery(
         # Where the time went: it showed at once, and the outage itself is the heal span (nothing chaosd did).
         phases = incident["phases"]
         assert phases["detected"] == 0.0 and phases["dominant"] == "heal", phases
-        assert abs(phases["spans"]["heal"] - (end - start)) <= 1.0, (end - start, phases)
+        # The outage as chaosd saw it: from the incident's start (within a window of the outage's) to its end.
+        assert abs(phases["spans"]["heal"] - (end - incident["started_at"])) <= 1.0, (end, start, incident)
         why = explain_recovery(
             incident["recovery_s"], phases, incident["prediction"], incident["actions"], incident["cause"]
         )
