@@ -413,10 +413,15 @@ def test_the_worked_example_serves_through_its_proxies(tmp_path: Path, services:
     command += ["--realtime", "--duration", "6s", "--warmup", "1s", "--quiet", "--report", str(report)]
     out = subprocess.run(command, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
-    stages = json.loads(report.read_text())["stages"]
+    done = json.loads(report.read_text())
+    stages = done["stages"]
     assert sorted(stages) == ["answer", "plan", "search"]
     for name, stage in stages.items():
-        # 40 tasks/s for 5 measured s; the heavy tail past the search timeout fails a few attempts, no more.
+        # 40 tasks/s for 5 measured s; the heavy tail past the search timeout fails a few attempts, no more. The
+        # LLM's rate limit (bursts of 20) refuses the bursts a stalled host's catch-up sends: those are retried.
         assert stage["attempts"] >= 150, (name, stage)
-        assert sum(stage["failures"].values()) <= 0.05 * stage["attempts"], (name, stage)
+        limited = stage["handler_errors"].get("RateLimited", 0)
+        assert sum(stage["failures"].values()) - limited <= 0.05 * stage["attempts"], (name, stage)
         assert "RuntimeError" not in stage["handler_errors"], (name, stage)  # setup's session was there
+    tasks = done["tasks"]
+    assert tasks["completed"] >= 0.9 * tasks["accepted"], tasks  # the callers were served, retries and all

@@ -116,9 +116,17 @@ def test_a_storm_outlives_its_spike_and_fires_chaosd_retry_storm_while_callers_t
     window_storm = f'instance="{storm_target}"'
     # A stall (the host pausing the daemon) interrupts the storm's name, not the storm: it resumes after.
     stalled = f'avg_over_time(chaosd_detector_state{{{window_storm}, state="stall"}}[20s])'
-    held = alerting.value(f"avg_over_time(chaosd_metastable_state{{{window_storm}}}[20s])") + alerting.value(stalled)
-    goodput = alerting.value(f'sum(rate(chaosd_tasks_ended_total{{{window_storm}, outcome="good"}}[20s]))')
-    assert held >= 0.7 and goodput < 0.25 * 20.0, (held, goodput, status["detector"])
+    seen: list[tuple[float, float]] = []
+
+    def holding() -> bool:
+        """A 20 s stretch named a storm 70 % of the time, goodput under a quarter of the callers: the storm is
+        self-sustaining, so it shows once the host leaves the daemon alone that long (each look is kept)."""
+        held = alerting.value(f"avg_over_time(chaosd_metastable_state{{{window_storm}}}[20s])")
+        goodput = alerting.value(f'sum(rate(chaosd_tasks_ended_total{{{window_storm}, outcome="good"}}[20s]))')
+        seen.append((held + alerting.value(stalled), goodput))
+        return seen[-1][0] >= 0.7 and goodput < 0.25 * 20.0
+
+    wait_for(holding, 40, "a 20 s stretch of the storm", lambda: str(seen[-5:]))
 
     # The control took the same spike: overloaded (or collapsed) by it, never metastable, never alerted.
     window = f'instance="{control_target}"'
@@ -136,8 +144,8 @@ def test_a_storm_outlives_its_spike_and_fires_chaosd_retry_storm_while_callers_t
         "the control to recover",
         lambda: str(control.get("/api/v1/status")[1]["detector"]),
     )
-    held = alerting.value(f"avg_over_time(chaosd_metastable_state{{{window_storm}}}[20s])") + alerting.value(stalled)
-    assert held >= 0.7, held  # while the control recovered, the storm went on
+    seen.clear()
+    wait_for(holding, 40, "the storm going on while the control recovered", lambda: str(seen[-5:]))
 
 
 def test_the_overview_panels_read_the_storm(storm: dict[str, Any]) -> None:
@@ -158,8 +166,16 @@ def test_the_overview_panels_read_the_storm(storm: dict[str, Any]) -> None:
     storm_target, control_target = storm["targets"]
     # The state panel's highest code over the last 10 s: 8 (metastable) is the highest of all, so a tick's stall
     # (5) at a scrape does not hide it.
-    shown = {t: alerting.value(f"max_over_time(({query('Detector state', 0, t)})[10s:1s])") for t in storm["targets"]}
-    assert shown[storm_target] == 8.0 and shown[control_target] != 8.0, shown
+    shown: dict[str, float] = {}
+
+    def read() -> bool:
+        shown.update(
+            {t: alerting.value(f"max_over_time(({query('Detector state', 0, t)})[10s:1s])") for t in storm["targets"]}
+        )
+        assert shown[control_target] != 8.0, shown  # the control is never shown metastable
+        return shown[storm_target] == 8.0
+
+    wait_for(read, 30, "the storm on the state panel (a stall of the host shows as 5 meanwhile)", lambda: str(shown))
     amplification = value("Attempts per caller (amplification)", 0, storm_target)
     assert amplification >= 2.5, amplification
     assert value("Attempts per caller (amplification)", 0, control_target) == 1.0  # nobody retries
