@@ -17,14 +17,13 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from chaosd.exporters.otel_env import textmap
-from chaosd.exporters.tracing import Tracing
+from chaosd.exporters.tracing import HTTP_METHODS, Tracing
 
 __all__ = ["UNTRACED", "request_attributes", "traced"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 UNTRACED = ("/metrics", "/healthz", "/readyz", "/api/v1/events")  # scrapes, health checks, the event stream
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"})
 _TEXT = 256  # characters kept of a path, a host name or a user agent: what a caller sent, bounded
 
 
@@ -57,12 +56,12 @@ def request_attributes(request: web.Request, route: str | None) -> dict[str, Att
     """The stable HTTP server attributes known when the request arrives."""
     method = request.method
     attributes: dict[str, AttributeValue] = {
-        "http.request.method": method if method in _METHODS else "_OTHER",
+        "http.request.method": method if method in HTTP_METHODS else "_OTHER",
         "url.path": request.path[:_TEXT],
         "url.scheme": request.scheme,
         "network.protocol.version": f"{request.version.major}.{request.version.minor}",
     }
-    if method not in _METHODS:
+    if method not in HTTP_METHODS:
         attributes["http.request.method_original"] = method[:_TEXT]
     if route is not None:
         attributes["http.route"] = route
@@ -91,7 +90,7 @@ def traced(tracing: Tracing) -> Middleware:
         if request.path in UNTRACED:
             return await handler(request)
         route = _route(request)
-        method = request.method if request.method in _METHODS else "HTTP"
+        method = request.method if request.method in HTTP_METHODS else "HTTP"
         span = tracing.tracer.start_span(
             f"{method} {route}" if route else method,
             context=propagator.extract(request.headers),  # a malformed traceparent: no parent, a new trace

@@ -32,10 +32,13 @@ from chaosd.exporters.otel_env import GRPC_EXTRA, QUEUE, queue_limits, read_otel
 from chaosd.faults import Injector
 from chaosd.pipeline.stages import Degraded
 from chaosd.pipeline.task import Task
-from chaosd.pipeline.tracing import TaskEnd, parse_traceparent
+from chaosd.pipeline.tracing import TaskEnd, parse_traceparent, traceparent
 from chaosd.views import FailReason
 
-__all__ = ["Tracing", "otlp_exporter_from_env", "process_tracing"]
+__all__ = ["HTTP_METHODS", "Tracing", "otlp_exporter_from_env", "process_tracing"]
+
+# The methods HTTP defines; any other is named `_OTHER` in a span, as the semantic conventions say.
+HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"))
 
 log = logging.getLogger("chaosd.tracing")
 
@@ -410,24 +413,22 @@ class CallSpans:
     def __init__(self, tracing: Tracing) -> None:
         self._tracing = tracing
 
-    def call_started(self, traceparent: str, dependency: str, method: str, path: str, upstream: str) -> object | None:
-        parsed = parse_traceparent(traceparent.strip().lower())
+    def call_started(self, header: str, dependency: str, method: str, path: str, host: str, port: int) -> object | None:
+        parsed = parse_traceparent(header.strip().lower())
         if parsed is None or not parsed[2] & 1:  # malformed, or the caller's trace is not sampled
             return None
         trace_id, span_id, flags = parsed
         caller = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
-        host, _, port = upstream.rpartition(":") if upstream.rsplit(":", 1)[-1].isdigit() else (upstream, "", "")
         attributes: dict[str, AttributeValue] = {
-            "http.request.method": method if method in _METHODS else "_OTHER",
+            "http.request.method": method if method in HTTP_METHODS else "_OTHER",
             "url.path": path,
             "server.address": host,
+            "server.port": port,
             "chaosd.dependency": dependency,
         }
-        if port:
-            attributes["server.port"] = int(port)
         tracing = self._tracing
         return tracing.tracer.start_span(
-            f"{method if method in _METHODS else 'HTTP'} {dependency}",
+            f"{method if method in HTTP_METHODS else 'HTTP'} {dependency}",
             context=trace.set_span_in_context(trace.NonRecordingSpan(caller)),
             kind=SpanKind.CLIENT,
             start_time=tracing.now_ns(),
@@ -436,8 +437,9 @@ class CallSpans:
 
     def call_header(self, handle: object) -> str:
         assert isinstance(handle, SdkSpan)
-        context = handle.get_span_context()
-        return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+        header = traceparent(handle.get_span_context())
+        assert header is not None  # a span this tracer started has valid ids
+        return header
 
     def call_ended(self, handle: object, status: int | None, faults: tuple[str, ...], error: str | None) -> None:
         assert isinstance(handle, SdkSpan)
@@ -452,6 +454,3 @@ class CallSpans:
             handle.set_attribute("error.type", failed)
             handle.set_status(Status(StatusCode.ERROR))
         handle.end(end_time=self._tracing.now_ns())
-
-
-_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"))

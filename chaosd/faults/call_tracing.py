@@ -9,9 +9,9 @@ __all__ = ["CallTracer"]
 
 
 class CallTracer(Protocol):
-    def call_started(self, traceparent: str, dependency: str, method: str, path: str, upstream: str) -> object | None:
-        """A span for one relayed call, a child of the caller's span the header names; None when the header is
-        malformed or not sampled (the call is then relayed untraced, its header as it came)."""
+    def call_started(self, header: str, dependency: str, method: str, path: str, host: str, port: int) -> object | None:
+        """A span for one relayed call to ``host:port``, a child of the caller's span the ``traceparent`` header
+        names; None when it is malformed or not sampled (the call is then relayed untraced, its header as it came)."""
         ...
 
     def call_header(self, handle: object) -> str:

@@ -161,9 +161,9 @@ class HttpRelay:
         if header is None:
             return None
         path = call.head.target.split(b"?", 1)[0].decode("latin-1")  # never the query: it may hold a secret
-        upstream = self._host.decode("latin-1")
+        upstream = self._pool.upstream
         handle = self.tracer.call_started(
-            header.decode("latin-1"), self._pool.name, call.method.decode("latin-1"), path, upstream
+            header.decode("latin-1"), self._pool.name, call.method.decode("latin-1"), path, upstream.host, upstream.port
         )
         if handle is not None:
             ours = self.tracer.call_header(handle).encode()

@@ -8,52 +8,19 @@ the upstream, the daemon's open files before and after, and its log lines.
 
 from __future__ import annotations
 
-import http.server
 import os
 import socket
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from daemon_harness import ROOT, Daemon, wait_for
 from dependency_handlers import CALLS_VARIABLE, recorded
+from recording_upstream import Received, recording_upstream
 
 pytestmark = pytest.mark.slow
 
 SECRET = "Upstream-pw-7f3a"  # the upstream's password: sent to the upstream, nowhere else
 MARK = "HOSTILE"  # in every path a hostile request names: the upstream must never see it
-
-
-class _Recorder(http.server.BaseHTTPRequestHandler):
-    seen: ClassVar[list[tuple[str, str, str]]] = []  # (path, Host, Authorization) reaching the upstream
-
-    def do_GET(self) -> None:
-        self.seen.append((self.path, self.headers.get("Host", ""), self.headers.get("Authorization", "")))
-        body = b'{"ok": true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_POST = do_GET
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[http.server.ThreadingHTTPServer]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _config(tmp: Path, port: int) -> Path:
@@ -114,22 +81,26 @@ HOSTILE = {
 }
 
 
-def test_the_daemons_proxy_refuses_hostile_requests_forwards_nothing_and_keeps_its_files(
-    tmp_path: Path, upstream: http.server.ThreadingHTTPServer
-) -> None:
+def test_the_daemons_proxy_refuses_hostile_requests_forwards_nothing_and_keeps_its_files(tmp_path: Path) -> None:
+    with recording_upstream() as (upstream_port, seen):
+        _hostile(tmp_path, upstream_port, seen)
+
+
+def _hostile(tmp_path: Path, upstream_port: int, seen: list[Received]) -> None:
     calls = tmp_path / "calls.jsonl"
     env = {CALLS_VARIABLE: str(calls), "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
-    daemon = Daemon(tmp_path, env=env, config=_config(tmp_path, upstream.server_port))
+    daemon = Daemon(tmp_path, env=env, config=_config(tmp_path, upstream_port))
     try:
         [setup] = [c for c in recorded(calls) if c["event"] == "setup"]
         proxy = setup["dependencies"]["svc"]  # http://127.0.0.1:PORT/base
         port = int(proxy.rsplit(":", 1)[1].split("/")[0])
         host = b"Host: 127.0.0.1:%d\r\n" % port
         # The control: the stage's own calls go through, with the upstream's credentials added by the proxy.
-        wait_for(lambda: len(_Recorder.seen) >= 5, 30, "the stage's calls to reach the upstream")
-        path, sent_host, auth = _Recorder.seen[0]
-        assert path.startswith("/base/search") and auth.startswith("Basic "), _Recorder.seen[0]
-        assert sent_host == f"127.0.0.1:{upstream.server_port}"
+        wait_for(lambda: len(seen) >= 5, 30, "the stage's calls to reach the upstream")
+        first = seen[0]
+        assert first.path.startswith("/base/search"), first.path
+        assert first.headers["authorization"].startswith("Basic ")
+        assert first.headers["host"] == f"127.0.0.1:{upstream_port}"
         baseline = _fds(daemon.proc.pid)
         seen_before = len(daemon.drain())
 
@@ -144,9 +115,9 @@ def test_the_daemons_proxy_refuses_hostile_requests_forwards_nothing_and_keeps_i
         # And a well-formed call from here still goes through (the upstream saw it: nothing is stuck).
         good = _exchange(port, b"GET /base/fine HTTP/1.1\r\n" + host + b"Connection: close\r\n\r\n")
         assert good.startswith(b"HTTP/1.1 200 "), good[:200]
-        assert any(p == "/base/fine" for p, _, _ in _Recorder.seen)
+        assert any(r.path == "/base/fine" for r in seen)
 
-        assert not [p for p, _, _ in _Recorder.seen if MARK in p]  # nothing of a refused request went on
+        assert not [r.path for r in seen if MARK in r.path]  # nothing of a refused request went on
         wait_for(lambda: _fds(daemon.proc.pid) <= baseline + 2, 15, "the daemon's open files to return")
         logged = daemon.drain()[seen_before:]
         # Refusals are answers, not errors: no traceback, no line repeating what the client sent.

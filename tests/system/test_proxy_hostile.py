@@ -390,21 +390,22 @@ def test_a_free_port_as_upstream_is_a_502_and_the_connect_timeout_is_a_setting()
     _run(go)
 
 
+def _calling_svc(port: int, **dependency: float) -> dict[str, object]:
+    """A config overlay: one python stage ``call`` whose dependency ``svc`` is the upstream on ``port``."""
+    stage = {
+        "name": "call",
+        "kind": "python",
+        "handler": "dependency_handlers:echo",
+        "dependencies": ["svc"],
+        "service": {"distribution": "exponential", "mean": 0.005},
+    }
+    return {"stages": [stage], "dependencies": {"svc": {"upstream": f"http://127.0.0.1:{port}/base", **dependency}}}
+
+
 def test_a_dependencys_read_timeout_setting_reaches_its_proxy() -> None:
     async def go() -> None:
         async with _stack() as (upstream, _):
-            overlay = {
-                "stages": [
-                    {
-                        "name": "call",
-                        "kind": "python",
-                        "handler": "dependency_handlers:echo",
-                        "dependencies": ["svc"],
-                        "service": {"distribution": "exponential", "mean": 0.005},
-                    }
-                ],
-                "dependencies": {"svc": {"upstream": f"http://127.0.0.1:{upstream.port}/base", "read_timeout": 0.3}},
-            }
+            overlay = _calling_svc(upstream.port, read_timeout=0.3)
             pipeline = Pipeline(load_settings(None, overlay), LoopClock(asyncio.get_running_loop()))
             async with pipeline.lifespan():
                 proxy = pipeline.stages["call"].proxies["svc"]
@@ -418,18 +419,7 @@ def test_a_dependencys_read_timeout_setting_reaches_its_proxy() -> None:
 def test_the_open_connections_of_each_proxy_are_exported() -> None:
     async def go() -> None:
         async with _stack() as (upstream, _):
-            overlay = {
-                "stages": [
-                    {
-                        "name": "call",
-                        "kind": "python",
-                        "handler": "dependency_handlers:echo",
-                        "dependencies": ["svc"],
-                        "service": {"distribution": "exponential", "mean": 0.005},
-                    }
-                ],
-                "dependencies": {"svc": {"upstream": f"http://127.0.0.1:{upstream.port}/base"}},
-            }
+            overlay = _calling_svc(upstream.port)
             exp = Experiment(load_settings(None, overlay), LoopClock(asyncio.get_running_loop()), warmup=0.0)
             collector = ExperimentCollector(exp)
 

@@ -4,45 +4,16 @@ an OTLP/HTTP receiver on loopback for the daemon's spans."""
 
 from __future__ import annotations
 
-import http.server
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from daemon_harness import ROOT, Daemon, Sink, wait_for
 from dependency_handlers import CALLS_VARIABLE, recorded
+from recording_upstream import Received, recording_upstream
 from test_api_tracing import _spans
 
 pytestmark = pytest.mark.slow
-
-
-class _Upstream(http.server.BaseHTTPRequestHandler):
-    seen: ClassVar[list[str | None]] = []  # the traceparent of each request received (None: none)
-
-    def do_GET(self) -> None:
-        self.seen.append(self.headers.get("traceparent"))
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def upstream() -> Iterator[http.server.ThreadingHTTPServer]:
-    _Upstream.seen.clear()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _strings(array: Any) -> list[str]:
@@ -50,9 +21,12 @@ def _strings(array: Any) -> list[str]:
     return [v.string_value for v in array.values]
 
 
-def test_a_relayed_call_is_a_span_in_its_callers_trace_and_the_upstream_gets_its_context(
-    tmp_path: Path, upstream: http.server.ThreadingHTTPServer
-) -> None:
+def test_a_relayed_call_is_a_span_in_its_callers_trace_and_the_upstream_gets_its_context(tmp_path: Path) -> None:
+    with recording_upstream() as (upstream_port, seen):
+        _relayed(tmp_path, upstream_port, seen)
+
+
+def _relayed(tmp_path: Path, upstream_port: int, seen: list[Received]) -> None:
     config = tmp_path / "chaosd.toml"
     config.write_text(
         f"""
@@ -60,7 +34,7 @@ def test_a_relayed_call_is_a_span_in_its_callers_trace_and_the_upstream_gets_its
 rate = 20.0
 arrival = "constant"
 [dependencies.svc]
-upstream = "http://127.0.0.1:{upstream.server_port}/base"
+upstream = "http://127.0.0.1:{upstream_port}/base"
 [[stages]]
 name = "fetch"
 kind = "python"
@@ -110,7 +84,7 @@ next = []
         assert span["name"] == "GET svc" and span["kind"] == 3  # SPAN_KIND_CLIENT
         attributes = span["attributes"]
         assert attributes["http.request.method"] == "GET" and attributes["url.path"] == "/base/search"
-        assert attributes["server.address"] == "127.0.0.1" and attributes["server.port"] == upstream.server_port
+        assert attributes["server.address"] == "127.0.0.1" and attributes["server.port"] == upstream_port
         assert attributes["http.response.status_code"] == caller["status"]
     faulted = [s for s in spans if s["attributes"]["http.response.status_code"] == 503]
     assert faulted and all(_strings(s["attributes"]["chaosd.faults"]) == ["dependency_error"] for s in faulted)
@@ -119,8 +93,9 @@ next = []
     # The upstream got the proxy's span as the parent, in the caller's trace (not the caller's span: it is the
     # proxy's child now); and nothing where the caller sent none.
     proxy_span = {s["trace_id"]: s["span_id"] for s in spans}
-    received = [h.split("-") for h in _Upstream.seen if h is not None]
+    headers = [r.headers.get("traceparent") for r in seen]  # what the upstream received, None where none
+    received = [h.split("-") for h in headers if h is not None]
     assert received and {trace for _, trace, _, _ in received} <= set(traced)
     assert all(parent == proxy_span[trace] for _, trace, parent, _ in received if trace in proxy_span)
     untraced_served = [c for c in sent if not c["traceparent"] and c["status"] == 200]
-    assert sum(h is None for h in _Upstream.seen) >= len(untraced_served) > 0
+    assert sum(h is None for h in headers) >= len(untraced_served) > 0
