@@ -86,7 +86,8 @@ def test_a_startup_step_that_fails_leaves_nothing_started_and_exits_2(
     assert lines == [expected]  # one line: no banner, no status line, no summary
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # no history, no report
     assert left == set()  # no pipeline, no plan, no stream task still pending
-    assert set(threading.enumerate()) == threads  # no storage writer, no span exporter thread
+    # No storage writer or span exporter thread is left; a thread an earlier test left behind may end meanwhile.
+    assert set(threading.enumerate()) - threads == set()
     with socket.socket() as again:  # the port the daemon had bound is free again
         again.bind(("127.0.0.1", port))
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
