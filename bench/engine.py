@@ -45,6 +45,7 @@ same queue.
 
     python bench/engine.py            # about 2 minutes
     python bench/engine.py --quick    # under a minute
+    python bench/engine.py --quick --speed-only    # the comparisons with SimPy only
 """
 
 from __future__ import annotations
@@ -205,6 +206,9 @@ def memory(durations: tuple[float, ...]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs, fewer pairs")
+    parser.add_argument(
+        "--speed-only", action="store_true", help="the comparisons with SimPy only (no linearity, no memory)"
+    )
     args = parser.parse_args()
     quick = args.quick
     repeats = 3 if quick else 5
@@ -230,6 +234,8 @@ def main() -> None:
         if rate > capacity:
             title += f" ({rate / capacity:.1f}× its capacity of {capacity:.0f}/s: capacity admission sheds)"
         show_pairs(title, duration, ours, theirs, TARGETS["default"])
+    if args.speed_only:
+        return
     print("linearity: the default config at 200/s")
     linearity(120.0 if quick else 600.0, 10, 1 if quick else 2)
     print("memory: a fresh process per run, the default config at 200/s")
