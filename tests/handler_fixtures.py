@@ -23,6 +23,7 @@ CALLS: list[Call] = []
 
 def reset() -> None:
     CALLS.clear()
+    TEARDOWNS.clear()
 
 
 def _now() -> float:
@@ -55,6 +56,14 @@ class _Tool:
 
 
 tool = _Tool()  # an object with an async __call__ is a handler too
+
+
+TEARDOWNS: list[int] = []  # at each teardown, how many calls had ended cancelled by then
+
+
+async def count_cancelled(state: object, info: object) -> None:
+    """A teardown: notes how many calls had been cancelled and had ended when it ran."""
+    TEARDOWNS.append(sum(1 for call in CALLS if call.cancelled))
 
 
 def not_async(task: Task, context: StageContext) -> None:

@@ -2,12 +2,14 @@
 their ``setup`` returned.
 
 Started in the stages' order before any agent runs, stopped in the reverse order after every agent stopped
-(on a signal too): first each proxy of a stage, then its setup; at stop its teardown, then its proxies. A
-failure halfway stops what already started and names the stage and the step.
+(on a signal too): first each proxy of a stage, then its setup; at stop the handler calls the workers' stop
+cancelled end first (within ``CALLS_END_WITHIN``), then each teardown, then its proxies. A failure halfway stops
+what already started and names the stage and the step.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -20,9 +22,13 @@ from chaosd.faults.call_tracing import CallTracer
 from chaosd.faults.proxy import FaultProxy, parse_upstream
 from chaosd.pipeline.stages import StageRunner
 
-__all__ = ["stage_lifespan"]
+__all__ = ["CALLS_END_WITHIN", "stage_lifespan"]
 
 _log = logging.getLogger("chaosd")
+
+# Seconds the handler calls cancelled as the workers stopped get to end (their own ``finally`` blocks) before the
+# teardowns run anyway.
+CALLS_END_WITHIN = 5.0
 
 
 def _reason(exc: BaseException) -> str:
@@ -59,6 +65,7 @@ async def stage_lifespan(
                         [("startup", f"stages.{stage.name}.setup", f"{stage.cfg.setup} raised {_reason(exc)}")]
                     ) from exc
             stack.push_async_callback(_teardown, stage, info)
+        stack.push_async_callback(_calls_ended, stages)  # the first thing done at the end
         yield
 
 
@@ -88,6 +95,23 @@ async def _start_proxies(
         stack.push_async_callback(proxy.stop)
         stage.serve_through(name, proxy)
     stack.callback(stage.stop_serving_through)
+
+
+async def _calls_ended(stages: Sequence[StageRunner]) -> None:
+    """Wait for the handler calls the workers' stop cancelled: a call ends before the state and the proxies it uses
+    are torn down, and none is left pending when the loop closes."""
+    calls = {call for stage in stages for call in stage.calls}
+    if not calls:
+        return
+    _, running = await asyncio.wait(calls, timeout=CALLS_END_WITHIN)
+    for stage in stages:
+        if left := sum(1 for call in stage.calls if call in running):
+            _log.warning(
+                "stage %s: %d handler call(s) still running %g s after they were cancelled; torn down anyway",
+                stage.name,
+                left,
+                CALLS_END_WITHIN,
+            )
 
 
 async def _teardown(stage: StageRunner, info: StageInfo) -> None:

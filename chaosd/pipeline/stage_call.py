@@ -67,7 +67,9 @@ class StageCall:
         """Call a ``python`` stage: the user's handler runs as a coroutine, and ``done`` gets the call's outcome."""
         assert stage.handler is not None, "chaosd's own kinds begin with their first attempt: after_first"
         self._stage, self._done, self._slow = stage, done, slow
-        self._child = asyncio.ensure_future(self._handled(stage, slow, task))
+        self._child = child = asyncio.ensure_future(self._handled(stage, slow, task))
+        stage.calls.add(child)
+        child.add_done_callback(stage.calls.discard)
         return PENDING
 
     async def _handled(self, stage: StageRunner, slow: float, task: Task) -> None:

@@ -134,6 +134,8 @@ class StageRunner:
         self._may_fail = False  # whether an attempt draws for a failure: set by refresh, not read per attempt
         # python: imported once here, at build; the service time is only the handler's expected duration.
         self.handler: Handler | None = _build_handler(cfg) if cfg.kind == "python" else None
+        # The handler's calls still running, cancelled ones too until they end: the stage's teardown waits for them.
+        self.calls: set[asyncio.Task[None]] = set()
         self._params = MappingProxyType(dict(cfg.params))
         self.cfg_params: Mapping[str, object] = self._params
         self._init_dependencies(dependencies or {})

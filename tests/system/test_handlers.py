@@ -173,6 +173,20 @@ def test_a_handler_overrunning_the_timeout_is_cancelled_and_counted() -> None:
         assert 0 < call.context.deadline - call.started <= 0.1 + 1e-9
 
 
+def test_calls_in_flight_at_the_end_are_cancelled_and_end_before_the_teardown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both workers hang in a call when the run ends: each call gets its cancellation (its own ``finally`` runs)
+    before the stage's teardown, and no call is left pending when the loop closes."""
+    stage = _python_stage("handler_fixtures:hang", timeout=30.0, teardown="handler_fixtures:count_cancelled")
+    report, _ = _run_until(_settings([stage, ANSWER]), lambda e: len(fx.CALLS) == 0 and e.pipeline.elapsed() >= 0.3)
+    assert report["tasks"]["completed"] == report["tasks"]["failed"] == 0
+    # Each worker's call ended cancelled at the stop (the only calls: none timed out), all of them before teardown.
+    assert len(fx.CALLS) == 2 and all(call.cancelled for call in fx.CALLS), fx.CALLS
+    assert fx.TEARDOWNS == [2]
+    assert not [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
+
+
 def _fault_run(action: str, params: dict[str, object]) -> tuple[dict[str, Any], Experiment, FaultRecord]:
     """Inject ``action`` on the python stage once the run is under way; stop once its verdict is in."""
     s = _settings(
