@@ -127,18 +127,23 @@ def test_producers_far_above_capacity_are_admitted_in_batches_and_block_waits_fo
         seen["trips"] = stream.round_trips
         seen["offered"] = exp.pipeline.ledger.total.offered
         await rt.refresh()
+        # Both cohorts: the tasks accepted in the first half second (the warm-up) can be all the workers served on
+        # a busy host, which starts them late.
+        total = ledger.total
+        seen["completed"], seen["rejected"] = total.completed, total.rejected
+        seen["queue_full"] = total.rejected_by.get("queue_full", 0)
         exp.stop.set()
 
     tasks = run_offline_with(settings, plan)["tasks"]
     assert tasks["lost_all_cohorts"] == 0 and tasks["duplicated"] == 0
-    assert tasks["completed"] > 1000, tasks  # the workers were busy throughout
+    assert seen["completed"] > 1000, seen  # the workers were busy throughout
     assert seen["offered"] / seen["trips"] > 20, seen  # batched: tens of tasks per admission round trip
     assert seen["held"] <= 4096 + 2, seen  # the window: offers not answered yet, bounded whatever the rate
     if when_full == "block":
-        assert tasks["rejected"] == 0, tasks
+        assert seen["rejected"] == 0, seen
         assert seen["blocked"] >= 1, seen  # the stream was full, and producers waited for room
     else:
-        assert tasks["rejected_by"].get("queue_full", 0) > 0, tasks
+        assert seen["queue_full"] > 0, seen
         assert seen["blocked"] == 0, seen
 
 

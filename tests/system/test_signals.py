@@ -142,7 +142,8 @@ def test_sigterm_is_bounded_by_shutdown_grace_with_a_collector_that_never_answer
         mute.close()
     assert code == 0, lines[-20:]
     print(f"SIGTERM to exit: {took:.2f} s (shutdown_grace {grace} s)")
-    assert took < grace + 1.5, f"SIGTERM took {took:.2f} s with shutdown_grace {grace} s"
+    # Well under the exporter's own 10 s timeout, with room for the report and history writes of a busy host.
+    assert took < grace + 4.0, f"SIGTERM took {took:.2f} s with shutdown_grace {grace} s"
     assert any("report written to" in line for line in lines), lines[-20:]
     assert any("span exporter did not finish within" in line for line in lines), lines[-20:]
     assert _report(tmp_path)["faults"]
