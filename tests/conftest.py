@@ -104,7 +104,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # others idle.
 _FILE_SECONDS = {
     "test_admission_realtime.py": 79,
-    "test_redis_clients.py": 140,
+    "test_redis_clients.py": 45,
     "test_api.py": 55,
     "test_chaostoolkit.py": 45,
     "test_dependencies.py": 42,
