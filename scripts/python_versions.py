@@ -3,6 +3,10 @@ other version ``requires-python`` admits that this machine has, compared byte fo
 
     python3 scripts/python_versions.py              # all scenarios, every other version, and the contract tests
     python3 scripts/python_versions.py --no-tests   # reports only
+    python3 scripts/python_versions.py --against tests/golden/reports   # the other versions against the goldens
+
+``--against DIR`` takes the reports in DIR (``<scenario>.json``) as this interpreter's instead of running them again:
+the test suite checks that this interpreter writes the golden reports, so the other versions are compared with those.
 
 Each other version runs in a venv under ``~/.cache/chaosd/venvs/`` (``$CHAOSD_VENVS``; made on first use,
 remade when the dependencies change), holding chaosd's dependencies at the versions this interpreter has;
@@ -206,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--no-tests", action="store_true", help="skip the contract tests under the other versions")
+    parser.add_argument(
+        "--against", type=Path, metavar="DIR", help="compare with the reports in DIR instead of running this version"
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="children at once (default: CPUs)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -229,10 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     scenarios.sort(key=lambda s: -timings.get(s, 0.0))  # longest first: the last to finish is a short one
     failed = False
     with tempfile.TemporaryDirectory(prefix="chaosd-versions-") as tmp:
+        mine = [] if args.against is not None else [(here, sys.executable)]
         runs = [
             Run(version, python, scenario, Path(tmp) / f"{Path(scenario).stem}-{version}.json")
             for scenario in scenarios
-            for version, python in [(here, sys.executable), *pythons.items()]
+            for version, python in [*mine, *pythons.items()]
         ]
         if not args.no_tests:
             runs += [Run(version, python, None) for version, python in pythons.items()]
@@ -251,16 +259,23 @@ def main(argv: list[str] | None = None) -> int:
                 tail = "\n    ".join(output.splitlines()[-15:])
                 print(f"{what} on {run.version}: FAILED (exit {status}) after {seconds:.0f} s\n    {tail}")
         for scenario in scenarios:
-            reference = next(r for r in runs if r.scenario == scenario and r.version == here)
-            if not wrote_report(reference):
-                continue
+            if args.against is not None:
+                reference = Run("golden", sys.executable, scenario, args.against / f"{Path(scenario).stem}.json")
+                if not reference.out or not reference.out.is_file():
+                    failed = True
+                    print(f"{scenario:<36} no report {reference.out} to compare with")
+                    continue
+            else:
+                reference = next(r for r in runs if r.scenario == scenario and r.version == here)
+                if not wrote_report(reference):
+                    continue
             for run in runs:
                 if run.scenario != scenario or run.version == here or not wrote_report(run):
                     continue
                 assert reference.out is not None and run.out is not None
                 verdict = compare(reference.out, run.out)
                 failed = failed or verdict != "identical"
-                print(f"{scenario:<36} {here} vs {run.version}: {verdict}")
+                print(f"{scenario:<36} {reference.version} vs {run.version}: {verdict}")
         for run in runs:
             if run.scenario is None and results[run][0] == 0:
                 summary = results[run][1].splitlines()[-1] if results[run][1] else ""
@@ -274,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     TIMINGS.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
     verdict = "a report differs or a run failed" if failed else "all reports identical"
     elapsed = time.perf_counter() - started
-    print(f"{len(scenarios)} scenarios on {', '.join([here, *pythons])}: {verdict} ({elapsed:.0f} s)")
+    versions = ", ".join([here if args.against is None else f"{args.against} ({here})", *pythons])
+    print(f"{len(scenarios)} scenarios on {versions}: {verdict} ({elapsed:.0f} s)")
     return 1 if failed else 0
 
 

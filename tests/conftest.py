@@ -15,7 +15,7 @@ from chaosd.daemon.control import Controller
 from chaosd.experiment.runner import Experiment, run_offline
 
 ROOT = Path(__file__).resolve().parent.parent
-pytest_plugins = ["ci_gate"]  # a missing dependency fails where CI is set
+pytest_plugins = ["ci_gate", "versions_beside"]  # ci_gate: a missing dependency fails where CI is set
 
 
 @pytest.fixture
