@@ -35,11 +35,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if not config.getoption("python_versions") or hasattr(config, "workerinput"):
         return  # not asked, or an xdist worker: the controller runs it once
     fd, name = tempfile.mkstemp(prefix="chaosd-versions-", suffix=".log")
-    command = [sys.executable, str(ROOT / "scripts" / "python_versions.py"), "--against", "tests/golden/reports"]
+    script = str(ROOT / "scripts" / "python_versions.py")
+    command = ["nice", "-n", "19", sys.executable, script, "--against", "tests/golden/reports"]
     with os.fdopen(fd, "wb") as log:
-        proc = subprocess.Popen(
-            command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(19)
-        )
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     config.stash[_RUN] = (proc, Path(name))
 
 
