@@ -26,6 +26,7 @@ _UNSERVED: tuple[RefuseReason, ...] = ("partitioned", "unavailable")
 _TWO_ZEROS = (0, 0)
 _NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 _ZEROS = (0, 0, 0)
+_WAIT_FIELDS = frozenset({"wait_p50", "wait_p95", "wait_p99"})
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's constructor sets each field through a call, every tick
@@ -47,6 +48,24 @@ class _Reading:
     retried: int
     abandoned: int
     wasted: int
+
+
+class _TickSnapshot(Snapshot):
+    """A tick's snapshot whose wait percentiles are worked out when first read: the collapse detector, the throttle
+    and the injector never read them (the status, the metrics and the live views do), and each tick would spend
+    a tenth of its time on them. Until then their slots are empty and ``_wait`` holds the window's two readings."""
+
+    __slots__ = ("_wait",)
+    _wait: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+    def __getattr__(self, name: str) -> float:  # only for an attribute not found: one of those empty slots
+        if name not in _WAIT_FIELDS:
+            raise AttributeError(name)
+        new, old = self._wait
+        # The same reading at both ends: no sample in the window, and the percentiles of nothing are 0.
+        wait = _NOTHING if new is old else cumulative_percentiles(new - old, _QS)
+        self.wait_p50, self.wait_p95, self.wait_p99 = wait
+        return float(getattr(self, name))
 
 
 DRAIN_EVERY = 10.0  # clock seconds between drains of the stage histograms nobody reads until the run's end
@@ -120,11 +139,10 @@ class Telemetry:
         workers = len(pool)
         mean_service = self._mean_service(ended, busy)
         able = sum(1 for w in pool if w.agent.gate_open)
-        # The same snapshot at both ends: no sample in the window, and the percentiles of nothing are 0.
-        wait = _NOTHING if new.wait is old.wait else cumulative_percentiles(new.wait - old.wait, _QS)
+        # The same reading at both ends: no sample in the window, and the percentiles of nothing are 0.
         sojourn = _NOTHING if new.sojourn is old.sojourn else cumulative_percentiles(new.sojourn - old.sojourn, _QS)
         capacity = self.pipeline.queue.capacity
-        snap = Snapshot(
+        snap = _TickSnapshot(
             t=new.t,
             queue_depth=new.depth,
             capacity=capacity,
@@ -139,9 +157,9 @@ class Telemetry:
             goodput=(new.good - old.good) / dt,
             error_rate=(new.failed - old.failed) / ended if ended else 0.0,
             retry_rate=(new.retries - old.retries) / dt,
-            wait_p50=wait[0],
-            wait_p95=wait[1],
-            wait_p99=wait[2],
+            wait_p50=0.0,  # emptied below, worked out when read
+            wait_p95=0.0,
+            wait_p99=0.0,
             sojourn_p50=sojourn[0],
             sojourn_p95=sojourn[1],
             sojourn_p99=sojourn[2],
@@ -158,6 +176,8 @@ class Telemetry:
             abandon_rate=(new.abandoned - old.abandoned) / dt,
             waste_rate=(new.wasted - old.wasted) / dt,
         )
+        del snap.wait_p50, snap.wait_p95, snap.wait_p99
+        snap._wait = (new.wait, old.wait)
         self.latest = snap
         for listener in self._listeners:
             listener(snap)
