@@ -220,7 +220,9 @@ def cumulative_percentiles(cum: npt.NDArray[np.int64], qs: tuple[float, ...]) ->
     upper = _upper_floats(len(cum))
     last = len(cum) - 1
     out = []
-    found = cum.searchsorted([q * total for q in qs], side="left").tolist()
+    # The first bucket whose running sum reaches the rank: the sums are integers, so reaching the rank is reaching
+    # its ceiling, and searching with integers spares numpy a cast of every sum to a float.
+    found = cum.searchsorted([math.ceil(q * total) for q in qs], side="left").tolist()
     # Arithmetic on Python numbers (the same IEEE operations as on numpy's scalars, each of which costs a dispatch).
     for q, where in zip(qs, found, strict=True):
         rank = q * total
