@@ -52,8 +52,8 @@ class _Reading:
 
 class _TickSnapshot(Snapshot):
     """A tick's snapshot whose wait percentiles are worked out when first read: the collapse detector, the throttle
-    and the injector never read them (the status, the metrics and the live views do), and each tick would spend
-    a tenth of its time on them. Until then their slots are empty and ``_wait`` holds the window's two readings."""
+    and the injector never read them (the status, the metrics and the live views do), and working them out is a
+    good part of a tick's cost. Until then their slots are empty and ``_wait`` holds the window's two readings."""
 
     __slots__ = ("_wait",)
     _wait: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]

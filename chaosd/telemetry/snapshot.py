@@ -10,8 +10,8 @@ from chaosd.views import SnapshotView
 __all__ = ["Snapshot"]
 
 
-# Not frozen: a frozen dataclass's constructor sets each of these fields through a call, ten times a second (five
-# times the cost of the rest of the snapshot's making). Nobody assigns to one: readers take it as a value.
+# Not frozen: a frozen dataclass's constructor sets each of these fields through a call, and the telemetry makes one
+# every tick. Nobody assigns to one: readers take it as a value.
 @dataclass(slots=True)
 class Snapshot:
     t: float  # seconds since the run started
