@@ -99,7 +99,7 @@ class Episode:
     cleared_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made every tick, and a frozen one's constructor sets each field through a call
 class _Signals:
     """What one snapshot shows, before any hold: each alarm's signal, and what keeps a raised alarm up."""
 

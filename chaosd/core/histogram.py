@@ -12,7 +12,7 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LogHistogram", "lowest", "percentiles"]
+__all__ = ["LogHistogram", "cumulative_percentiles", "lowest", "percentiles"]
 
 _LOW = 1e-6  # seconds; bucket 0 holds [0, _LOW]
 _HIGH = 1e5
@@ -34,6 +34,8 @@ class LogHistogram:
     __slots__ = (
         "_count",
         "_counts",
+        "_cum",
+        "_cum_count",
         "_edges",
         "_edges_array",
         "_pending",
@@ -42,6 +44,7 @@ class LogHistogram:
         "_shot_count",
         "_sum",
         "_top",
+        "_view",
         "add",
     )
 
@@ -52,12 +55,16 @@ class LogHistogram:
         self._top = math.ceil((math.log(_HIGH) - _LOG_LOW) * _INV_LOG) + 1
         # A typed array, not a list: a tick's snapshot is one buffer copy instead of boxing ~530 ints.
         self._counts = array.array("q", bytes(8 * (self._top + 1)))
+        # Its buffer, as numpy sees it: made once (the array is never resized, so the export may stay).
+        self._view = np.frombuffer(self._counts, dtype=np.int64)
         self._count = 0
         self._sum = 0.0
         self._pending = array.array("d")
         self.add: Callable[[float], None] = self._pending.append
         self._shot: npt.NDArray[np.int64] | None = None  # the last snapshot, and the count it was taken at
         self._shot_count = -1
+        self._cum: npt.NDArray[np.int64] | None = None  # the same for the cumulative counts
+        self._cum_count = -1
         # Edges of its own a reader asked for (:meth:`pin`): samples counted in (edges[j-1], edges[j]], the last
         # count above every edge. Empty: none asked for, nothing more done per sample.
         self._edges: list[float] = []
@@ -113,14 +120,19 @@ class LogHistogram:
                     counts_[i if i < top else top] += 1
             del pending[:]
             return
-        # np.maximum makes a new array, so the view on the buffer is gone before the buffer is emptied.
+        # np.maximum makes a new array, so the view on the buffer is gone before the buffer is emptied; the
+        # arithmetic after it runs in place in that array (the same operations, without an array made for each).
         x = np.maximum(np.frombuffer(pending, dtype=np.float64), _LOW)  # at or below LOW: bucket 0
         if self._edges:  # the pinned edges are above LOW: clipping there moves no sample across one
             pinned_view = np.frombuffer(self._pinned, dtype=np.int64)
             pinned_view += np.bincount(self._edges_array.searchsorted(x, side="left"), minlength=len(pinned_view))
-        index = np.minimum(np.ceil((np.log(x) - _LOG_LOW) * _INV_LOG), self._top).astype(np.intp)
-        counts = np.frombuffer(self._counts, dtype=np.int64)
-        counts += np.bincount(index, minlength=len(counts))
+        np.log(x, out=x)
+        x -= _LOG_LOW
+        x *= _INV_LOG
+        np.ceil(x, out=x)
+        np.minimum(x, self._top, out=x)
+        view = self._view
+        view += np.bincount(x.astype(np.intp), minlength=len(view))
         del pending[:]
 
     def drain(self) -> None:
@@ -164,10 +176,21 @@ class LogHistogram:
         or slow pipeline's tick then copies nothing, and sees that nothing changed by identity)."""
         self._flush()
         if self._shot is None or self._shot_count != self._count:
-            shot = np.frombuffer(self._counts, dtype=np.int64).copy()
+            shot = self._view.copy()
             shot.flags.writeable = False
             self._shot, self._shot_count = shot, self._count
         return self._shot
+
+    def cumulative(self) -> npt.NDArray[np.int64]:
+        """The cumulative bucket counts now (samples at or below each bucket's upper edge), read-only and the same
+        array while no sample has come since, as :meth:`snapshot`'s: the counts over a window are one subtraction
+        of two, for :func:`cumulative_percentiles`."""
+        self._flush()
+        if self._cum is None or self._cum_count != self._count:
+            cum = self._view.cumsum()
+            cum.flags.writeable = False
+            self._cum, self._cum_count = cum, self._count
+        return self._cum
 
 
 @cache
@@ -186,24 +209,30 @@ def _upper_floats(n: int) -> list[float]:
 
 def percentiles(counts: npt.NDArray[np.int64], qs: tuple[float, ...]) -> tuple[float, ...]:
     """Percentiles (0–1) of a bucket-count vector, interpolated geometrically within a bucket."""
-    cum = counts.cumsum()  # the method: np.cumsum adds a Python wrapper call, twice per telemetry tick
+    return cumulative_percentiles(counts.cumsum(), qs)  # the method: np.cumsum adds a Python wrapper call
+
+
+def cumulative_percentiles(cum: npt.NDArray[np.int64], qs: tuple[float, ...]) -> tuple[float, ...]:
+    """:func:`percentiles` of the bucket counts whose running sums ``cum`` are (see :meth:`LogHistogram.cumulative`)."""
     total = int(cum[-1])
     if total == 0:
         return tuple(0.0 for _ in qs)
-    upper = _upper_floats(len(counts))
-    last = len(counts) - 1
+    upper = _upper_floats(len(cum))
+    last = len(cum) - 1
     out = []
-    found = cum.searchsorted([q * total for q in qs], side="left").tolist()
+    # The first bucket whose running sum reaches the rank: the sums are integers, so reaching the rank is reaching
+    # its ceiling, and searching with integers spares numpy a cast of every sum to a float.
+    found = cum.searchsorted([math.ceil(q * total) for q in qs], side="left").tolist()
     # Arithmetic on Python numbers (the same IEEE operations as on numpy's scalars, each of which costs a dispatch).
     for q, where in zip(qs, found, strict=True):
         rank = q * total
         i = min(where, last)
         if i == 0:
-            first = int(counts[0])
+            first = int(cum[0])
             out.append(_LOW * rank / first if first else 0.0)
             continue
         below = int(cum[i - 1])
-        inside = int(counts[i])
+        inside = int(cum[i]) - below
         frac = (rank - below) / inside if inside else 1.0
         out.append(upper[i - 1] * _FACTOR**frac)
     return tuple(out)

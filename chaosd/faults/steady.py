@@ -64,6 +64,7 @@ class SteadyState:
         self._goodput: deque[float] = deque(maxlen=size)
         self._error_rate: deque[float] = deque(maxlen=size)
         self._depth: deque[int] = deque(maxlen=size)
+        self._depth_sum = 0  # of whole numbers, kept as they come and go: exact, unlike a running sum of floats
         self._offered: deque[float] = deque(maxlen=size)
         self._p95: deque[float] = deque(maxlen=size)
         self._p95_sorted: list[float] = []
@@ -74,6 +75,8 @@ class SteadyState:
     def feed(self, s: ServiceView) -> None:
         if len(self._p95) == self._size:  # the oldest leaves as this one comes in
             self._unsort(self._p95[0])
+            self._depth_sum -= self._depth[0]
+        self._depth_sum += s.queue_depth
         self._goodput.append(s.goodput)
         self._error_rate.append(s.error_rate)
         self._depth.append(s.queue_depth)
@@ -86,7 +89,7 @@ class SteadyState:
         for _ in range(ticks):
             self._goodput.pop()
             self._error_rate.pop()
-            self._depth.pop()
+            self._depth_sum -= self._depth.pop()
             self._offered.pop()
             self._unsort(self._p95.pop())
 
@@ -102,7 +105,7 @@ class SteadyState:
             goodput=sum(self._goodput) / n,
             error_rate=sum(self._error_rate) / n,
             sojourn_p95=self._p95_sorted[n // 2],
-            queue_depth=sum(self._depth) / n,
+            queue_depth=self._depth_sum / n,
             seconds=n * self._tick,
         )
 

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chaosd.config.settings import TelemetryConfig
-from chaosd.core.histogram import percentiles
+from chaosd.core.histogram import cumulative_percentiles
 from chaosd.pipeline import Pipeline
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import RefuseReason
@@ -26,6 +26,7 @@ _UNSERVED: tuple[RefuseReason, ...] = ("partitioned", "unavailable")
 _TWO_ZEROS = (0, 0)
 _NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 _ZEROS = (0, 0, 0)
+_WAIT_FIELDS = frozenset({"wait_p50", "wait_p95", "wait_p99"})
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's constructor sets each field through a call, every tick
@@ -42,21 +43,29 @@ class _Reading:
     busy_area: float
     depth: int
     head_age: float
-    wait: npt.NDArray[np.int64]
+    wait: npt.NDArray[np.int64]  # cumulative bucket counts (LogHistogram.cumulative): a window is one subtraction
     sojourn: npt.NDArray[np.int64]
     retried: int
     abandoned: int
     wasted: int
 
 
-def _caller_rates(new: _Reading, old: _Reading, dt: float) -> dict[str, float]:
-    """The callers' side over the window: attempts (first and retries), retries, abandoned, wasted per second."""
-    return {
-        "attempt_rate": (new.offered + new.retried - old.offered - old.retried) / dt,
-        "caller_retry_rate": (new.retried - old.retried) / dt,
-        "abandon_rate": (new.abandoned - old.abandoned) / dt,
-        "waste_rate": (new.wasted - old.wasted) / dt,
-    }
+class _TickSnapshot(Snapshot):
+    """A tick's snapshot whose wait percentiles are worked out when first read: the collapse detector, the throttle
+    and the injector never read them (the status, the metrics and the live views do), and working them out is a
+    good part of a tick's cost. Until then their slots are empty and ``_wait`` holds the window's two readings."""
+
+    __slots__ = ("_wait",)
+    _wait: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+    def __getattr__(self, name: str) -> float:  # only for an attribute not found: one of those empty slots
+        if name not in _WAIT_FIELDS:
+            raise AttributeError(name)
+        new, old = self._wait
+        # The same reading at both ends: no sample in the window, and the percentiles of nothing are 0.
+        wait = _NOTHING if new is old else cumulative_percentiles(new - old, _QS)
+        self.wait_p50, self.wait_p95, self.wait_p99 = wait
+        return float(getattr(self, name))
 
 
 DRAIN_EVERY = 10.0  # clock seconds between drains of the stage histograms nobody reads until the run's end
@@ -70,10 +79,13 @@ class Telemetry:
         self.pipeline = pipeline
         self.window_ticks = max(1, round(cfg.window / cfg.tick))
         self.slope_ticks = max(2, round(slope_window / cfg.tick))
-        self._ring: deque[_Reading] = deque(maxlen=max(self.window_ticks, self.slope_ticks) + 1)
+        self._ring: deque[_Reading] = deque(maxlen=self.window_ticks + 1)
+        # The slope's points kept as they come, so a tick reads them without walking the readings.
+        self._ts: deque[float] = deque(maxlen=self.slope_ticks + 1)
+        self._depths: deque[int] = deque(maxlen=self.slope_ticks + 1)
         self.latest: Snapshot | None = None
         self._listeners: list[Callable[[Snapshot], None]] = []
-        self._ring.append(self._read())
+        self._keep(self._read())
         # Stage histograms are read at a run's end only: drained every DRAIN_EVERY seconds instead of being held
         # until then, in batches large enough to bin in numpy (each tick's few samples would cost a Python loop).
         self._drain_every = max(1, round(DRAIN_EVERY / cfg.tick))
@@ -100,8 +112,8 @@ class Telemetry:
             busy_area=p.busy.area_at(now),
             depth=p.queue.depth,
             head_age=p.queue.head_age(now),
-            wait=p.wait.snapshot(),
-            sojourn=p.sojourn.snapshot(),
+            wait=p.wait.cumulative(),
+            sojourn=p.sojourn.cumulative(),
             retried=total.retried,
             abandoned=total.abandoned,
             wasted=total.wasted,
@@ -116,36 +128,28 @@ class Telemetry:
     def tick(self, lateness: float = 0.0, cpu_wait: float = 0.0) -> Snapshot:
         """The snapshot of now; ``lateness`` is how late the tick's timer fired (clock seconds), ``cpu_wait`` how
         long the loop's thread waited for a CPU since the previous tick (seconds)."""
-        ring = self._ring
         new = self._read()
         self._drain_stages()
-        ring.append(new)
-        readings = list(ring)
-        old = readings[max(0, len(readings) - 1 - self.window_ticks)]
+        self._keep(new)
+        old = self._ring[0]  # the ring holds the window's ticks and one more: its oldest is the window's start
         dt = new.t - old.t or 1e-12
         ended = new.ended - old.ended
         busy = new.busy_area - old.busy_area
         pool = self.pipeline.workers
         workers = len(pool)
-        if ended:
-            mean_service = busy / ended
-        elif busy > 0:
-            mean_service = max(busy, self.pipeline.mean_service)  # nothing ended: as if one task were ending now
-        else:
-            mean_service = self.pipeline.mean_service
+        mean_service = self._mean_service(ended, busy)
         able = sum(1 for w in pool if w.agent.gate_open)
-        # The same snapshot at both ends: no sample in the window, and the percentiles of nothing are 0.
-        wait = _NOTHING if new.wait is old.wait else percentiles(new.wait - old.wait, _QS)
-        sojourn = _NOTHING if new.sojourn is old.sojourn else percentiles(new.sojourn - old.sojourn, _QS)
+        # The same reading at both ends: no sample in the window, and the percentiles of nothing are 0.
+        sojourn = _NOTHING if new.sojourn is old.sojourn else cumulative_percentiles(new.sojourn - old.sojourn, _QS)
         capacity = self.pipeline.queue.capacity
-        snap = Snapshot(
+        snap = _TickSnapshot(
             t=new.t,
             queue_depth=new.depth,
             capacity=capacity,
             queue_fill=new.depth / capacity,
             utilisation=min(1.0, busy / (dt * workers)),
             busy_share=self.pipeline.busy.busy / workers,
-            queue_slope=self._slope(readings[-self.slope_ticks - 1 :] if len(readings) > 1 else readings),
+            queue_slope=self._slope(self._ts, self._depths),
             arrival_rate=(new.offered - old.offered) / dt,
             admitted_rate=(new.accepted - old.accepted) / dt,
             throughput=ended / dt,
@@ -153,9 +157,9 @@ class Telemetry:
             goodput=(new.good - old.good) / dt,
             error_rate=(new.failed - old.failed) / ended if ended else 0.0,
             retry_rate=(new.retries - old.retries) / dt,
-            wait_p50=wait[0],
-            wait_p95=wait[1],
-            wait_p99=wait[2],
+            wait_p50=0.0,  # emptied below, worked out when read
+            wait_p95=0.0,
+            wait_p99=0.0,
             sojourn_p50=sojourn[0],
             sojourn_p95=sojourn[1],
             sojourn_p99=sojourn[2],
@@ -166,21 +170,38 @@ class Telemetry:
             unserved_rate=(new.unserved - old.unserved) / dt,
             lateness=lateness,
             cpu_wait=cpu_wait,
-            **_caller_rates(new, old, dt),
+            # The callers' side over the window: attempts (first and retries), retries, abandoned, wasted.
+            attempt_rate=(new.offered + new.retried - old.offered - old.retried) / dt,
+            caller_retry_rate=(new.retried - old.retried) / dt,
+            abandon_rate=(new.abandoned - old.abandoned) / dt,
+            waste_rate=(new.wasted - old.wasted) / dt,
         )
+        del snap.wait_p50, snap.wait_p95, snap.wait_p99
+        snap._wait = (new.wait, old.wait)
         self.latest = snap
         for listener in self._listeners:
             listener(snap)
         return snap
 
+    def _mean_service(self, ended: int, busy: float) -> float:
+        """Busy seconds per task ending in the window."""
+        if ended:
+            return busy / ended
+        if busy > 0:
+            return max(busy, self.pipeline.mean_service)  # nothing ended: as if one task were ending now
+        return self.pipeline.mean_service
+
+    def _keep(self, reading: _Reading) -> None:
+        self._ring.append(reading)
+        self._ts.append(reading.t)
+        self._depths.append(reading.depth)
+
     @staticmethod
-    def _slope(readings: list[_Reading]) -> float:
-        """Least-squares dQ/dt over the readings (a dozen points: plain Python beats numpy's per-call cost)."""
-        n = len(readings)
+    def _slope(ts: deque[float], depths: deque[int]) -> float:
+        """Least-squares dQ/dt over the points (a dozen: plain Python beats numpy's per-call cost)."""
+        n = len(ts)
         if n < 2:
             return 0.0
-        ts = [r.t for r in readings]
-        depths = [r.depth for r in readings]
         mean_t = sum(ts) / n
         mean_d = sum(depths) / n
         sxx = sxy = 0.0

@@ -10,7 +10,9 @@ from chaosd.views import SnapshotView
 __all__ = ["Snapshot"]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's constructor sets each of these fields through a call, and the telemetry makes one
+# every tick. Nobody assigns to one: readers take it as a value.
+@dataclass(slots=True)
 class Snapshot:
     t: float  # seconds since the run started
     queue_depth: int  # tasks waiting, not in service
