@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import random
 from collections.abc import Callable
 from typing import Protocol
@@ -24,6 +25,7 @@ __all__ = ["BusyMeter", "Routing", "Walk", "Worker"]
 
 # A worker whose stages never wait (zero service time) still lets others run this often.
 _YIELD_EVERY = 64
+_log = math.log
 
 
 class Routing(Protocol):
@@ -95,6 +97,9 @@ class Worker:
         self._rng = rng
         self.tracer: TaskTracer | None = None
         self._walk = CallbackWalk(clock, agent, agent.id, dispatcher, self._walked)
+        # A lone simple stage is served without the walk (see _burst) only where the walk would not time services
+        # from a schedule of its own: in virtual time, or a real clock that makes up no lateness.
+        self._lone_ok = not clock.catch_up
         self.drop_probability = 0.0  # drop_messages: a dispatch lost on its way to this worker
         self.dropped = 0
         self.current: Task | None = None
@@ -221,7 +226,20 @@ class Worker:
                 self._holding = True
             route = self._routing.walk
             tracer = self.tracer if task.trace is not None else None
-            if not walk.start(task, route, t, tracer):
+            stage = route.lone if route is not None and tracer is None and self._lone_ok else None
+            if stage is not None and stage.simple:
+                # walk.start's first simple stage, written out for a route of that stage alone: its timer ends in
+                # _finished, with none of the walk's steps around it.
+                lambd = stage.exp_rate
+                service = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self.agent.slow
+                stage.stats.latency.add(service)
+                if service > 0.0:
+                    assert self._dispatcher is not None  # only a worker with a dispatcher serves
+                    self._dispatcher.assign(task, self.agent.id, t)
+                    self._timer = self._clock.call_at(self._now() + service, self._finished)
+                    return False
+                walk.outcome, walk.waited = None, False  # ended at once, as the walk's would, unclaimed
+            elif not walk.start(task, route, t, tracer):
                 return False
             self._served += 1
             if not self._settle(task, route, walk.outcome, t, t) or self._served >= _YIELD_EVERY:
@@ -241,6 +259,23 @@ class Worker:
         assert task is not None  # a walk is of the current task
         self._served += 1
         self._settle(task, walk.route, walk.outcome, walk.begun, t)
+        self._take()  # still counted busy: released there unless a task follows at once
+
+    def _finished(self) -> None:
+        """The timer of a lone simple stage served without the walk ended: _walked and _settle of a walk that
+        ended well after a timer, in one callback."""
+        self._timer = None
+        t = self._now()
+        task = self.current
+        assert task is not None and self._dispatcher is not None  # serving one, with a dispatcher
+        self.current = None
+        self._served += 1
+        agent = self.agent
+        agent.served += 1
+        if not agent.partitioned:  # cut off: the outcome cannot reach the sink, and the task lease will expire
+            if self._ledger.complete(task, t):  # a first outcome: its time in the system counts
+                self._sojourn.add(t - task.accepted_at)
+            self._dispatcher.ack(task.id, agent.id)
         self._take()  # still counted busy: released there unless a task follows at once
 
     def _release(self, t: float) -> None:
