@@ -96,18 +96,17 @@ class Engine:
         pop = _heappop
         while heap:
             entry = pop(heap)
-            when = entry[0]
+            when, _, callback, args = entry
             if when > stop:
                 _heappush(heap, entry)  # back in its place (its time and seq are unique): once per run, not per step
                 return
-            callback = entry[2]
             if callback is None:
                 self._cancelled -= 1
                 continue
             entry[2] = None
             self.t = when
             try:
-                callback(*entry[3])
+                callback(*args)
             except Exception as exc:
                 if self.on_error is None:
                     raise

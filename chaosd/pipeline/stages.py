@@ -161,6 +161,7 @@ class StageRunner:
         self.successes = 0
         self._init_breaker(cfg)
         self.simple = True
+        self.plain = False
         self.refresh()
 
     def _init_dependencies(self, dependencies: Mapping[str, str]) -> None:
@@ -232,6 +233,14 @@ class StageRunner:
             and cfg.failure_probability == 0
             and not cfg.pressure.enabled
             and self.kind in ("compute", "tool", "llm")
+            and not (self.removed or self.hang or self.llm_down or self.jitter)
+        )
+        # An attempt is its service drawn and cut at the timeout, unless the fallback serves it or the MCP connection
+        # is down (the walk checks both per attempt): the walk draws it itself, without calling attempt.
+        self.plain = (
+            self.handler is None
+            and self.memory is None
+            and not self._may_fail
             and not (self.removed or self.hang or self.llm_down or self.jitter)
         )
 
