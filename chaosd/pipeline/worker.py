@@ -253,8 +253,12 @@ class Worker:
 
     def _walked(self) -> None:
         """A walk that set timers ended: settle it, and the worker is free."""
-        t = self._now()
         walk = self._walk
+        route = walk.route
+        if walk.outcome is None and walk.waited and route is not None and not route.bypassed:
+            self._finished()  # the usual end, as a lone stage's: served in full after a timer
+            return
+        t = self._now()
         task = self.current
         assert task is not None  # a walk is of the current task
         self._served += 1
@@ -262,8 +266,8 @@ class Worker:
         self._take()  # still counted busy: released there unless a task follows at once
 
     def _finished(self) -> None:
-        """The timer of a lone simple stage served without the walk ended: _walked and _settle of a walk that
-        ended well after a timer, in one callback."""
+        """A task served in full after a timer (a lone simple stage's, or a walk's): _walked and _settle of that
+        usual end, in one call."""
         self._timer = None
         t = self._now()
         task = self.current
