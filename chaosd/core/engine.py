@@ -78,6 +78,11 @@ class Engine:
             heapq.heapify(heap)
             self._cancelled = 0
 
+    def due_by(self, when: float) -> bool:
+        """Whether a callback is scheduled at or before ``when`` (a cancelled one too, while it is in the heap)."""
+        heap = self._heap
+        return bool(heap) and heap[0][0] <= when
+
     def next_at(self) -> float:
         """When the next callback is due (inf when none is)."""
         heap = self._heap

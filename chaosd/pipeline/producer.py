@@ -236,6 +236,7 @@ class Producer:
         agent = self.agent
         agent.served += 1
         callers = self._callers
+        handing = False  # accepted for a waiting worker, handed over once the rest of this callback is done
         if (
             self.tracer is None
             and (callers is None or not callers.on)
@@ -243,7 +244,12 @@ class Producer:
             and self._admission.factor >= 1.0
         ):
             task = Task(next(self._ids), t, t >= self._measure_from)
-            if self._queue.offer(task, t):
+            queue = self._queue
+            if queue.idle and queue.dispatching:  # the offer's hand-over to a waiting worker, made below
+                handing = True
+                self._ledger.admit(task)
+                blocked = None
+            elif queue.offer(task, t):
                 self._ledger.admit(task)
                 blocked = None
             else:
@@ -261,12 +267,18 @@ class Producer:
         else:
             next_t = self._next_t = self._next_t + (1.0 / rate if self._arrival == "constant" else self._gap(rate))
         if next_t - self._t0 < self._flat_until:  # the shape's rate still holds at next_t
+            if next_t > t and agent.gate_open and self._flat_rate * self._surge.factor / agent.slow == rate:
+                self._timer = self._clock.call_at(next_t, self._arrive)
+                if handing:
+                    self._queue.hand_now(task, t)  # the end of this callback: nothing of it comes after
+                return
             if next_t <= t:
+                if handing:
+                    self._queue.hand_later(task, t)  # before the arrivals that follow in this instant
                 self._emit_due(t)  # due already: the pass goes on
                 return
-            if agent.gate_open and self._flat_rate * self._surge.factor / agent.slow == rate:
-                self._timer = self._clock.call_at(next_t, self._arrive)
-                return
+        if handing:
+            self._queue.hand_later(task, t)
         self._schedule()
 
     def _wait_for_room(self, task: Task) -> None:
