@@ -204,9 +204,7 @@ class Worker:
         """Serve ``task`` (taken at ``t``) and, while each ends at once, the tasks waiting after it. True when
         the worker is free again; False when a walk goes on in callbacks."""
         in_flight = self._ledger.in_flight
-        busy = self._busy
         walk = self._walk
-        queue = self._queue
         # Only the checks that depend on the task itself; a caller's attempt is checked in a call only where expired
         # attempts are dropped.
         while (
@@ -220,6 +218,7 @@ class Worker:
             task.attempts += 1
             if not self._holding:
                 # busy.step(t, 1), written out: it saves a Python call per burst.
+                busy = self._busy
                 busy.area += busy.busy * (t - busy.since)
                 busy.since = t
                 busy.busy += 1
@@ -230,12 +229,13 @@ class Worker:
             if stage is not None and stage.simple:
                 # walk.start's first simple stage, written out for a route of that stage alone: its timer ends in
                 # _finished, with none of the walk's steps around it.
+                agent = self.agent
                 lambd = stage.exp_rate
-                service = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self.agent.slow
+                service = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * agent.slow
                 stage.stats.latency.add(service)
                 if service > 0.0:
                     assert self._dispatcher is not None  # only a worker with a dispatcher serves
-                    self._dispatcher.assign(task, self.agent.id, t)
+                    self._dispatcher.assign(task, agent.id, t)
                     self._timer = self._clock.call_at(self._now() + service, self._finished)
                     return False
                 walk.outcome, walk.waited = None, False  # ended at once, as the walk's would, unclaimed
@@ -244,7 +244,7 @@ class Worker:
             self._served += 1
             if not self._settle(task, route, walk.outcome, t, t) or self._served >= _YIELD_EVERY:
                 break
-            nxt = queue.get_nowait(t)
+            nxt = self._queue.get_nowait(t)
             if nxt is None:
                 break
             task = nxt
@@ -280,6 +280,21 @@ class Worker:
             if self._ledger.complete(task, t):  # a first outcome: its time in the system counts
                 self._sojourn.add(t - task.accepted_at)
             self._dispatcher.ack(task.id, agent.id)
+        if agent.gate_open and self._served < _YIELD_EVERY and self._holding:
+            # _take's first step, written out: the next task waiting, or the wait for one. Still counted busy.
+            queue = self._queue
+            task = queue.get_nowait(t)
+            busy = self._busy
+            busy.area += busy.busy * (t - busy.since)
+            busy.since = t
+            if task is None:
+                busy.busy -= 1
+                self._holding = False
+                self._waiting = True
+                queue.wait(self._getter)
+                return
+            if not self._burst(task, t):
+                return  # its walk goes on in callbacks
         self._take()  # still counted busy: released there unless a task follows at once
 
     def _release(self, t: float) -> None:
