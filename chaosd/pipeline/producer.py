@@ -268,9 +268,12 @@ class Producer:
             next_t = self._next_t = self._next_t + (1.0 / rate if self._arrival == "constant" else self._gap(rate))
         if next_t - self._t0 < self._flat_until:  # the shape's rate still holds at next_t
             if next_t > t and agent.gate_open and self._flat_rate * self._surge.factor / agent.slow == rate:
+                if handing and self._clock.due_by(t):
+                    handing = False
+                    self._queue.hand_later(task, t)  # behind what is due in this instant, as the offer's would be
                 self._timer = self._clock.call_at(next_t, self._arrive)
                 if handing:
-                    self._queue.hand_now(task, t)  # the end of this callback: nothing of it comes after
+                    self._queue.hand_now(task)  # the offer's callback would run next: the worker's turn, now
                 return
             if next_t <= t:
                 if handing:

@@ -122,16 +122,11 @@ class IngressQueue:
         if self._putters:
             self._clock.call_at(now, self._putters.popleft())
 
-    def hand_now(self, task: Task, now: float) -> None:
-        """Hand ``task``, accepted for the first waiting worker (``idle`` and dispatching when it was), over at the
-        end of the callback that accepted it, with nothing changed between: at once when the callback an offer
-        schedules for it would run next anyway (nothing else due by ``now``), else as that callback."""
-        getter = self._getters.popleft()
-        if self._clock.due_by(now):
-            self._handed[task.id] = task
-            self._clock.call_at(now, self._deliver, getter, task)
-        else:
-            getter(task)
+    def hand_now(self, task: Task) -> None:
+        """Hand ``task``, accepted for the first waiting worker (``idle`` and dispatching when it was), over at once:
+        for a callback that accepted it and ends here, where the callback :meth:`offer` schedules for it would run
+        next anyway (nothing else due in this instant, ``Clock.due_by``)."""
+        self._getters.popleft()(task)
 
     def hand_later(self, task: Task, now: float) -> None:
         """Hand ``task``, accepted for the first waiting worker, over as :meth:`offer` does: a callback at ``now``,

@@ -283,6 +283,7 @@ class Worker:
         if agent.gate_open and self._served < _YIELD_EVERY and self._holding:
             # _take's first step, written out: the next task waiting, or the wait for one. Still counted busy.
             queue = self._queue
+            t = self._now()  # read again, as _take does (a real clock has moved on)
             task = queue.get_nowait(t)
             busy = self._busy
             busy.area += busy.busy * (t - busy.since)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from chaosd.core.clock import LoopClock, VirtualEventLoop
-from chaosd.core.engine import Engine
+from chaosd.core.clock import Clock, LoopClock, VirtualEventLoop
 from chaosd.pipeline.queue import IngressQueue
 from chaosd.pipeline.task import Task
 
-Hand = Callable[[IngressQueue, Task, float], None]
+Hand = Callable[[IngressQueue, Clock, Task], None]
 
 
 def _order(hand: Hand, *, also_due: bool) -> list[str]:
@@ -18,13 +17,14 @@ def _order(hand: Hand, *, also_due: bool) -> list[str]:
     t = 1 too, scheduled after the arrival's, when ``also_due``)."""
     loop = VirtualEventLoop()
     try:
-        engine: Engine = loop.engine
-        queue = IngressQueue(10, "reject", LoopClock(loop))
+        engine = loop.engine
+        clock = LoopClock(loop)
+        queue = IngressQueue(10, "reject", clock)
         order: list[str] = []
         queue.wait(lambda task: order.append(f"worker got {task.id} at {engine.t:g}"))
 
         def arrival() -> None:
-            hand(queue, Task(7, engine.t, True), engine.t)
+            hand(queue, clock, Task(7, engine.t, True))
             order.append(f"arrival ended, the queue answers for {len(queue.waiting())}")
 
         engine.call_at(1.0, arrival)
@@ -38,17 +38,21 @@ def _order(hand: Hand, *, also_due: bool) -> list[str]:
         loop.close()
 
 
-def _offer(queue: IngressQueue, task: Task, now: float) -> None:
-    assert queue.offer(task, now)
+def _offer(queue: IngressQueue, clock: Clock, task: Task) -> None:
+    assert queue.offer(task, clock.now())
 
 
-def _hand_now(queue: IngressQueue, task: Task, now: float) -> None:
+def _hand_at_end(queue: IngressQueue, clock: Clock, task: Task) -> None:
+    """As a producer's arrival does: at once only when nothing else is due by now."""
     assert queue.idle and queue.dispatching
-    queue.hand_now(task, now)
+    if clock.due_by(clock.now()):
+        queue.hand_later(task, clock.now())
+    else:
+        queue.hand_now(task)
 
 
 def test_with_nothing_else_in_its_instant_the_worker_gets_the_task_before_the_arrival_s_callback_ends() -> None:
-    assert _order(_hand_now, also_due=False) == [
+    assert _order(_hand_at_end, also_due=False) == [
         "worker got 7 at 1",
         "arrival ended, the queue answers for 0",
         "later",
@@ -69,5 +73,5 @@ def test_a_callback_already_due_in_the_instant_runs_before_the_worker_gets_the_t
         "worker got 7 at 1",
         "later",
     ]
-    assert _order(_hand_now, also_due=True) == expected
+    assert _order(_hand_at_end, also_due=True) == expected
     assert _order(_offer, also_due=True) == expected
