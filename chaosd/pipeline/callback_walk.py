@@ -23,6 +23,8 @@ from chaosd.views import FailReason
 __all__ = ["CallbackWalk"]
 
 _log = math.log
+# A fast walk's timer that ended a simple stage's service, not an attempt (which passes when it began).
+_SERVICE = -math.inf
 
 
 class CallbackWalk:
@@ -132,7 +134,7 @@ class CallbackWalk:
                     self._unsent = False
                     if self._claims is not None:
                         self._claims.assign(task, self._worker, t)
-                    self._timer = self._clock.call_at(self._clock.now() + service, self._served, 1)
+                    self._timer = self._clock.call_at(self._clock.now() + service, self._walk_on, 1, _SERVICE)
                     return False
                 return self._walk_on(1)
         return self._walk_on(0) if fast else self._step(0)
@@ -190,12 +192,25 @@ class CallbackWalk:
             return False
         return self._ended()
 
-    def _walk_on(self, i: int) -> bool:
+    def _walk_on(self, i: int, begun: float | None = None) -> bool:
         """:meth:`_step` of an untraced walk with no schedule of its own and nothing coalesced (``_fast``, as in
-        virtual time): the same stages, draws and timers, without the checks for what such a walk never has."""
+        virtual time): the same stages, draws and timers, without the checks for what such a walk never has.
+
+        Also its timers' callback: ``begun`` is when the first attempt of stage ``i - 1`` that served the task began
+        (:data:`_SERVICE` for a simple stage's service), and ``done`` hears of the walk's end from here."""
         stages = self._stages
         n = len(stages)
         clock = self._clock
+        timed = False
+        if begun is not None:
+            timed = True
+            self._timer = None
+            if begun != _SERVICE:
+                stages[i - 1].succeeded(clock.now() - begun, False)  # _attempted of the usual attempt
+            elif i == n:
+                self.waited = True  # the last stage's service: it set a timer, so it claimed its task
+                self._done()
+                return True
         while i < n:
             stage = stages[i]
             i += 1
@@ -206,36 +221,35 @@ class CallbackWalk:
                 if service > 0.0:
                     if self._unsent:
                         self._claim()
-                    self._timer = clock.call_at(clock.now() + service, self._served, i)
+                    self._timer = clock.call_at(clock.now() + service, self._walk_on, i, _SERVICE)
                     return False
                 continue
             begun = clock.now()
-            if stage.plain and not (stage.has_fallback and begun < stage.open_until):
-                mcp = stage.mcp
-                if mcp is None or mcp.connected:
-                    # _call_stage's attempt, written out: the service drawn, a memory read, the timeout.
-                    lambd = stage.exp_rate
-                    delay = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self._slow
-                    memory = stage.memory
-                    if memory is not None:
-                        delay += memory.read(stage.draw(), stage.cfg.restore_time)
-                    timeout = stage.cfg.timeout
-                    if delay > 0.0 and not (timeout > 0.0 and delay > timeout):
-                        if self._unsent:
-                            self._claim()
-                        self._i = i
-                        self._timer = clock.call_at(begun + delay, self._attempt_served, i, begun)
-                        return False
-                    ran = self._first_drawn(stage, i, begun, delay)
-                else:
-                    ran = self._call_stage(stage, i)
+            mcp = stage.mcp
+            if stage.plain and not (stage.has_fallback and begun < stage.open_until) and (mcp is None or mcp.connected):
+                # _call_stage's attempt, written out: the service drawn, a memory read, the timeout.
+                lambd = stage.exp_rate
+                delay = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self._slow
+                memory = stage.memory
+                if memory is not None:
+                    delay += memory.read(stage.draw(), stage.cfg.restore_time)
+                timeout = stage.cfg.timeout
+                if delay > 0.0 and not (timeout > 0.0 and delay > timeout):
+                    if self._unsent:
+                        self._claim()
+                    self._timer = clock.call_at(begun + delay, self._walk_on, i, begun)
+                    return False
+                ran = self._first_drawn(stage, i, begun, delay)
             else:
                 ran = self._call_stage(stage, i)
             if ran is PENDING:
                 return False
             if not self._stage_ended(stage, ran):
                 break
-        return self._ended()
+        self._ended()
+        if timed:
+            self._done()
+        return True
 
     def _first_drawn(
         self, stage: StageRunner, i: int, begun: float, delay: float
@@ -252,13 +266,6 @@ class CallbackWalk:
             self._timer = self._clock.call_at(begun + delay, self._attempted, reason, begun, False)
             return PENDING
         return self._call.after_first(stage, self._slow, self._called, reason, begun, False)
-
-    def _attempt_served(self, i: int, begun: float) -> None:
-        """A first attempt drawn by :meth:`_walk_on` served the task: :meth:`_attempted` of the usual case."""
-        self._timer = None
-        self._stages[i - 1].succeeded(self._clock.now() - begun, False)
-        if self._walk_on(i):
-            self._done()
 
     def _call_stage(self, stage: StageRunner, i: int) -> StageOutcome | Literal[Pending.PENDING]:
         """Call stage ``i - 1``, one that can go wrong: its outcome when it ended at once, else :data:`PENDING`.
