@@ -59,6 +59,11 @@ class Clock(Protocol):
 
     def cancel(self, timer: Any) -> None: ...
 
+    def due_by(self, when: float) -> bool:
+        """Whether a callback scheduled with ``call_at`` may be due at or before ``when``: False only when the
+        next callback run is surely one scheduled from now on (a virtual clock knows; a real one says True)."""
+        ...
+
     def sleep(self, seconds: float) -> Awaitable[None]: ...
 
     async def sleep_until(self, when: float) -> None: ...
@@ -69,6 +74,10 @@ class Clock(Protocol):
 def keeps_asyncio_time(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether ``loop.time()`` is asyncio's own, which returns ``time.monotonic()``."""
     return type(loop).time is asyncio.BaseEventLoop.time
+
+
+def _maybe_due(when: float) -> bool:
+    return True
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -84,7 +93,7 @@ class LoopClock:
     whose callback raised would stop without anyone noticing).
     """
 
-    __slots__ = ("_crashed", "_loop", "call_at", "cancel", "catch_up", "now", "sleep", "virtual")
+    __slots__ = ("_crashed", "_loop", "call_at", "cancel", "catch_up", "due_by", "now", "sleep", "virtual")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -95,17 +104,19 @@ class LoopClock:
         self.now: Callable[[], float]
         self.call_at: Callable[..., Any]
         self.cancel: Callable[[Any], None]
+        self.due_by: Callable[[float], bool]
         self.sleep: Callable[[float], Awaitable[None]]
         if isinstance(loop, VirtualEventLoop):
             engine = loop.engine
             # The engine's time read by a C call (no Python frame): the clock is read several times per task.
             self.now = functools.partial(getattr, engine, "t")
-            self.call_at, self.cancel = engine.call_at, engine.cancel
+            self.call_at, self.cancel, self.due_by = engine.call_at, engine.cancel, engine.due_by
             self.sleep = self._virtual_sleep
         else:
             # asyncio's own loops read time.monotonic(): call it without the method in between.
             self.now = time.monotonic if keeps_asyncio_time(loop) else loop.time
             self.call_at, self.cancel, self.sleep = self._guarded_call_at, _cancel_handle, asyncio.sleep
+            self.due_by = _maybe_due  # asyncio's ready callbacks are not ours to see
 
     async def sleep_until(self, when: float) -> None:
         if self.virtual and when > self.now():

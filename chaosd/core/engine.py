@@ -78,6 +78,11 @@ class Engine:
             heapq.heapify(heap)
             self._cancelled = 0
 
+    def due_by(self, when: float) -> bool:
+        """Whether a callback is scheduled at or before ``when`` (a cancelled one too, while it is in the heap)."""
+        heap = self._heap
+        return bool(heap) and heap[0][0] <= when
+
     def next_at(self) -> float:
         """When the next callback is due (inf when none is)."""
         heap = self._heap
@@ -96,18 +101,17 @@ class Engine:
         pop = _heappop
         while heap:
             entry = pop(heap)
-            when = entry[0]
+            when, _, callback, args = entry
             if when > stop:
                 _heappush(heap, entry)  # back in its place (its time and seq are unique): once per run, not per step
                 return
-            callback = entry[2]
             if callback is None:
                 self._cancelled -= 1
                 continue
             entry[2] = None
             self.t = when
             try:
-                callback(*entry[3])
+                callback(*args)
             except Exception as exc:
                 if self.on_error is None:
                     raise

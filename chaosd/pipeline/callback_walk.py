@@ -23,6 +23,8 @@ from chaosd.views import FailReason
 __all__ = ["CallbackWalk"]
 
 _log = math.log
+# A fast walk's timer that ended a simple stage's service, not an attempt (which passes when it began).
+_SERVICE = -math.inf
 
 
 class CallbackWalk:
@@ -43,6 +45,7 @@ class CallbackWalk:
         "_coalesce",
         "_done",
         "_due",
+        "_fast",
         "_flags",
         "_free_at",
         "_handle",
@@ -90,6 +93,7 @@ class CallbackWalk:
         self._i = 0
         self._slow = 1.0
         self._due = 0.0
+        self._fast = False  # see _walk_on
         self._unsent = True
         self._tracer: TaskTracer | None = None
         self._handle: object = None
@@ -118,7 +122,8 @@ class CallbackWalk:
         stages = self._stages = route.stages
         catch_up = self._catch_up
         self._due = max(self._free_at, task.accepted_at, t - catch_up) if catch_up and tracer is None else 0.0
-        if stages and tracer is None and not self._due and not self._coalesce:
+        fast = self._fast = tracer is None and not self._due and not self._coalesce
+        if stages and fast:
             stage = stages[0]
             if stage.simple:
                 # _step's first simple stage that takes time, written out: once per task.
@@ -129,10 +134,10 @@ class CallbackWalk:
                     self._unsent = False
                     if self._claims is not None:
                         self._claims.assign(task, self._worker, t)
-                    self._timer = self._clock.call_at(self._clock.now() + service, self._served, 1)
+                    self._timer = self._clock.call_at(self._clock.now() + service, self._walk_on, 1, _SERVICE)
                     return False
-                return self._step(1)
-        return self._step(0)
+                return self._walk_on(1)
+        return self._walk_on(0) if fast else self._step(0)
 
     def cancel(self) -> None:
         self._pending = 0.0
@@ -187,6 +192,81 @@ class CallbackWalk:
             return False
         return self._ended()
 
+    def _walk_on(self, i: int, begun: float | None = None) -> bool:
+        """:meth:`_step` of an untraced walk with no schedule of its own and nothing coalesced (``_fast``, as in
+        virtual time): the same stages, draws and timers, without the checks for what such a walk never has.
+
+        Also its timers' callback: ``begun`` is when the first attempt of stage ``i - 1`` that served the task began
+        (:data:`_SERVICE` for a simple stage's service), and ``done`` hears of the walk's end from here."""
+        stages = self._stages
+        n = len(stages)
+        clock = self._clock
+        timed = False
+        if begun is not None:
+            timed = True
+            self._timer = None
+            if begun != _SERVICE:
+                stages[i - 1].succeeded(clock.now() - begun, False)  # _attempted of the usual attempt
+            elif i == n:
+                self.waited = True  # the last stage's service: it set a timer, so it claimed its task
+                self._done()
+                return True
+        while i < n:
+            stage = stages[i]
+            i += 1
+            if stage.simple:
+                lambd = stage.exp_rate
+                service = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self._slow
+                stage.stats.latency.add(service)
+                if service > 0.0:
+                    if self._unsent:
+                        self._claim()
+                    self._timer = clock.call_at(clock.now() + service, self._walk_on, i, _SERVICE)
+                    return False
+                continue
+            begun = clock.now()
+            mcp = stage.mcp
+            if stage.plain and not (stage.has_fallback and begun < stage.open_until) and (mcp is None or mcp.connected):
+                # _call_stage's attempt, written out: the service drawn, a memory read, the timeout.
+                lambd = stage.exp_rate
+                delay = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self._slow
+                memory = stage.memory
+                if memory is not None:
+                    delay += memory.read(stage.draw(), stage.cfg.restore_time)
+                timeout = stage.cfg.timeout
+                if delay > 0.0 and not (timeout > 0.0 and delay > timeout):
+                    if self._unsent:
+                        self._claim()
+                    self._timer = clock.call_at(begun + delay, self._walk_on, i, begun)
+                    return False
+                ran = self._first_drawn(stage, i, begun, delay)
+            else:
+                ran = self._call_stage(stage, i)
+            if ran is PENDING:
+                return False
+            if not self._stage_ended(stage, ran):
+                break
+        self._ended()
+        if timed:
+            self._done()
+        return True
+
+    def _first_drawn(
+        self, stage: StageRunner, i: int, begun: float, delay: float
+    ) -> StageOutcome | Literal[Pending.PENDING]:
+        """The rest of :meth:`_call_stage` for a first attempt drawn by :meth:`_walk_on`: timed out, or instant."""
+        if self._unsent:
+            self._claim()
+        self._i = i
+        timeout = stage.cfg.timeout
+        reason: FailReason | None = None
+        if timeout > 0.0 and delay > timeout:
+            delay, reason = timeout, "timeout"
+        if delay > 0.0:
+            self._timer = self._clock.call_at(begun + delay, self._attempted, reason, begun, False)
+            return PENDING
+        return self._call.after_first(stage, self._slow, self._called, reason, begun, False)
+
     def _call_stage(self, stage: StageRunner, i: int) -> StageOutcome | Literal[Pending.PENDING]:
         """Call stage ``i - 1``, one that can go wrong: its outcome when it ended at once, else :data:`PENDING`.
 
@@ -204,7 +284,21 @@ class CallbackWalk:
         clock = self._clock
         begun = clock.now()
         use_fallback = stage.has_fallback and begun < stage.open_until  # starts_on_fallback(), written out
-        delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
+        reason: FailReason | None
+        if stage.plain and not use_fallback and (stage.mcp is None or stage.mcp.connected):
+            # attempt() of a stage that only its timeout can fail, written out: once per stage call.
+            lambd = stage.exp_rate
+            delay = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self._slow
+            memory = stage.memory
+            if memory is not None:
+                delay += memory.read(stage.draw(), stage.cfg.restore_time)
+            timeout = stage.cfg.timeout
+            if timeout > 0.0 and delay > timeout:
+                delay, reason = timeout, "timeout"
+            else:
+                reason = None
+        else:
+            delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
         if delay > 0.0:
             self._timer = clock.call_at(begun + delay, self._attempted, reason, begun, use_fallback)
             return PENDING
@@ -227,7 +321,7 @@ class CallbackWalk:
                 self._due = self._clock.now()
             if self._tracer is not None:
                 self._traced(stage, None)
-            if self._step(self._i):
+            if self._walk_on(self._i) if self._fast else self._step(self._i):
                 self._done()
             return
         called = self._call.after_first(stage, self._slow, self._called, reason, begun, use_fallback)
@@ -268,13 +362,13 @@ class CallbackWalk:
             self.waited = True  # it set a timer, so it claimed its task
             self._done()
             return
-        if self._step(i):
+        if self._walk_on(i) if self._fast else self._step(i):
             self._done()
 
     def _called(self, ran: StageOutcome) -> None:
         """A stage call that took time ended."""
         if self._stage_ended(self._stages[self._i - 1], ran):
-            if not self._step(self._i):
+            if not (self._walk_on(self._i) if self._fast else self._step(self._i)):
                 return  # a later stage took time
         else:
             self._ended()

@@ -67,6 +67,8 @@ class Producer:
         self._burst_p = 1.0 / burst_size  # geometric burst sizes with this mean
         self._rng = rng
         self._bursty = arrival == "bursty"
+        # The arrival timer's callback: single arrivals have one of their own (_arrive), bursts the general pass.
+        self._due: Callable[[], object] = self._emit_due if self._bursty else self._arrive
         self._gap = self._gap_for(arrival)
         # Poisson gaps drawn where they are used, by expovariate's own formula (the same draws, without its call).
         self._poisson = arrival == "poisson"
@@ -164,9 +166,9 @@ class Producer:
         self._rate = rate
         t = self._clock.now()
         if next_t > t:
-            self._timer = self._clock.call_at(next_t, self._emit_due)
+            self._timer = self._clock.call_at(next_t, self._due)
         elif self._streak >= _YIELD_EVERY:
-            self._timer = self._clock.call_at(t, self._emit_due)
+            self._timer = self._clock.call_at(t, self._due)
         else:
             self._emit_due(t)
 
@@ -219,8 +221,67 @@ class Producer:
         self._streak = streak
         if next_t > t and flat and agent.gate_open and self._flat_rate * self._surge.factor / agent.slow == rate:
             # What _schedule would decide in the usual case (the rate holds, the gate is open), without the call.
-            self._timer = self._clock.call_at(next_t, self._emit_due)
+            self._timer = self._clock.call_at(next_t, self._due)
             return
+        self._schedule()
+
+    def _arrive(self) -> None:
+        """The arrival timer of a producer of single arrivals fired: _emit_due's first pass, with _emit's usual case
+        (nothing traced, no callers, no throttle, not cut off) written out, in one callback."""
+        if self._left is not None:  # the rest of a burst that waited for room: the general pass
+            self._emit_due()
+            return
+        self._timer = None
+        t = self._clock.now()
+        agent = self.agent
+        agent.served += 1
+        callers = self._callers
+        handing = False  # accepted for a waiting worker, handed over once the rest of this callback is done
+        if (
+            self.tracer is None
+            and (callers is None or not callers.on)
+            and not agent.partitioned
+            and self._admission.factor >= 1.0
+        ):
+            task = Task(next(self._ids), t, t >= self._measure_from)
+            queue = self._queue
+            if queue.idle and queue.dispatching:  # the offer's hand-over to a waiting worker, made below
+                handing = True
+                self._ledger.admit(task)
+                blocked = None
+            elif queue.offer(task, t):
+                self._ledger.admit(task)
+                blocked = None
+            else:
+                blocked = self._not_offered(task)
+        else:
+            blocked = self._emit(t)
+        self._streak = 1
+        if blocked is not None:
+            self._left = 0
+            self._wait_for_room(blocked)
+            return
+        rate = self._rate
+        if self._poisson:
+            next_t = self._next_t = self._next_t + -_log(1.0 - self._random()) / rate
+        else:
+            next_t = self._next_t = self._next_t + (1.0 / rate if self._arrival == "constant" else self._gap(rate))
+        if next_t - self._t0 < self._flat_until:  # the shape's rate still holds at next_t
+            if next_t > t and agent.gate_open and self._flat_rate * self._surge.factor / agent.slow == rate:
+                if handing and self._clock.due_by(t):
+                    handing = False
+                    self._queue.hand_later(task, t)  # behind what is due in this instant, as the offer's would be
+                self._timer = self._clock.call_at(next_t, self._arrive)
+                if handing:
+                    self._queue.hand_now(task)  # the offer's callback would run next: the worker's turn, now
+                return
+            if next_t <= t:
+                if handing:
+                    self._queue.hand_later(task, t)  # before the arrivals that follow in this instant
+                self._emit_due(t)  # due already: the pass goes on
+                return
+        if handing:
+            self._queue.hand_later(task, t)
         self._schedule()
 
     def _wait_for_room(self, task: Task) -> None:
@@ -357,14 +418,22 @@ class Producer:
         elif self._queue.offer(task, t):
             ledger.admit(task)
             return None
-        elif self._queue.throttles():
+        else:
+            return self._not_offered(task)
+        ledger.turn_away(task, reason)
+        return None
+
+    def _not_offered(self, task: Task) -> Task | None:
+        """The queue did not take ``task``: refused (and counted), or accepted to wait for room (returned)."""
+        reason: RefuseReason
+        if self._queue.throttles():
             reason = "shed"
         elif self._block:
-            ledger.admit(task)
+            self._ledger.admit(task)
             return task  # accepted: it waits for room
         else:
             reason = self._refusal
-        ledger.turn_away(task, reason)
+        self._ledger.turn_away(task, reason)
         return None
 
     def _refusal_of(self, task: Task, t: float) -> RefuseReason | Literal["blocked"] | None:

@@ -36,6 +36,8 @@ class IngressQueue:
         self._clock = clock
         self._items: deque[Task] = deque()
         self._getters: deque[Callable[[Task], object]] = deque()  # idle workers, called back with a task
+        # The same deque, for a producer to see whether a worker waits without a call (read it; never change it).
+        self.idle = self._getters
         # wait(getter): call ``getter`` back with the next task dispatched (a worker with nothing to do). The deque's
         # own ``append``: a worker going idle makes a C call, not a Python one.
         self.wait: Callable[[Callable[[Task], object]], None] = self._getters.append
@@ -120,13 +122,17 @@ class IngressQueue:
         if self._putters:
             self._clock.call_at(now, self._putters.popleft())
 
-    def _hand(self, task: Task) -> bool:
-        getters = self._getters
-        if not getters:
-            return False
+    def hand_now(self, task: Task) -> None:
+        """Hand ``task``, accepted for the first waiting worker (``idle`` and dispatching when it was), over at once:
+        for a callback that accepted it and ends here, where the callback :meth:`offer` schedules for it would run
+        next anyway (nothing else due in this instant, ``Clock.due_by``)."""
+        self._getters.popleft()(task)
+
+    def hand_later(self, task: Task, now: float) -> None:
+        """Hand ``task``, accepted for the first waiting worker, over as :meth:`offer` does: a callback at ``now``,
+        after those scheduled before it."""
         self._handed[task.id] = task
-        self._clock.call_at(self._clock.now(), self._deliver, getters.popleft(), task)
-        return True
+        self._clock.call_at(now, self._deliver, self._getters.popleft(), task)
 
     def _deliver(self, getter: Callable[[Task], object], task: Task) -> None:
         del self._handed[task.id]
@@ -148,7 +154,8 @@ class IngressQueue:
 
     def requeue(self, task: Task) -> None:
         """Put a task back at the head, over capacity if need be: re-dispatch never refuses."""
-        if self.dispatching and self._hand(task):
+        if self.dispatching and self._getters:
+            self.hand_later(task, self._clock.now())
             return
         self._push(task, self._clock.now(), head=True)
 
@@ -160,10 +167,9 @@ class IngressQueue:
         now = self._clock.now()
         while self._items and self._getters:
             task = self.get_nowait(now)
-            if task is None or not self._hand(task):
-                if task is not None:
-                    self.requeue(task)
+            if task is None:
                 break
+            self.hand_later(task, now)  # a getter waits: get_nowait schedules, it never takes one
 
     def throttles(self) -> bool:
         """Whether an offer refused now was refused by the admission limit, not by a full queue."""

@@ -5,7 +5,7 @@ in how a task reaches them and how its outcome leaves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from chaosd.pipeline.stages import DEGRADED, Degraded, StageRunner
@@ -24,6 +24,13 @@ class Walk:
 
     stages: tuple[StageRunner, ...]
     bypassed: tuple[StageRunner, ...] = ()
+    # The route's one stage, when it has one and skips none: a worker may then serve it without a walk, while the
+    # stage is simple (that can change at any time: read it per task).
+    lone: StageRunner | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        lone = self.stages[0] if len(self.stages) == 1 and not self.bypassed else None
+        object.__setattr__(self, "lone", lone)
 
     def count_bypassed(self) -> Degraded:
         """A task got through without the skipped stages' results: degraded, like a tool given up on."""

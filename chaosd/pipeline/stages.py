@@ -163,6 +163,7 @@ class StageRunner:
         self.successes = 0
         self._init_breaker(cfg)
         self.simple = True
+        self.plain = False
         self.refresh()
 
     def _init_dependencies(self, dependencies: Mapping[str, str]) -> None:
@@ -234,6 +235,14 @@ class StageRunner:
             and cfg.failure_probability == 0
             and not cfg.pressure.enabled
             and self.kind in ("compute", "tool", "llm")
+            and not (self.removed or self.hang or self.llm_down or self.jitter)
+        )
+        # An attempt is its service drawn (and a memory read's restore) and cut at the timeout, unless the fallback
+        # serves it or the MCP connection is down (the walk checks both per attempt): the walk draws it itself,
+        # without calling attempt.
+        self.plain = (
+            self.handler is None
+            and not self._may_fail
             and not (self.removed or self.hang or self.llm_down or self.jitter)
         )
 
@@ -379,11 +388,7 @@ class StageRunner:
         if self.jitter:
             service += self._rng.uniform(0.0, self.jitter)
         if self.memory is not None:
-            store = self.memory
-            i = int(self._rng.random() * len(store.values))  # an entry at random: one C call, not randrange's two
-            if store.check(i) == "detected":
-                store.restore(i)
-                service += self.cfg.restore_time
+            service += self.memory.read(self._rng.random(), self.cfg.restore_time)
         if self.llm_down and not use_fallback:
             return service, "llm_error"
         p = self.failure_probability() if self._may_fail else 0.0

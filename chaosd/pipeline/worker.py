@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import random
 from collections.abc import Callable
 from typing import Protocol
@@ -24,6 +25,7 @@ __all__ = ["BusyMeter", "Routing", "Walk", "Worker"]
 
 # A worker whose stages never wait (zero service time) still lets others run this often.
 _YIELD_EVERY = 64
+_log = math.log
 
 
 class Routing(Protocol):
@@ -95,6 +97,9 @@ class Worker:
         self._rng = rng
         self.tracer: TaskTracer | None = None
         self._walk = CallbackWalk(clock, agent, agent.id, dispatcher, self._walked)
+        # A lone simple stage is served without the walk (see _burst) only where the walk would not time services
+        # from a schedule of its own: in virtual time, or a real clock that makes up no lateness.
+        self._lone_ok = not clock.catch_up
         self.drop_probability = 0.0  # drop_messages: a dispatch lost on its way to this worker
         self.dropped = 0
         self.current: Task | None = None
@@ -199,9 +204,7 @@ class Worker:
         """Serve ``task`` (taken at ``t``) and, while each ends at once, the tasks waiting after it. True when
         the worker is free again; False when a walk goes on in callbacks."""
         in_flight = self._ledger.in_flight
-        busy = self._busy
         walk = self._walk
-        queue = self._queue
         # Only the checks that depend on the task itself; a caller's attempt is checked in a call only where expired
         # attempts are dropped.
         while (
@@ -215,18 +218,33 @@ class Worker:
             task.attempts += 1
             if not self._holding:
                 # busy.step(t, 1), written out: it saves a Python call per burst.
+                busy = self._busy
                 busy.area += busy.busy * (t - busy.since)
                 busy.since = t
                 busy.busy += 1
                 self._holding = True
             route = self._routing.walk
             tracer = self.tracer if task.trace is not None else None
-            if not walk.start(task, route, t, tracer):
+            stage = route.lone if route is not None and tracer is None and self._lone_ok else None
+            if stage is not None and stage.simple:
+                # walk.start's first simple stage, written out for a route of that stage alone: its timer ends in
+                # _finished, with none of the walk's steps around it.
+                agent = self.agent
+                lambd = stage.exp_rate
+                service = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * agent.slow
+                stage.stats.latency.add(service)
+                if service > 0.0:
+                    assert self._dispatcher is not None  # only a worker with a dispatcher serves
+                    self._dispatcher.assign(task, agent.id, t)
+                    self._timer = self._clock.call_at(self._now() + service, self._finished)
+                    return False
+                walk.outcome, walk.waited = None, False  # ended at once, as the walk's would, unclaimed
+            elif not walk.start(task, route, t, tracer):
                 return False
             self._served += 1
             if not self._settle(task, route, walk.outcome, t, t) or self._served >= _YIELD_EVERY:
                 break
-            nxt = queue.get_nowait(t)
+            nxt = self._queue.get_nowait(t)
             if nxt is None:
                 break
             task = nxt
@@ -235,12 +253,49 @@ class Worker:
 
     def _walked(self) -> None:
         """A walk that set timers ended: settle it, and the worker is free."""
-        t = self._now()
         walk = self._walk
+        route = walk.route
+        if walk.outcome is None and walk.waited and route is not None and not route.bypassed:
+            self._finished()  # the usual end, as a lone stage's: served in full after a timer
+            return
+        t = self._now()
         task = self.current
         assert task is not None  # a walk is of the current task
         self._served += 1
         self._settle(task, walk.route, walk.outcome, walk.begun, t)
+        self._take()  # still counted busy: released there unless a task follows at once
+
+    def _finished(self) -> None:
+        """A task served in full after a timer (a lone simple stage's, or a walk's): _walked and _settle of that
+        usual end, in one call."""
+        self._timer = None
+        t = self._now()
+        task = self.current
+        assert task is not None and self._dispatcher is not None  # serving one, with a dispatcher
+        self.current = None
+        self._served += 1
+        agent = self.agent
+        agent.served += 1
+        if not agent.partitioned:  # cut off: the outcome cannot reach the sink, and the task lease will expire
+            if self._ledger.complete(task, t):  # a first outcome: its time in the system counts
+                self._sojourn.add(t - task.accepted_at)
+            self._dispatcher.ack(task.id, agent.id)
+        if agent.gate_open and self._served < _YIELD_EVERY and self._holding:
+            # _take's first step, written out: the next task waiting, or the wait for one. Still counted busy.
+            queue = self._queue
+            t = self._now()  # read again, as _take does (a real clock has moved on)
+            task = queue.get_nowait(t)
+            busy = self._busy
+            busy.area += busy.busy * (t - busy.since)
+            busy.since = t
+            if task is None:
+                busy.busy -= 1
+                self._holding = False
+                self._waiting = True
+                queue.wait(self._getter)
+                return
+            if not self._burst(task, t):
+                return  # its walk goes on in callbacks
         self._take()  # still counted busy: released there unless a task follows at once
 
     def _release(self, t: float) -> None:

@@ -291,7 +291,10 @@ def test_a_crashing_worker_stops_the_run_with_its_error() -> None:
             def broken(*_: object) -> bool:
                 raise RuntimeError("worker bug")
 
-            experiment.pipeline.workers[0]._settle = broken  # type: ignore[method-assign]  # its first task's end
+            worker = experiment.pipeline.workers[0]
+            # Its first task's end, whichever way it served it: walked, or its lone stage served without the walk.
+            worker._settle = broken  # type: ignore[method-assign]
+            worker._finished = broken  # type: ignore[method-assign]
             await experiment.run(3600.0)
 
         with pytest.raises(ExceptionGroup) as info:
