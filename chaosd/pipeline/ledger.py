@@ -104,18 +104,18 @@ class Ledger:
             counts.rejected += 1
             counts.rejected_by[reason] = counts.rejected_by.get(reason, 0) + 1
 
-    def turn_away(self, task: Task, reason: RefuseReason) -> None:
-        """Offered and refused at once (``offer`` then ``refuse``): one call per task turned away, most of an
-        overloaded pipeline's arrivals."""
+    def turn_away(self, measured: bool, reason: RefuseReason) -> None:
+        """A task offered and refused at once (``offer`` then ``refuse``; ``measured``: of the measured cohort): one
+        call per task turned away, most of an overloaded pipeline's arrivals."""
         total = self.total
         total.offered += 1
         total.rejected += 1
         total.rejected_by[reason] = total.rejected_by.get(reason, 0) + 1
-        if task.measured:
-            measured = self.measured
-            measured.offered += 1
-            measured.rejected += 1
-            measured.rejected_by[reason] = measured.rejected_by.get(reason, 0) + 1
+        if measured:
+            cohort = self.measured
+            cohort.offered += 1
+            cohort.rejected += 1
+            cohort.rejected_by[reason] = cohort.rejected_by.get(reason, 0) + 1
 
     def complete(self, task: Task, now: float, degraded: bool = False) -> bool:
         """A completion; good when within the deadline and not degraded (a stage skipped or given up on).

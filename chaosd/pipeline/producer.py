@@ -243,17 +243,19 @@ class Producer:
             and not agent.partitioned
             and self._admission.factor >= 1.0
         ):
-            task = Task(next(self._ids), t, t >= self._measure_from)
-            queue = self._queue
+            ident, measured, queue = next(self._ids), t >= self._measure_from, self._queue
+            blocked = None
             if queue.idle and queue.dispatching:  # the offer's hand-over to a waiting worker, made below
                 handing = True
-                self._ledger.admit(task)
-                blocked = None
-            elif queue.offer(task, t):
-                self._ledger.admit(task)
-                blocked = None
-            else:
-                blocked = self._not_offered(task)
+                self._ledger.admit(task := Task(ident, t, measured))
+            elif self._block or len(queue.queued) < queue.limit:
+                if queue.offer(task := Task(ident, t, measured), t):
+                    self._ledger.admit(task)
+                else:
+                    blocked = self._not_offered(task)
+            else:  # _not_offered's refusal, with no task made: most arrivals of an overloaded pipeline
+                depth = len(queue.queued)
+                self._ledger.turn_away(measured, "shed" if depth < queue.capacity else self._refusal)
         else:
             blocked = self._emit(t)
         self._streak = 1
@@ -420,7 +422,7 @@ class Producer:
             return None
         else:
             return self._not_offered(task)
-        ledger.turn_away(task, reason)
+        ledger.turn_away(task.measured, reason)
         return None
 
     def _not_offered(self, task: Task) -> Task | None:
@@ -433,7 +435,7 @@ class Producer:
             return task  # accepted: it waits for room
         else:
             reason = self._refusal
-        self._ledger.turn_away(task, reason)
+        self._ledger.turn_away(task.measured, reason)
         return None
 
     def _refusal_of(self, task: Task, t: float) -> RefuseReason | Literal["blocked"] | None:
@@ -461,7 +463,7 @@ class Producer:
             ledger.admit(task)
             callers.accepted(task)
             return task if reason == "blocked" else None
-        ledger.turn_away(task, reason)
+        ledger.turn_away(task.measured, reason)
         callers.refused(task, reason)
         return None
 

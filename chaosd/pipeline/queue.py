@@ -35,6 +35,8 @@ class IngressQueue:
         self.when_full = when_full
         self._clock = clock
         self._items: deque[Task] = deque()
+        # The same deque, for a producer to count the tasks waiting without a call (read it; never change it).
+        self.queued = self._items
         self._getters: deque[Callable[[Task], object]] = deque()  # idle workers, called back with a task
         # The same deque, for a producer to see whether a worker waits without a call (read it; never change it).
         self.idle = self._getters
