@@ -5,6 +5,7 @@ loopback, real worker and orchestrator processes, the real injector."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -102,8 +103,19 @@ def test_sigkill_mid_task_is_redelivered_once_and_the_supervisor_restarts(server
         assert isinstance(rt, RedisRuntime)
         baseline = exp.injector.baseline
         await until(exp, lambda: (b := baseline()) is not None and b.goodput > 40, 15.0, "a busy baseline")
-        await until(exp, lambda: bool(pending_of(client, "worker-0")), 5.0, "worker-0 mid-task")
-        seen["pid"] = rt.pid("worker-0")
+        seen["pid"] = pid = rt.pid("worker-0")
+        assert pid is not None
+
+        def stopped_holding() -> bool:
+            # Stopped first, so what it holds cannot change before the kill (a task it finished between a read of
+            # its pending entries and the kill would not be redelivered); let go again when it held nothing.
+            os.kill(pid, signal.SIGSTOP)
+            if pending_of(client, "worker-0"):
+                return True
+            os.kill(pid, signal.SIGCONT)
+            return False
+
+        await until(exp, stopped_holding, 5.0, "worker-0 mid-task")
         held = pending_of(client, "worker-0")
         seen["held"] = [client.xrange("chaosd:tasks", e, e)[0][1]["i"] for e in held]
         record = exp.injector.inject("kill_agent", "worker-0", {}, 3.0)
