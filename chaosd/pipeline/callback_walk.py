@@ -284,21 +284,8 @@ class CallbackWalk:
         clock = self._clock
         begun = clock.now()
         use_fallback = stage.has_fallback and begun < stage.open_until  # starts_on_fallback(), written out
-        reason: FailReason | None
-        if stage.plain and not use_fallback and (stage.mcp is None or stage.mcp.connected):
-            # attempt() of a stage that only its timeout can fail, written out: once per stage call.
-            lambd = stage.exp_rate
-            delay = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self._slow
-            memory = stage.memory
-            if memory is not None:
-                delay += memory.read(stage.draw(), stage.cfg.restore_time)
-            timeout = stage.cfg.timeout
-            if timeout > 0.0 and delay > timeout:
-                delay, reason = timeout, "timeout"
-            else:
-                reason = None
-        else:
-            delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
+        # The usual attempt of a plain stage is drawn by _walk_on itself; this is the general path.
+        delay, reason = stage.attempt(self._slow, stage.cfg.timeout, use_fallback)
         if delay > 0.0:
             self._timer = clock.call_at(begun + delay, self._attempted, reason, begun, use_fallback)
             return PENDING

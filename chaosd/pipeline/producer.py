@@ -248,13 +248,12 @@ class Producer:
             if queue.idle and queue.dispatching:  # the offer's hand-over to a waiting worker, made below
                 handing = True
                 self._ledger.admit(task := Task(ident, t, measured))
-            elif self._block or len(queue.queued) < queue.limit:
+            elif self._block or (depth := len(queue.queued)) < queue.limit:
                 if queue.offer(task := Task(ident, t, measured), t):
                     self._ledger.admit(task)
                 else:
                     blocked = self._not_offered(task)
             else:  # _not_offered's refusal, with no task made: most arrivals of an overloaded pipeline
-                depth = len(queue.queued)
                 self._ledger.turn_away(measured, "shed" if depth < queue.capacity else self._refusal)
         else:
             blocked = self._emit(t)

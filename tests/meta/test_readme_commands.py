@@ -248,15 +248,7 @@ def test_every_command_of_the_tour_runs_as_written_against_the_default_daemon(tm
 
 def _exported(command: str, cwd: Path, env: dict[str, str]) -> dict[str, str]:
     """The environment after ``command`` (an ``export``) ran in a shell with ``env``."""
-    done = subprocess.run(
-        ["bash", "-o", "pipefail", "-c", f"{command}\nenv -0"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _run_as_written(f"{command}\nenv -0", cwd, env)
     assert done.returncode == 0, (command, done.stderr)
     return dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
 
