@@ -6,7 +6,7 @@ import array
 import bisect
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 
 import numpy as np
@@ -36,6 +36,7 @@ class LogHistogram:
         "_counts",
         "_cum",
         "_cum_count",
+        "_cuts",
         "_edges",
         "_edges_array",
         "_pending",
@@ -61,6 +62,7 @@ class LogHistogram:
         self._sum = 0.0
         self._pending = array.array("d")
         self.add: Callable[[float], None] = self._pending.append
+        self._cuts: list[array.array[float]] = []  # the samples :meth:`cut` handed out, to be binned here too
         self._shot: npt.NDArray[np.int64] | None = None  # the last snapshot, and the count it was taken at
         self._shot_count = -1
         self._cum: npt.NDArray[np.int64] | None = None  # the same for the cumulative counts
@@ -99,8 +101,28 @@ class LogHistogram:
         self._flush()
         return list(itertools.accumulate(self._pinned[:-1]))
 
+    def cut(self) -> array.array[float]:
+        """The samples added since the last cut, as an array of their own that nobody changes: a reader keeps a
+        window of them and bins them only if it is asked for that window (:func:`window_cumulative`). They are
+        binned here as well, with the samples after them, at the next read or drain."""
+        chunk = self._pending
+        self._pending = array.array("d")
+        self.add = self._pending.append
+        self._cuts.append(chunk)
+        return chunk
+
     def _flush(self) -> None:
         pending = self._pending
+        if self._cuts:
+            # One batch of the cut samples and those after them, in the order they came (the same sum, the same
+            # bins); the cut arrays themselves stay as their readers hold them.
+            cuts = self._cuts
+            cuts.append(pending)
+            pending = array.array("d")
+            for chunk in cuts:
+                pending.extend(chunk)
+            cuts.clear()
+            del self._pending[:]
         if not pending:
             return
         self._count += len(pending)
@@ -112,28 +134,33 @@ class LogHistogram:
                 edges, pinned = self._edges, self._pinned
                 for v in pending:
                     pinned[bisect.bisect_left(edges, v)] += 1
-            for v in pending:
-                if v <= _LOW:
-                    counts_[0] += 1
-                else:
-                    i = math.ceil((math.log(v) - _LOG_LOW) * _INV_LOG)
-                    counts_[i if i < top else top] += 1
+            _count_each(pending, counts_, top)
             del pending[:]
             return
-        # np.maximum makes a new array, so the view on the buffer is gone before the buffer is emptied; the
-        # arithmetic after it runs in place in that array (the same operations, without an array made for each).
+        # np.maximum makes a new array, so the view on the buffer is gone before the buffer is emptied.
         x = np.maximum(np.frombuffer(pending, dtype=np.float64), _LOW)  # at or below LOW: bucket 0
         if self._edges:  # the pinned edges are above LOW: clipping there moves no sample across one
             pinned_view = np.frombuffer(self._pinned, dtype=np.int64)
             pinned_view += np.bincount(self._edges_array.searchsorted(x, side="left"), minlength=len(pinned_view))
-        np.log(x, out=x)
-        x -= _LOG_LOW
-        x *= _INV_LOG
-        np.ceil(x, out=x)
-        np.minimum(x, self._top, out=x)
         view = self._view
-        view += np.bincount(x.astype(np.intp), minlength=len(view))
+        view += np.bincount(_indices(x, self._top), minlength=len(view))
         del pending[:]
+
+    def window(self, chunks: Iterable[array.array[float]]) -> npt.NDArray[np.int64] | None:
+        """The cumulative bucket counts of the samples in ``chunks`` (arrays :meth:`cut` handed out), binned as
+        :meth:`_flush` bins them; None when there are none."""
+        samples = array.array("d")
+        for chunk in chunks:
+            samples.extend(chunk)
+        if not samples:
+            return None
+        top = self._top
+        if len(samples) <= _SMALL:
+            counts = array.array("q", bytes(8 * (top + 1)))
+            _count_each(samples, counts, top)
+            return np.frombuffer(counts, dtype=np.int64).cumsum()
+        x = np.maximum(np.frombuffer(samples, dtype=np.float64), _LOW)
+        return np.bincount(_indices(x, top), minlength=top + 1).cumsum()
 
     def drain(self) -> None:
         """Bin the samples added since the last read. Telemetry drains the histograms a pipeline fills and reads
@@ -143,7 +170,7 @@ class LogHistogram:
     @property
     def unbinned(self) -> int:
         """Samples added and not yet binned."""
-        return len(self._pending)
+        return len(self._pending) + sum(map(len, self._cuts))
 
     @property
     def counts(self) -> array.array[int]:
@@ -191,6 +218,26 @@ class LogHistogram:
             cum.flags.writeable = False
             self._cum, self._cum_count = cum, self._count
         return self._cum
+
+
+def _count_each(samples: array.array[float], counts: array.array[int], top: int) -> None:
+    """Bin a few samples one by one (numpy's per-call cost would outweigh the work), as :func:`_indices` would."""
+    for v in samples:
+        if v <= _LOW:
+            counts[0] += 1
+        else:
+            i = math.ceil((math.log(v) - _LOG_LOW) * _INV_LOG)
+            counts[i if i < top else top] += 1
+
+
+def _indices(x: npt.NDArray[np.float64], top: int) -> npt.NDArray[np.intp]:
+    """The bucket of each sample of ``x`` (clipped at LOW already), worked out in place in ``x``."""
+    np.log(x, out=x)
+    x -= _LOG_LOW
+    x *= _INV_LOG
+    np.ceil(x, out=x)
+    np.minimum(x, top, out=x)
+    return x.astype(np.intp)
 
 
 @cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chaosd.config.settings import TelemetryConfig
-from chaosd.core.histogram import cumulative_percentiles
+from chaosd.core.histogram import LogHistogram, cumulative_percentiles
 from chaosd.pipeline import Pipeline
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import RefuseReason
@@ -43,8 +44,7 @@ class _Reading:
     busy_area: float
     depth: int
     head_age: float
-    wait: npt.NDArray[np.int64]  # cumulative bucket counts (LogHistogram.cumulative): a window is one subtraction
-    sojourn: npt.NDArray[np.int64]
+    sojourn: npt.NDArray[np.int64]  # cumulative bucket counts (LogHistogram.cumulative): a window is one subtraction
     retried: int
     abandoned: int
     wasted: int
@@ -53,17 +53,18 @@ class _Reading:
 class _TickSnapshot(Snapshot):
     """A tick's snapshot whose wait percentiles are worked out when first read: the collapse detector, the throttle
     and the injector never read them (the status, the metrics and the live views do), and working them out is a
-    good part of a tick's cost. Until then their slots are empty and ``_wait`` holds the window's two readings."""
+    good part of a tick's cost. Until then their slots are empty and ``_wait`` holds the wait histogram and the
+    window's samples, as it cut them tick by tick: binned only if somebody asks."""
 
     __slots__ = ("_wait",)
-    _wait: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+    _wait: tuple[LogHistogram, tuple[array.array[float], ...]]
 
     def __getattr__(self, name: str) -> float:  # only for an attribute not found: one of those empty slots
         if name not in _WAIT_FIELDS:
             raise AttributeError(name)
-        new, old = self._wait
-        # The same reading at both ends: no sample in the window, and the percentiles of nothing are 0.
-        wait = _NOTHING if new is old else cumulative_percentiles(new - old, _QS)
+        histogram, chunks = self._wait
+        cum = histogram.window(chunks)
+        wait = _NOTHING if cum is None else cumulative_percentiles(cum, _QS)  # the percentiles of nothing are 0
         self.wait_p50, self.wait_p95, self.wait_p99 = wait
         return float(getattr(self, name))
 
@@ -83,6 +84,10 @@ class Telemetry:
         # The slope's points kept as they come, so a tick reads them without walking the readings.
         self._ts: deque[float] = deque(maxlen=self.slope_ticks + 1)
         self._depths: deque[int] = deque(maxlen=self.slope_ticks + 1)
+        # The waits each tick of the window cut (LogHistogram.cut): most windows' wait percentiles are never read,
+        # so they are not binned per tick. The samples before the first reading are in no window.
+        self._waits: deque[array.array[float]] = deque(maxlen=self.window_ticks)
+        pipeline.wait.cut()
         self.latest: Snapshot | None = None
         self._listeners: list[Callable[[Snapshot], None]] = []
         self._keep(self._read())
@@ -112,7 +117,6 @@ class Telemetry:
             busy_area=p.busy.area_at(now),
             depth=p.queue.depth,
             head_age=p.queue.head_age(now),
-            wait=p.wait.cumulative(),
             sojourn=p.sojourn.cumulative(),
             retried=total.retried,
             abandoned=total.abandoned,
@@ -124,11 +128,15 @@ class Telemetry:
         if self._ticks % self._drain_every == 0:
             for stage in self.pipeline.stages.values():
                 stage.stats.latency.drain()
+            self.pipeline.wait.drain()  # its cut samples, binned in one batch
 
     def tick(self, lateness: float = 0.0, cpu_wait: float = 0.0) -> Snapshot:
         """The snapshot of now; ``lateness`` is how late the tick's timer fired (clock seconds), ``cpu_wait`` how
         long the loop's thread waited for a CPU since the previous tick (seconds)."""
         new = self._read()
+        waits = self._waits
+        wait = self.pipeline.wait
+        waits.append(wait.cut())
         self._drain_stages()
         self._keep(new)
         old = self._ring[0]  # the ring holds the window's ticks and one more: its oldest is the window's start
@@ -177,7 +185,7 @@ class Telemetry:
             waste_rate=(new.wasted - old.wasted) / dt,
         )
         del snap.wait_p50, snap.wait_p95, snap.wait_p99
-        snap._wait = (new.wait, old.wait)
+        snap._wait = (wait, tuple(waits))
         self.latest = snap
         for listener in self._listeners:
             listener(snap)

@@ -1,5 +1,6 @@
 """A stage's latency histogram, filled every task and read by nobody until the run ends, holds a few seconds of
-unbinned samples at most: telemetry drains it. Held until a reader came, the samples grew for the daemon's life."""
+unbinned samples at most: telemetry drains it. Held until a reader came, the samples grew for the daemon's life. The
+same holds for the wait histogram, whose samples each tick cuts for its window and bins only when asked."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ TICKS = 300  # 30 s: three drains
 
 
 def _most_unbinned() -> tuple[int, int]:
-    """The most samples any stage histogram held unbinned at a tick, and the ticks seen, over TICKS ticks."""
+    """The most samples any stage histogram, or the wait histogram, held unbinned at a tick, and the ticks seen, over
+    TICKS ticks."""
     settings = load_settings(None, {"seed": 3, "load": {"rate": RATE}})
     tick = settings.telemetry.tick
     loop = new_event_loop(virtual=True)
@@ -27,7 +29,8 @@ def _most_unbinned() -> tuple[int, int]:
     seen: list[int] = []
 
     def held(snap: Snapshot) -> None:
-        seen.append(max(s.stats.latency.unbinned for s in exp.pipeline.stages.values()))
+        histograms = [s.stats.latency for s in exp.pipeline.stages.values()] + [exp.pipeline.wait]
+        seen.append(max(h.unbinned for h in histograms))
 
     exp.telemetry.listen(held)
     try:
