@@ -51,6 +51,7 @@ class CallbackWalk:
         "_handle",
         "_i",
         "_pending",
+        "_served_in_full",
         "_slow",
         "_stage_begun",
         "_stages",
@@ -74,8 +75,12 @@ class CallbackWalk:
         done: Callable[[], object],
         *,
         coalesce: bool = False,
+        served_in_full: Callable[[], object] | None = None,
     ) -> None:
         self._clock = clock
+        # ``served_in_full``: called instead of ``done`` for the usual end (every stage served, none failed or
+        # skipped, the last one after a timer, on a route that bypasses nothing): its owner's shorter way to it.
+        self._served_in_full = served_in_full
         # ``coalesce``: a run of simple stages is served with one timer (a worker process's every wake-up is a
         # scheduling delay); a sampled task's stages keep a timer each, for their spans.
         self._coalesce = coalesce
@@ -206,10 +211,19 @@ class CallbackWalk:
             timed = True
             self._timer = None
             if begun != _SERVICE:
-                stages[i - 1].succeeded(clock.now() - begun, False)  # _attempted of the usual attempt
+                stage = stages[i - 1]  # _attempted of the usual attempt
+                if stage.clean:  # succeeded(), written out: once per stage call
+                    stage.stats.latency.add(clock.now() - begun)
+                    stage.successes += 1
+                else:
+                    stage.succeeded(clock.now() - begun, False)
             elif i == n:
                 self.waited = True  # the last stage's service: it set a timer, so it claimed its task
-                self._done()
+                served = self._served_in_full
+                if served is not None and self.outcome is None and not self.route.bypassed:  # type: ignore[union-attr]
+                    served()
+                else:
+                    self._done()
                 return True
         while i < n:
             stage = stages[i]

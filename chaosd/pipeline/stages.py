@@ -182,6 +182,9 @@ class StageRunner:
         orchestrator routes around an open tool, an open llm goes straight to its fallback — then lets a trial
         through (half-open)."""
         self._fail_streak = 0
+        # No failed attempt since the breaker last closed (nothing for a success to reset): a walk books its usual
+        # success itself while this holds, without calling :meth:`succeeded`.
+        self.clean = True
         self.open_until = float("-inf")
         self.trips = 0  # times the breaker opened
         self._open_for = cfg.breaker_reset  # doubles while trials keep failing, up to 16 ×
@@ -268,6 +271,7 @@ class StageRunner:
 
     def _close(self) -> None:
         self._fail_streak = 0
+        self.clean = True
         self._open_for = self.cfg.breaker_reset
         if self._tripped:
             self._tripped = False
@@ -275,6 +279,7 @@ class StageRunner:
 
     def _failed_attempt(self) -> None:
         self._fail_streak += 1
+        self.clean = False
         threshold = self.cfg.breaker_threshold
         if threshold and self._fail_streak >= threshold and not self.is_open(self._now()):
             self._open(self._now())
@@ -287,6 +292,7 @@ class StageRunner:
         self.trips += 1
         self._fail_streak = 0
         self._tripped = True
+        self.clean = False
         self.stats.breaker_opened += 1
 
     def healthy(self) -> bool:
@@ -367,7 +373,7 @@ class StageRunner:
         self.successes += 1
         if use_fallback:
             self.fallback_served += 1
-        elif self._fail_streak or self._tripped:  # else closed already, its backoff at the reset
+        elif not self.clean:  # else closed already, its backoff at the reset
             self._close()
 
     def attempt(self, slow: float, timeout: float, use_fallback: bool) -> tuple[float, FailReason | None]:

@@ -96,7 +96,7 @@ class Worker:
         self._sojourn = sojourn
         self._rng = rng
         self.tracer: TaskTracer | None = None
-        self._walk = CallbackWalk(clock, agent, agent.id, dispatcher, self._walked)
+        self._walk = CallbackWalk(clock, agent, agent.id, dispatcher, self._walked, served_in_full=self._finished)
         # A lone simple stage is served without the walk (see _burst) only where the walk would not time services
         # from a schedule of its own: in virtual time, or a real clock that makes up no lateness.
         self._lone_ok = not clock.catch_up
