@@ -246,7 +246,9 @@ class CallbackWalk:
                 delay = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * self._slow
                 memory = stage.memory
                 if memory is not None:
-                    delay += memory.read(stage.draw(), stage.cfg.restore_time)
+                    u = stage.draw()  # drawn whatever it reads: the stream stays the same
+                    if memory.corrupted:  # else every entry reads clean, at no cost
+                        delay += memory.read(u, stage.cfg.restore_time)
                 timeout = stage.cfg.timeout
                 if delay > 0.0 and not (timeout > 0.0 and delay > timeout):
                     if self._unsent:
