@@ -139,7 +139,8 @@ class CallbackWalk:
                     self._unsent = False
                     if self._claims is not None:
                         self._claims.assign(task, self._worker, t)
-                    self._timer = self._clock.call_at(self._clock.now() + service, self._walk_on, 1, _SERVICE)
+                    after = self._walk_on if len(stages) > 1 else self._last
+                    self._timer = self._clock.call_at(self._clock.now() + service, after, 1, _SERVICE)
                     return False
                 return self._walk_on(1)
         return self._walk_on(0) if fast else self._step(0)
@@ -200,15 +201,13 @@ class CallbackWalk:
     def _walk_on(self, i: int, begun: float | None = None) -> bool:
         """:meth:`_step` of an untraced walk with no schedule of its own and nothing coalesced (``_fast``, as in
         virtual time): the same stages, draws and timers, without the checks for what such a walk never has.
-
         Also its timers' callback: ``begun`` is when the first attempt of stage ``i - 1`` that served the task began
-        (:data:`_SERVICE` for a simple stage's service), and ``done`` hears of the walk's end from here."""
+        (:data:`_SERVICE` for a simple stage's service, the last one's going to :meth:`_last`)."""
         stages = self._stages
         n = len(stages)
         clock = self._clock
-        timed = False
+        timed = begun is not None
         if begun is not None:
-            timed = True
             self._timer = None
             if begun != _SERVICE:
                 stage = stages[i - 1]  # _attempted of the usual attempt
@@ -217,14 +216,6 @@ class CallbackWalk:
                     stage.successes += 1
                 else:
                     stage.succeeded(clock.now() - begun, False)
-            elif i == n:
-                self.waited = True  # the last stage's service: it set a timer, so it claimed its task
-                served = self._served_in_full
-                if served is not None and self.outcome is None and not self.route.bypassed:  # type: ignore[union-attr]
-                    served()
-                else:
-                    self._done()
-                return True
         while i < n:
             stage = stages[i]
             i += 1
@@ -235,7 +226,8 @@ class CallbackWalk:
                 if service > 0.0:
                     if self._unsent:
                         self._claim()
-                    self._timer = clock.call_at(clock.now() + service, self._walk_on, i, _SERVICE)
+                    after = self._last if i == n else self._walk_on  # the last stage's timer ends the walk
+                    self._timer = clock.call_at(clock.now() + service, after, i, _SERVICE)
                     return False
                 continue
             begun = clock.now()
@@ -266,6 +258,17 @@ class CallbackWalk:
         if timed:
             self._done()
         return True
+
+    def _last(self, i: int, begun: float) -> None:
+        """A fast walk's timer for its last stage, a simple one, fired (called as :meth:`_walk_on` would be): the walk
+        served its task in full."""
+        self._timer = None
+        self.waited = True  # it set a timer, so it claimed its task
+        served = self._served_in_full
+        if served is not None and self.outcome is None and not self.route.bypassed:  # type: ignore[union-attr]
+            served()
+        else:
+            self._done()
 
     def _first_drawn(
         self, stage: StageRunner, i: int, begun: float, delay: float
