@@ -32,7 +32,9 @@ def _start(root: Path, tmp: Path, max_connections: int) -> tuple[subprocess.Pope
         "CHAOSD_DAEMON__REPORT": str(tmp / "report.json"),
         "CHAOSD_LOAD__RATE": "100",
     }
-    if "max_connections" in (root / "chaosd" / "config.py").read_text():  # older releases have no such setting
+    # Older releases have no such setting (their settings lived in chaosd/config.py).
+    sources = [root / "chaosd" / "config" / "settings.py", root / "chaosd" / "config.py"]
+    if any(path.is_file() and "max_connections" in path.read_text() for path in sources):
         env["CHAOSD_API__MAX_CONNECTIONS"] = str(max_connections)
     proc = subprocess.Popen(
         [sys.executable, "-m", "chaosd"], cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
