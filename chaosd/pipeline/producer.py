@@ -226,8 +226,7 @@ class Producer:
         self._schedule()
 
     def _arrive(self) -> None:
-        """The arrival timer of a producer of single arrivals fired: _emit_due's first pass, with _emit's usual case
-        (nothing traced, no callers, no throttle, not cut off) written out, in one callback."""
+        """A single arrival's timer fired: _emit_due's first pass, _emit's usual case written out (nothing traced)."""
         if self._left is not None:  # the rest of a burst that waited for room: the general pass
             self._emit_due()
             return
@@ -235,19 +234,19 @@ class Producer:
         t = self._clock.now()
         agent = self.agent
         agent.served += 1
-        callers = self._callers
+        callers = c if (c := self._callers) is not None and c.on else None
         handing = False  # accepted for a waiting worker, handed over once the rest of this callback is done
-        if (
-            self.tracer is None
-            and (callers is None or not callers.on)
-            and not agent.partitioned
-            and self._admission.factor >= 1.0
-        ):
-            ident, measured, queue = next(self._ids), t >= self._measure_from, self._queue
-            blocked = None
+        if self.tracer is None and not agent.partitioned and self._admission.factor >= 1.0:
+            ident, measured, queue, blocked = next(self._ids), t >= self._measure_from, self._queue, None
             if queue.idle and queue.dispatching:  # the offer's hand-over to a waiting worker, made below
                 handing = True
-                self._ledger.admit(task := Task(ident, t, measured))
+                task = Task(ident, t, measured)
+                if callers is None:
+                    self._ledger.admit(task)
+                else:
+                    self._admit_called(task, callers)
+            elif callers is not None:
+                blocked = self._emit_called(Task(ident, t, measured), t, callers)
             elif self._block or (depth := len(queue.queued)) < queue.limit:
                 if queue.offer(task := Task(ident, t, measured), t):
                     self._ledger.admit(task)
@@ -284,6 +283,12 @@ class Producer:
         if handing:
             self._queue.hand_later(task, t)
         self._schedule()
+
+    def _admit_called(self, task: Task, callers: Callers) -> None:
+        """_emit_called's books of a first attempt the queue takes."""
+        callers.arrived(task, self)
+        self._ledger.admit(task)
+        callers.accepted(task)
 
     def _wait_for_room(self, task: Task) -> None:
         queue = self._queue
