@@ -19,6 +19,7 @@ from chaosd.views import RefuseReason
 __all__ = ["SHED", "Telemetry"]
 
 _QS = (0.5, 0.95, 0.99)
+_P95 = (0.95,)
 # Refusals that mean "more offered than served": over the admission limit or a full queue (not aimd's factor,
 # which refuses by choice, nor a partition).
 SHED: tuple[RefuseReason, ...] = ("shed", "queue_full", "dropped")
@@ -28,6 +29,8 @@ _TWO_ZEROS = (0, 0)
 _NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 _ZEROS = (0, 0, 0)
 _WAIT_FIELDS = frozenset({"wait_p50", "wait_p95", "wait_p99"})
+_SOJOURN_FIELDS = frozenset({"sojourn_p50", "sojourn_p99"})
+_TAILS = (0.5, 0.99)
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's constructor sets each field through a call, every tick
@@ -51,15 +54,21 @@ class _Reading:
 
 
 class _TickSnapshot(Snapshot):
-    """A tick's snapshot whose wait percentiles are worked out when first read: the collapse detector, the throttle
-    and the injector never read them (the status, the metrics and the live views do), and working them out is a
-    good part of a tick's cost. Until then their slots are empty and ``_wait`` holds the wait histogram and the
-    window's samples, as it cut them tick by tick: binned only if somebody asks."""
+    """A tick's snapshot whose wait percentiles, and sojourn p50 and p99, are worked out when first read: the
+    collapse detector, the throttle and the injector read the sojourn p95 alone (the status, the metrics and the live
+    views read the rest), and working them out is a good part of a tick's cost. Until then their slots are empty;
+    ``_wait`` holds the wait histogram and the window's samples, as it cut them tick by tick (binned only if somebody
+    asks), and ``_sojourn`` the window's cumulative sojourn counts (None: no sample in the window)."""
 
-    __slots__ = ("_wait",)
+    __slots__ = ("_sojourn", "_wait")
     _wait: tuple[LogHistogram, tuple[array.array[float], ...]]
+    _sojourn: npt.NDArray[np.int64] | None
 
     def __getattr__(self, name: str) -> float:  # only for an attribute not found: one of those empty slots
+        if name in _SOJOURN_FIELDS:
+            cum = self._sojourn
+            self.sojourn_p50, self.sojourn_p99 = (0.0, 0.0) if cum is None else cumulative_percentiles(cum, _TAILS)
+            return float(getattr(self, name))
         if name not in _WAIT_FIELDS:
             raise AttributeError(name)
         histogram, chunks = self._wait
@@ -148,7 +157,8 @@ class Telemetry:
         mean_service = self._mean_service(ended, busy)
         able = sum(1 for w in pool if w.agent.gate_open)
         # The same reading at both ends: no sample in the window, and the percentiles of nothing are 0.
-        sojourn = _NOTHING if new.sojourn is old.sojourn else cumulative_percentiles(new.sojourn - old.sojourn, _QS)
+        window = None if new.sojourn is old.sojourn else new.sojourn - old.sojourn
+        sojourn_p95 = 0.0 if window is None else cumulative_percentiles(window, _P95)[0]
         capacity = self.pipeline.queue.capacity
         snap = _TickSnapshot(
             t=new.t,
@@ -168,9 +178,9 @@ class Telemetry:
             wait_p50=0.0,  # emptied below, worked out when read
             wait_p95=0.0,
             wait_p99=0.0,
-            sojourn_p50=sojourn[0],
-            sojourn_p95=sojourn[1],
-            sojourn_p99=sojourn[2],
+            sojourn_p50=0.0,  # emptied below, worked out when read
+            sojourn_p95=sojourn_p95,
+            sojourn_p99=0.0,
             head_age=new.head_age,
             mean_service=mean_service,
             capacity_rate=able / mean_service if mean_service > 0 else 0.0,  # 0: nothing to measure it by
@@ -184,8 +194,9 @@ class Telemetry:
             abandon_rate=(new.abandoned - old.abandoned) / dt,
             waste_rate=(new.wasted - old.wasted) / dt,
         )
-        del snap.wait_p50, snap.wait_p95, snap.wait_p99
+        del snap.wait_p50, snap.wait_p95, snap.wait_p99, snap.sojourn_p50, snap.sojourn_p99
         snap._wait = (wait, tuple(waits))
+        snap._sojourn = window
         self.latest = snap
         for listener in self._listeners:
             listener(snap)

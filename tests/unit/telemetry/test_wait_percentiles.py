@@ -1,5 +1,5 @@
-"""A tick's wait percentiles are those of its own window, whenever they are read: worked out on the first read, they
-must not take the pipeline's state at that later moment."""
+"""A tick's wait percentiles, and its sojourn p50 and p99, are those of its own window whenever they are read: worked
+out on the first read, they must not take the pipeline's state at that later moment."""
 
 from __future__ import annotations
 
@@ -30,10 +30,12 @@ def test_each_snapshot_keeps_the_wait_percentiles_of_its_own_window() -> None:
     window = exp.telemetry.window_ticks
     wait = exp.pipeline.wait
     counts = [wait.snapshot()]  # the wait histogram at each tick, read beside the telemetry
+    sojourns = [exp.pipeline.sojourn.snapshot()]  # and the sojourn histogram
     kept: list[Snapshot] = []
 
     def tick(snap: Snapshot) -> None:
         counts.append(wait.snapshot())
+        sojourns.append(exp.pipeline.sojourn.snapshot())
         kept.append(snap)
 
     exp.telemetry.listen(tick)
@@ -46,8 +48,13 @@ def test_each_snapshot_keeps_the_wait_percentiles_of_its_own_window() -> None:
         window_counts = counts[k] - counts[max(0, k - window)]
         expected = percentiles(window_counts, QS) if window_counts.any() else (0.0, 0.0, 0.0)
         assert (snap.wait_p50, snap.wait_p95, snap.wait_p99) == expected, k
+        # The sojourn's p95 is worked out at the tick, its p50 and p99 when first read: all of the same window.
+        window_sojourns = sojourns[k] - sojourns[max(0, k - window)]
+        expected = percentiles(window_sojourns, QS) if window_sojourns.any() else (0.0, 0.0, 0.0)
+        assert (snap.sojourn_p50, snap.sojourn_p95, snap.sojourn_p99) == expected, k
     # Control: the windows differ, so a value taken from another window (or from now) would have been caught.
     assert len({snap.wait_p95 for snap in kept}) > 50
+    assert len({snap.sojourn_p99 for snap in kept}) > 50
     assert max(snap.wait_p95 for snap in kept) > 0
 
 
@@ -64,4 +71,5 @@ def test_a_snapshots_view_lists_its_wait_percentiles_in_field_order() -> None:
     view = snap.as_dict()
     assert list(view)[:-1] == [f.name for f in dataclasses.fields(Snapshot)]
     assert view["wait_p95"] == snap.wait_p95 > 0
+    assert view["sojourn_p99"] == snap.sojourn_p99 > view["sojourn_p50"] > 0
     assert dataclasses.replace(snap, lateness=1.0).wait_p99 == snap.wait_p99
