@@ -137,13 +137,14 @@ class LogHistogram:
             _count_each(pending, counts_, top)
             del pending[:]
             return
-        # np.maximum makes a new array, so the view on the buffer is gone before the buffer is emptied.
-        x = np.maximum(np.frombuffer(pending, dtype=np.float64), _LOW)  # at or below LOW: bucket 0
-        if self._edges:  # the pinned edges are above LOW: clipping there moves no sample across one
+        x = np.frombuffer(pending, dtype=np.float64)
+        if self._edges:
             pinned_view = np.frombuffer(self._pinned, dtype=np.int64)
             pinned_view += np.bincount(self._edges_array.searchsorted(x, side="left"), minlength=len(pinned_view))
+        indices = _indices(x, self._top)
+        del x  # the view on the buffer goes before the buffer is emptied
         view = self._view
-        view += np.bincount(_indices(x, self._top), minlength=len(view))
+        view += np.bincount(indices, minlength=len(view))
         del pending[:]
 
     def window(self, chunks: Iterable[array.array[float]]) -> npt.NDArray[np.int64] | None:
@@ -159,8 +160,7 @@ class LogHistogram:
             counts = array.array("q", bytes(8 * (top + 1)))
             _count_each(samples, counts, top)
             return np.frombuffer(counts, dtype=np.int64).cumsum()
-        x = np.maximum(np.frombuffer(samples, dtype=np.float64), _LOW)
-        return np.bincount(_indices(x, top), minlength=top + 1).cumsum()
+        return np.bincount(_indices(np.frombuffer(samples, dtype=np.float64), top), minlength=top + 1).cumsum()
 
     def drain(self) -> None:
         """Bin the samples added since the last read. Telemetry drains the histograms a pipeline fills and reads
@@ -221,23 +221,16 @@ class LogHistogram:
 
 
 def _count_each(samples: array.array[float], counts: array.array[int], top: int) -> None:
-    """Bin a few samples one by one (numpy's per-call cost would outweigh the work), as :func:`_indices` would."""
+    """Bin a few samples one by one (numpy's per-call cost would outweigh the work), as :func:`_indices` does."""
+    edges = _upper_floats(top)
     for v in samples:
-        if v <= _LOW:
-            counts[0] += 1
-        else:
-            i = math.ceil((math.log(v) - _LOG_LOW) * _INV_LOG)
-            counts[i if i < top else top] += 1
+        counts[bisect.bisect_left(edges, v)] += 1
 
 
 def _indices(x: npt.NDArray[np.float64], top: int) -> npt.NDArray[np.intp]:
-    """The bucket of each sample of ``x`` (clipped at LOW already), worked out in place in ``x``."""
-    np.log(x, out=x)
-    x -= _LOG_LOW
-    x *= _INV_LOG
-    np.ceil(x, out=x)
-    np.minimum(x, top, out=x)
-    return x.astype(np.intp)
+    """The bucket of each sample of ``x``: how many bucket edges lie below it (one search in C, where working out
+    ``ceil(log(v / LOW) / log(f))`` took six numpy calls); above the last edge, the top bucket."""
+    return _upper_bounds(top).searchsorted(x, side="left")
 
 
 @cache
