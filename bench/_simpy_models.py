@@ -73,6 +73,7 @@ _LOW, _FACTOR = 1e-6, 1.05
 _LOG_LOW, _INV_LOG = math.log(_LOW), 1.0 / math.log(_FACTOR)
 _BUCKETS = math.ceil((math.log(1e5) - _LOG_LOW) * _INV_LOG) + 2
 _UPPER = _LOW * _FACTOR ** np.arange(_BUCKETS, dtype=np.float64)
+_EDGES = _UPPER[:-1]  # a sample above every edge is in the top bucket
 
 
 class Histogram:
@@ -87,9 +88,10 @@ class Histogram:
     def snapshot(self) -> np.ndarray[Any, np.dtype[np.int64]]:
         pending = self.pending
         if pending:
-            x = np.maximum(np.frombuffer(pending, dtype=np.float64), _LOW)
+            x = np.frombuffer(pending, dtype=np.float64)
             self.total += float(x.sum())
-            index = np.minimum(np.ceil((np.log(x) - _LOG_LOW) * _INV_LOG), _BUCKETS - 1).astype(np.intp)
+            index = _EDGES.searchsorted(x, side="left")  # the bucket edges below each sample, as chaosd bins them
+            del x  # the view on the buffer goes before the buffer is emptied
             self.counts += np.bincount(index, minlength=_BUCKETS)
             del pending[:]
         return self.counts.copy()
