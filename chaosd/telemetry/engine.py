@@ -64,6 +64,15 @@ class _TickSnapshot(Snapshot):
     _wait: tuple[LogHistogram, tuple[array.array[float], ...]]
     _sojourn: npt.NDArray[np.int64] | None
 
+    def defer(
+        self, wait: LogHistogram, chunks: tuple[array.array[float], ...], sojourn: npt.NDArray[np.int64] | None
+    ) -> None:
+        """Empty the deferred slots, and keep what works them out: the wait histogram and its window's cut samples,
+        the sojourn's window of cumulative counts."""
+        del self.wait_p50, self.wait_p95, self.wait_p99, self.sojourn_p50, self.sojourn_p99
+        self._wait = (wait, chunks)
+        self._sojourn = sojourn
+
     def __getattr__(self, name: str) -> float:  # only for an attribute not found: one of those empty slots
         if name in _SOJOURN_FIELDS:
             cum = self._sojourn
@@ -143,9 +152,7 @@ class Telemetry:
         """The snapshot of now; ``lateness`` is how late the tick's timer fired (clock seconds), ``cpu_wait`` how
         long the loop's thread waited for a CPU since the previous tick (seconds)."""
         new = self._read()
-        waits = self._waits
-        wait = self.pipeline.wait
-        waits.append(wait.cut())
+        self._waits.append(self.pipeline.wait.cut())
         self._drain_stages()
         self._keep(new)
         old = self._ring[0]  # the ring holds the window's ticks and one more: its oldest is the window's start
@@ -156,8 +163,7 @@ class Telemetry:
         workers = len(pool)
         mean_service = self._mean_service(ended, busy)
         able = sum(1 for w in pool if w.agent.gate_open)
-        # The same reading at both ends: no sample in the window, and the percentiles of nothing are 0.
-        window = None if new.sojourn is old.sojourn else new.sojourn - old.sojourn
+        window = None if new.sojourn is old.sojourn else new.sojourn - old.sojourn  # None: no sample in the window
         sojourn_p95 = 0.0 if window is None else cumulative_percentiles(window, _P95)[0]
         capacity = self.pipeline.queue.capacity
         snap = _TickSnapshot(
@@ -194,9 +200,7 @@ class Telemetry:
             abandon_rate=(new.abandoned - old.abandoned) / dt,
             waste_rate=(new.wasted - old.wasted) / dt,
         )
-        del snap.wait_p50, snap.wait_p95, snap.wait_p99, snap.sojourn_p50, snap.sojourn_p99
-        snap._wait = (wait, tuple(waits))
-        snap._sojourn = window
+        snap.defer(self.pipeline.wait, tuple(self._waits), window)
         self.latest = snap
         for listener in self._listeners:
             listener(snap)
