@@ -9,6 +9,8 @@ import random
 import resource
 import socket
 import threading
+import types
+from pathlib import Path
 
 from chaosd.core.clock import LoopClock, VirtualEventLoop, new_event_loop
 
@@ -89,24 +91,43 @@ def test_a_sleep_behaves_as_asyncio_sleep_under_cancel_timeout_wait_for_and_gath
     assert _run(main) == [("cancelled ('killed',)", 1.0), ("timeout", 3.0), ("wait_for", 6.0), ("gather", 10.0)]
 
 
+def _of_the_sleeps(obj: object) -> bool:
+    """Whether a collected object is one a sleep could have left in a cycle: asyncio's or chaosd's, or a coroutine or
+    frame of their code or this file's (not, say, a thread another test started and the host ended late)."""
+    if isinstance(obj, types.FrameType):
+        return _ours(obj.f_code.co_filename)
+    if isinstance(obj, types.CoroutineType):
+        return _ours(obj.cr_code.co_filename)
+    return (getattr(type(obj), "__module__", "") or "").startswith(("asyncio", "_asyncio", "chaosd"))
+
+
+def _ours(filename: str) -> bool:
+    path = Path(filename)
+    return path == Path(__file__) or "asyncio" in path.parts or "chaosd" in path.parts[:-1]
+
+
 def test_a_sleep_keeps_nothing_alive_after_it_ends() -> None:
     # Each task sleeps a few times per simulated task: a sleep that left a reference cycle behind would make the
     # garbage collector run all the time.
-    async def main(clock: LoopClock) -> int:
+    async def main(clock: LoopClock) -> list[object]:
         async def sleeper() -> None:
             for _ in range(100):
                 await clock.sleep(0.01)
 
         gc.collect()
         gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what the collection finds stays in gc.garbage, to be looked at
         try:
             await asyncio.gather(*(sleeper() for _ in range(10)))
             await clock.sleep(0.5)
-            return gc.collect()
+            gc.collect()
+            return [obj for obj in gc.garbage if _of_the_sleeps(obj)]
         finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
             gc.enable()
 
-    assert _run(main) == 0
+    assert _run(main) == []
 
 
 class _AsyncioTimers(VirtualEventLoop):
@@ -180,8 +201,12 @@ def test_a_thread_can_wake_an_idle_virtual_loop() -> None:
     async def main(clock: LoopClock) -> str:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[str] = loop.create_future()
-        threading.Thread(target=lambda: loop.call_soon_threadsafe(fut.set_result, "woken")).start()
-        return await fut  # no timer pending: the loop must wait for the thread, not spin or jump
+        thread = threading.Thread(target=lambda: loop.call_soon_threadsafe(fut.set_result, "woken"))
+        thread.start()
+        try:
+            return await fut  # no timer pending: the loop must wait for the thread, not spin or jump
+        finally:
+            thread.join(10)
 
     assert _run(main) == "woken"
 

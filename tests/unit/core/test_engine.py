@@ -136,8 +136,12 @@ def test_another_thread_reaches_a_busy_virtual_loop() -> None:
             clock.call_at(loop.time() + 0.001, step)
 
         clock.call_at(0.0, step)
-        threading.Thread(target=lambda: loop.call_soon_threadsafe(lambda: arrived.set_result(loop.time()))).start()
-        return await asyncio.wait_for(arrived, timeout=10_000.0)
+        thread = threading.Thread(target=lambda: loop.call_soon_threadsafe(lambda: arrived.set_result(loop.time())))
+        thread.start()
+        try:
+            return await asyncio.wait_for(arrived, timeout=10_000.0)
+        finally:
+            thread.join(10)  # ended before the next test: its end is not that test's garbage
 
     try:
         at = loop.run_until_complete(main())
