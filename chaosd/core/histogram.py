@@ -137,12 +137,13 @@ class LogHistogram:
             _count_each(pending, counts_, top)
             del pending[:]
             return
-        x = np.frombuffer(pending, dtype=np.float64)
+        # A copy, not a view: no numpy array may hold the buffer of an array that grows and is emptied (a view kept
+        # alive anywhere would make every later append raise BufferError).
+        x = np.array(pending, dtype=np.float64)
         if self._edges:
             pinned_view = np.frombuffer(self._pinned, dtype=np.int64)
             pinned_view += np.bincount(self._edges_array.searchsorted(x, side="left"), minlength=len(pinned_view))
         indices = _indices(x, self._top)
-        del x  # the view on the buffer goes before the buffer is emptied
         view = self._view
         view += np.bincount(indices, minlength=len(view))
         del pending[:]
