@@ -103,7 +103,7 @@ class LogHistogram:
 
     def cut(self) -> array.array[float]:
         """The samples added since the last cut, as an array of their own that nobody changes: a reader keeps a
-        window of them and bins them only if it is asked for that window (:func:`window_cumulative`). They are
+        window of them and bins them only if it is asked for that window (:meth:`window`). They are
         binned here as well, with the samples after them, at the next read or drain."""
         chunk = self._pending
         self._pending = array.array("d")
@@ -116,12 +116,8 @@ class LogHistogram:
         if self._cuts:
             # One batch of the cut samples and those after them, in the order they came (the same sum, the same
             # bins); the cut arrays themselves stay as their readers hold them.
-            cuts = self._cuts
-            cuts.append(pending)
-            pending = array.array("d")
-            for chunk in cuts:
-                pending.extend(chunk)
-            cuts.clear()
+            pending = _joined([*self._cuts, pending])
+            self._cuts.clear()
             del self._pending[:]
         if not pending:
             return
@@ -151,17 +147,11 @@ class LogHistogram:
     def window(self, chunks: Iterable[array.array[float]]) -> npt.NDArray[np.int64] | None:
         """The cumulative bucket counts of the samples in ``chunks`` (arrays :meth:`cut` handed out), binned as
         :meth:`_flush` bins them; None when there are none."""
-        samples = array.array("d")
-        for chunk in chunks:
-            samples.extend(chunk)
+        samples = _joined(chunks)
         if not samples:
             return None
         top = self._top
-        if len(samples) <= _SMALL:
-            counts = array.array("q", bytes(8 * (top + 1)))
-            _count_each(samples, counts, top)
-            return np.frombuffer(counts, dtype=np.int64).cumsum()
-        return np.bincount(_indices(np.frombuffer(samples, dtype=np.float64), top), minlength=top + 1).cumsum()
+        return np.bincount(_indices(np.array(samples, dtype=np.float64), top), minlength=top + 1).cumsum()
 
     def drain(self) -> None:
         """Bin the samples added since the last read. Telemetry drains the histograms a pipeline fills and reads
@@ -221,8 +211,17 @@ class LogHistogram:
         return self._cum
 
 
+def _joined(chunks: Iterable[array.array[float]]) -> array.array[float]:
+    """The samples of ``chunks`` in one new array, in order."""
+    joined = array.array("d")
+    for chunk in chunks:
+        joined.extend(chunk)
+    return joined
+
+
 def _count_each(samples: array.array[float], counts: array.array[int], top: int) -> None:
-    """Bin a few samples one by one (numpy's per-call cost would outweigh the work), as :func:`_indices` does."""
+    """Bin a few samples one by one (numpy's per-call cost would outweigh the work), as :func:`_indices` does: a
+    bisection of the same edges finds the same bucket."""
     edges = _upper_floats(top)
     for v in samples:
         counts[bisect.bisect_left(edges, v)] += 1

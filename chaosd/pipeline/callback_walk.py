@@ -152,6 +152,10 @@ class CallbackWalk:
             self._timer = None
         self._call.cancel()
 
+    def _go_on(self, i: int) -> bool:
+        """Walk on from stage ``i`` the way this walk goes: :meth:`_walk_on` when it is fast, else :meth:`_step`."""
+        return self._walk_on(i) if self._fast else self._step(i)
+
     def _step(self, i: int) -> bool:
         """Walk on from stage ``i``; True when the walk ended before any timer."""
         stages = self._stages
@@ -327,7 +331,7 @@ class CallbackWalk:
                 self._due = self._clock.now()
             if self._tracer is not None:
                 self._traced(stage, None)
-            if self._walk_on(self._i) if self._fast else self._step(self._i):
+            if self._go_on(self._i):
                 self._done()
             return
         called = self._call.after_first(stage, self._slow, self._called, reason, begun, use_fallback)
@@ -368,13 +372,13 @@ class CallbackWalk:
             self.waited = True  # it set a timer, so it claimed its task
             self._done()
             return
-        if self._walk_on(i) if self._fast else self._step(i):
+        if self._go_on(i):
             self._done()
 
     def _called(self, ran: StageOutcome) -> None:
         """A stage call that took time ended."""
         if self._stage_ended(self._stages[self._i - 1], ran):
-            if not (self._walk_on(self._i) if self._fast else self._step(self._i)):
+            if not self._go_on(self._i):
                 return  # a later stage took time
         else:
             self._ended()

@@ -233,13 +233,6 @@ class StageRunner:
     def refresh(self) -> None:
         cfg = self.cfg
         self._may_fail = bool(cfg.pressure.enabled or cfg.failure_probability)
-        self.simple = (
-            cfg.timeout == 0
-            and cfg.failure_probability == 0
-            and not cfg.pressure.enabled
-            and self.kind in ("compute", "tool", "llm")
-            and not (self.removed or self.hang or self.llm_down or self.jitter)
-        )
         # An attempt is its service drawn (and a memory read's restore) and cut at the timeout, unless the fallback
         # serves it or the MCP connection is down (the walk checks both per attempt): the walk draws it itself,
         # without calling attempt.
@@ -248,6 +241,8 @@ class StageRunner:
             and not self._may_fail
             and not (self.removed or self.hang or self.llm_down or self.jitter)
         )
+        # Nothing can go wrong at all: no timeout, nothing of its own kind (memory, MCP, fallback) to check.
+        self.simple = self.plain and cfg.timeout == 0 and self.kind in ("compute", "tool", "llm")
 
     def failure_probability(self) -> float:
         p = self.cfg.failure_probability
