@@ -38,7 +38,7 @@ from chaosd.faults.host import HostWatch
 from chaosd.faults.incident_registry import IncidentRegistry
 from chaosd.faults.incidents import Incident, IncidentBook
 from chaosd.faults.record import IMPACT_KINDS, Baseline, FaultRecord, check_labels, matches
-from chaosd.faults.recovery import Recoveries
+from chaosd.faults.recovery import Recoveries, TickSeen
 from chaosd.faults.runtime import Runtime
 from chaosd.faults.safety import FaultGate, StopConditions
 from chaosd.faults.steady import ServiceView, SteadyState
@@ -55,6 +55,8 @@ __all__ = [
     "check_labels",
     "matches",
 ]
+
+_NOTHING_SEEN = TickSeen()  # what a tick with nothing in play shows: never added to (see Injector.on_tick)
 
 
 class Injector:
@@ -259,18 +261,27 @@ class Injector:
     def on_tick(self, s: ServiceView, steady: bool = True) -> None:
         """One telemetry tick. ``steady`` False (the detector says failing) keeps the tick out of the baseline."""
         dt, perturbed = self._host.see(s)  # a tick the host perturbed judges no recovery (see Recoveries.observe)
-        self._active.expire(s.t)
-        seen = self._recoveries.tick(self._active.in_play, s, dt, perturbed)
-        self._active.prune()
+        active = self._active
+        if active.in_play:
+            active.expire(s.t)
+            seen = self._recoveries.tick(active.in_play, s, dt, perturbed)
+            active.prune()
+            quiet = active.quiet()
+        else:  # nothing in play (most ticks of most runs): nothing to expire, judge or let go of
+            seen, quiet = _NOTHING_SEEN, True
         # Incidents nobody injected: the open one judged, or the service watched while nothing is in play.
-        incident, out = self._unplanned.tick(s, dt, perturbed, self._active.quiet())
+        incident, out = self._unplanned.tick(s, dt, perturbed, quiet)
         if incident is not None:
+            if seen is _NOTHING_SEEN:
+                seen = TickSeen()  # its own, to add to
             if perturbed:
                 seen.stalled.add(incident.id)
             if out:
                 seen.felt.add(incident.id)
-        self._registry.felt(seen.felt, self._tick)
-        self._registry.stalled(seen.stalled, dt)
+        if seen.felt:
+            self._registry.felt(seen.felt, self._tick)
+        if seen.stalled:
+            self._registry.stalled(seen.stalled, dt)
         # The baseline takes host-perturbed ticks too: on a host that stays busy, its steady state is a busy one.
         if not seen.unsettled and not self._unplanned.open:
             if steady:
