@@ -55,6 +55,9 @@ class Dispatcher:
         # as its last operation says, so this restores the same state; and a task dispatched and acknowledged
         # between two checkpoints leaves no entry, so the log is as large as the dispatch state, not as the
         # tasks served since the checkpoint (hundreds of thousands at real-time speed, all kept alive).
+        # While a leader holds the state, that log is exactly the state's difference from the checkpoint: it is
+        # worked out when read (log, and the leader's death), not written once per task. ``_since`` holds it
+        # from the leader's death to the next election, when assignments are logged with no state to hold them.
         self._since: dict[int, Assignment | None] = {}
         self.elections = 0
         self.redispatched = 0
@@ -68,10 +71,11 @@ class Dispatcher:
         entry = (task, worker, now + self.cfg.task_lease)
         state = self.state
         if state is not None:
-            state[task.id] = entry
-        # Logged even with no leader: the old leader handed this task over just before it died, and
-        # the next leader must find it in the log or nobody would answer for it.
-        self._since[task.id] = entry
+            state[task.id] = entry  # and so in the log, the state's difference from the checkpoint
+        else:
+            # Logged even with no leader: the old leader handed this task over just before it died, and
+            # the next leader must find it in the log or nobody would answer for it.
+            self._since[task.id] = entry
 
     def ack(self, task_id: int, worker: str) -> None:
         state = self.state
@@ -80,11 +84,6 @@ class Dispatcher:
         entry = state.get(task_id)
         if entry is not None and entry[1] == worker:
             del state[task_id]
-            # _logged_end, written out: this runs once per task served.
-            if task_id in self._checkpoint:
-                self._since[task_id] = None
-            else:
-                self._since.pop(task_id, None)
 
     def served_at_once(self, task: Task, worker: str, now: float) -> None:
         """``assign`` then ``ack`` with nothing run between (a task served without its worker awaiting): what the
@@ -93,25 +92,24 @@ class Dispatcher:
         if state is None:
             self.assign(task, worker, now)  # the acknowledgement would be lost: the assignment stays logged
             return
-        task_id = task.id
-        state.pop(task_id, None)  # a re-dispatched task's earlier entry: the assignment replaced it, the ack ended it
-        # _logged_end, written out, as in ack: this runs once per task served in a burst.
-        if task_id in self._checkpoint:
-            self._since[task_id] = None
-        else:
-            self._since.pop(task_id, None)
+        state.pop(task.id, None)  # a re-dispatched task's earlier entry: the assignment replaced it, the ack ended it
 
-    def _logged_end(self, task_id: int) -> None:
-        """Log that the task no longer needs dispatching; nothing remains of it if the checkpoint never had it."""
-        if task_id in self._checkpoint:
-            self._since[task_id] = None
-        else:
-            self._since.pop(task_id, None)
+    def log(self) -> dict[int, Assignment | None]:
+        """The durable log since the checkpoint: each task's last operation, its Assignment or None (it needs
+        dispatching no more). While a leader holds the state, the state's difference from the checkpoint: the
+        checkpoint's tasks that left it first, then the assignments made since, in the order the state holds them."""
+        state = self.state
+        if state is None:
+            return dict(self._since)
+        checkpoint = self._checkpoint
+        log: dict[int, Assignment | None] = {task_id: None for task_id in checkpoint if task_id not in state}
+        log.update((task_id, entry) for task_id, entry in state.items() if checkpoint.get(task_id) is not entry)
+        return log
 
     @property
     def log_size(self) -> int:
         """Entries in the durable log since the checkpoint."""
-        return len(self._since)
+        return len(self._since) if self.state is None else len(self.log())
 
     # --- leadership ------------------------------------------------------------------------------
 
@@ -125,6 +123,7 @@ class Dispatcher:
             # resurrected replica comes back as a standby. Nobody dispatches until a new leader.
             self.leader = None
             self._deposed = replica
+            self._since = self.log()
             self.state = None
             self._queue.pause_dispatch()
             self._events.record(self._now(), "leader", state="lost", replica=replica.id)
@@ -163,7 +162,7 @@ class Dispatcher:
     def restore(self) -> State:
         """The dispatch state rebuilt from the latest checkpoint plus the log since."""
         state = dict(self._checkpoint)
-        for task_id, op in self._since.items():
+        for task_id, op in self.log().items():
             if op is None:
                 state.pop(task_id, None)
             else:
@@ -173,7 +172,7 @@ class Dispatcher:
     def _take_checkpoint(self, now: float) -> None:
         if self.state is not None:
             self._checkpoint = dict(self.state)
-            self._since = {}
+            self._since = {}  # the log from the leader's death, replayed into the state: an election's checkpoint
             self._checkpoint_at = now
 
     def _expire_task_leases(self, now: float) -> None:
@@ -183,7 +182,6 @@ class Dispatcher:
         expired = [task for task, _, deadline in state.values() if deadline <= now]
         for task in sorted(expired, key=lambda t: t.id, reverse=True):
             del state[task.id]
-            self._logged_end(task.id)
             self._queue.requeue(task)
         if expired:
             self.lease_expired += len(expired)

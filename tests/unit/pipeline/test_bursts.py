@@ -59,8 +59,8 @@ def test_served_at_once_leaves_what_an_assignment_and_its_acknowledgement_leave(
         if step == 3_200:
             a.tick(a.lease_expires)
             b.tick(b.lease_expires)
-        assert a.state == b.state and a._since == b._since, step
-        assert list(a._since) == list(b._since), step  # the log's order too: a restore replays it in order
+        assert a.state == b.state and a.log() == b.log(), step
+        assert list(a.log()) == list(b.log()), step  # the log's order too: a restore replays it in order
     assert a.restore() == b.restore()
     # Every case the fused path treats apart was met.
     assert in_checkpoint > 100 and without_leader > 50 and redone > 100, (in_checkpoint, without_leader, redone)
