@@ -9,7 +9,9 @@ re-dispatched too: delivery is at-least-once, and the sink's idempotence makes t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from chaosd.config.settings import OrchestratorConfig
 from chaosd.core.clock import Clock, every
@@ -25,6 +27,14 @@ __all__ = ["Assignment", "Dispatcher"]
 # served, and making a tuple costs a fraction of a class instance's constructor.
 Assignment = tuple[Task, str, float]
 State = dict[int, Assignment]
+
+
+class Holder(Protocol):
+    """A worker that may hold its current task's assignment itself (see :attr:`Dispatcher.holders`)."""
+
+    agent: Agent
+    current: Task | None
+    held_at: float | None  # when the assignment it holds was made; None: it holds none
 
 
 class Dispatcher:
@@ -64,6 +74,11 @@ class Dispatcher:
         self.lease_expired = 0
         self._deposed: Agent | None = None  # the replica that lost the lease: last in line for it
         self.on_tick: list[Callable[[float], None]] = []
+        # Workers that hold the assignment of the task they serve themselves, while the leader lives and had no
+        # entry for that task: (task, worker, held_at + task_lease), as ``assign`` would have made it, with no
+        # entry made per task. Whatever reads the state first takes the assignments held into it (_gather):
+        # a lease sweep those that ran out, a checkpoint, the log and the leader's death all of them.
+        self.holders: list[Holder] = []
 
     # --- the hot path: workers -------------------------------------------------------------------
 
@@ -94,6 +109,17 @@ class Dispatcher:
             return
         state.pop(task.id, None)  # a re-dispatched task's earlier entry: the assignment replaced it, the ack ended it
 
+    def _gather(self, by: float = math.inf) -> None:
+        """Take into the state the assignments workers hold whose lease ends by ``by`` (all of them by default)."""
+        state = self.state
+        lease = self.cfg.task_lease
+        for worker in self.holders:
+            held_at, task = worker.held_at, worker.current
+            if held_at is not None and task is not None and held_at + lease <= by:
+                assert state is not None  # held only while a leader holds the state, taken in before its death
+                state[task.id] = (task, worker.agent.id, held_at + lease)
+                worker.held_at = None
+
     def log(self) -> dict[int, Assignment | None]:
         """The durable log since the checkpoint: each task's last operation, its Assignment or None (it needs
         dispatching no more). While a leader holds the state, the state's difference from the checkpoint: the
@@ -101,6 +127,7 @@ class Dispatcher:
         state = self.state
         if state is None:
             return dict(self._since)
+        self._gather()
         checkpoint = self._checkpoint
         log: dict[int, Assignment | None] = {task_id: None for task_id in checkpoint if task_id not in state}
         log.update((task_id, entry) for task_id, entry in state.items() if checkpoint.get(task_id) is not entry)
@@ -123,7 +150,7 @@ class Dispatcher:
             # resurrected replica comes back as a standby. Nobody dispatches until a new leader.
             self.leader = None
             self._deposed = replica
-            self._since = self.log()
+            self._since = self.log()  # with the assignments workers held: they are the dead leader's too
             self.state = None
             self._queue.pause_dispatch()
             self._events.record(self._now(), "leader", state="lost", replica=replica.id)
@@ -171,11 +198,13 @@ class Dispatcher:
 
     def _take_checkpoint(self, now: float) -> None:
         if self.state is not None:
+            self._gather()
             self._checkpoint = dict(self.state)
             self._since = {}  # the log from the leader's death, replayed into the state: an election's checkpoint
             self._checkpoint_at = now
 
     def _expire_task_leases(self, now: float) -> None:
+        self._gather(now)
         state = self.state
         if not state:
             return
@@ -192,6 +221,9 @@ class Dispatcher:
         state = self.state if self.state is not None else self.restore()
         for task, _, _ in state.values():
             yield task
+        for worker in self.holders:
+            if worker.held_at is not None and worker.current is not None:
+                yield worker.current
 
     def _now(self) -> float:
         return self._clock.now() - self._t0

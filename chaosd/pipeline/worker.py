@@ -25,6 +25,9 @@ __all__ = ["BusyMeter", "Routing", "Walk", "Worker"]
 
 # A worker whose stages never wait (zero service time) still lets others run this often.
 _YIELD_EVERY = 64
+# A lone simple stage's worker holds its task's assignment itself (see Dispatcher.holders); off: an entry per task, as
+# every other path makes (the control the tests compare it with).
+_HOLD = True
 _log = math.log
 
 
@@ -103,6 +106,11 @@ class Worker:
         self.drop_probability = 0.0  # drop_messages: a dispatch lost on its way to this worker
         self.dropped = 0
         self.current: Task | None = None
+        # When the current task's assignment was made, while this worker holds it itself (see Dispatcher.holders):
+        # a lone simple stage's, the usual case, makes no entry in the dispatch state and acknowledges none.
+        self.held_at: float | None = None
+        if dispatcher is not None:
+            dispatcher.holders.append(self)
         self._running = False
         self._incarnation = 0  # a task on its way to an earlier run of this worker goes back to the queue
         self._waiting = False  # on the queue's getters
@@ -137,6 +145,10 @@ class Worker:
             self._clock.cancel(self._timer)
             self._timer = None
         self._walk.cancel()
+        if self.held_at is not None and self.current is not None:  # the dispatch state answers for it from now
+            assert self._dispatcher is not None  # only a worker with a dispatcher holds one
+            self._dispatcher.assign(self.current, self.agent.id, self.held_at)
+            self.held_at = None
         if self._holding:
             self._busy.step(self._now(), -1)
             self._holding = False
@@ -234,8 +246,13 @@ class Worker:
                 service = (-_log(1.0 - stage.draw()) / lambd if lambd else stage.sample()) * agent.slow
                 stage.stats.latency.add(service)
                 if service > 0.0:
-                    assert self._dispatcher is not None  # only a worker with a dispatcher serves
-                    self._dispatcher.assign(task, agent.id, t)
+                    dispatcher = self._dispatcher
+                    assert dispatcher is not None  # only a worker with a dispatcher serves
+                    state = dispatcher.state
+                    if _HOLD and state is not None and task.id not in state:
+                        self.held_at = t  # the assignment, held here: no entry made, none to undo
+                    else:  # no leader (logged for the next), or an older entry for the task it replaces
+                        dispatcher.assign(task, agent.id, t)
                     self._timer = self._clock.call_at(self._now() + service, self._finished)
                     return False
                 walk.outcome, walk.waited = None, False  # ended at once, as the walk's would, unclaimed
@@ -279,7 +296,13 @@ class Worker:
         if not agent.partitioned:  # cut off: the outcome cannot reach the sink, and the task lease will expire
             if self._ledger.complete(task, t):  # a first outcome: its time in the system counts
                 self._sojourn.add(t - task.accepted_at)
-            self._dispatcher.ack(task.id, agent.id)
+            if self.held_at is None:
+                self._dispatcher.ack(task.id, agent.id)
+            else:
+                self.held_at = None  # acknowledged: the assignment it held ends here
+        elif self.held_at is not None:  # unacknowledged: the dispatch state answers for it until its lease ends
+            self._dispatcher.assign(task, agent.id, self.held_at)
+            self.held_at = None
         if agent.gate_open and self._served < _YIELD_EVERY and self._holding:
             # _take's first step, written out: the next task waiting, or the wait for one. Still counted busy.
             queue = self._queue
