@@ -12,7 +12,7 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LogHistogram", "cumulative_percentiles", "lowest", "percentiles"]
+__all__ = ["LogHistogram", "cumulative_percentile", "cumulative_percentiles", "lowest", "percentiles"]
 
 _LOW = 1e-6  # seconds; bucket 0 holds [0, _LOW]
 _HIGH = 1e5
@@ -254,28 +254,28 @@ def percentiles(counts: npt.NDArray[np.int64], qs: tuple[float, ...]) -> tuple[f
 
 def cumulative_percentiles(cum: npt.NDArray[np.int64], qs: tuple[float, ...]) -> tuple[float, ...]:
     """:func:`percentiles` of the bucket counts whose running sums ``cum`` are (see :meth:`LogHistogram.cumulative`)."""
-    total = int(cum[-1])
+    return tuple(cumulative_percentile(cum, q) for q in qs)
+
+
+def cumulative_percentile(cum: npt.NDArray[np.int64], q: float) -> float:
+    """One percentile of :func:`cumulative_percentiles` (what a tick asks for: the p95)."""
+    total = cum.item(-1)
     if total == 0:
-        return tuple(0.0 for _ in qs)
-    upper = _upper_floats(len(cum))
-    last = len(cum) - 1
-    out = []
+        return 0.0
+    rank = q * total
     # The first bucket whose running sum reaches the rank: the sums are integers, so reaching the rank is reaching
-    # its ceiling, and searching with integers spares numpy a cast of every sum to a float.
-    found = cum.searchsorted([math.ceil(q * total) for q in qs], side="left").tolist()
+    # its ceiling, and searching with an integer spares numpy a cast of every sum to a float.
+    last = len(cum) - 1
+    i = min(int(cum.searchsorted(math.ceil(rank), side="left")), last)
     # Arithmetic on Python numbers (the same IEEE operations as on numpy's scalars, each of which costs a dispatch).
-    for q, where in zip(qs, found, strict=True):
-        rank = q * total
-        i = min(where, last)
-        if i == 0:
-            first = int(cum[0])
-            out.append(_LOW * rank / first if first else 0.0)
-            continue
-        below = int(cum[i - 1])
-        inside = int(cum[i]) - below
-        frac = (rank - below) / inside if inside else 1.0
-        out.append(upper[i - 1] * _FACTOR**frac)
-    return tuple(out)
+    if i == 0:
+        first: int = cum.item(0)
+        return _LOW * rank / first if first else 0.0
+    below: int = cum.item(i - 1)
+    inside = cum.item(i) - below
+    frac = (rank - below) / inside if inside else 1.0
+    within: float = _FACTOR**frac
+    return _upper_floats(len(cum))[i - 1] * within
 
 
 def lowest(counts: npt.NDArray[np.int64]) -> float:

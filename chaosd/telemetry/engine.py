@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chaosd.config.settings import TelemetryConfig
-from chaosd.core.histogram import LogHistogram, cumulative_percentiles
+from chaosd.core.histogram import LogHistogram, cumulative_percentile, cumulative_percentiles
 from chaosd.pipeline import Pipeline
 from chaosd.telemetry.snapshot import Snapshot
 from chaosd.views import RefuseReason
@@ -19,7 +19,6 @@ from chaosd.views import RefuseReason
 __all__ = ["SHED", "Telemetry"]
 
 _QS = (0.5, 0.95, 0.99)
-_P95 = (0.95,)
 # Refusals that mean "more offered than served": over the admission limit or a full queue (not aimd's factor,
 # which refuses by choice, nor a partition).
 SHED: tuple[RefuseReason, ...] = ("shed", "queue_full", "dropped")
@@ -164,7 +163,7 @@ class Telemetry:
         mean_service = self._mean_service(ended, busy)
         able = sum(1 for w in pool if w.agent.gate_open)
         window = None if new.sojourn is old.sojourn else new.sojourn - old.sojourn  # None: no sample in the window
-        sojourn_p95 = 0.0 if window is None else cumulative_percentiles(window, _P95)[0]
+        sojourn_p95 = 0.0 if window is None else cumulative_percentile(window, 0.95)
         capacity = self.pipeline.queue.capacity
         snap = _TickSnapshot(
             t=new.t,
