@@ -229,13 +229,15 @@ def run_many(
     jobs: int | None = None,
     cluster: str | None = None,
     on_done: Callable[[int, ReportView], None] | None = None,
+    costs: Sequence[float] | None = None,
 ) -> list[ReportView]:
     """Run every spec (:func:`run_one`); their reports in the order of ``specs``, whatever finishes first.
 
     ``jobs`` local processes (None: :func:`default_jobs`), started by forkserver (spawn where there is none),
     never forked from this process's threads; ``cluster``: on the Dask scheduler at that address instead.
     The first spec is prepared here first, so a bad one raises before any process starts. ``on_done`` sees
-    each report as it arrives, with its index.
+    each report as it arrives, with its index. ``costs``: each spec's expected work, in any unit; local processes
+    start the costliest first (ties in the order given), so that no long run starts last and runs alone at the end.
     """
     if not specs:
         return []
@@ -249,10 +251,13 @@ def run_many(
     workers = min(jobs or default_jobs(), len(specs))
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_ignore_sigint)
     try:
-        futures = [pool.submit(run_one, spec) for spec in specs]
-        if on_done is not None:
-            for index, future in enumerate(futures):
+        order = sorted(range(len(specs)), key=lambda i: -costs[i]) if costs is not None else range(len(specs))
+        submitted: dict[int, Future[ReportView]] = {}
+        for index in order:
+            future = submitted[index] = pool.submit(run_one, specs[index])
+            if on_done is not None:
                 future.add_done_callback(_reporter(index, on_done))
+        futures = [submitted[index] for index in range(len(specs))]
         reports = [future.result() for future in futures]
     except BaseException:  # an error or a Ctrl-C: nothing waits for runs whose report nobody reads
         _stop(pool)

@@ -43,15 +43,16 @@ def _stages(base: RunSpec, params: Sequence[Param]) -> list[dict[str, object]]:
 
 def _checked(
     base: RunSpec, params: Sequence[Param], points: Sequence[tuple[Value, ...]]
-) -> list[tuple[float, float, int]]:
-    """Every point prepared here, before any run starts: its p95 limit, goodput target and seed. A point that does
-    not validate is named with the params that made it."""
+) -> list[tuple[float, float, int, float]]:
+    """Every point prepared here, before any run starts: its p95 limit, goodput target, seed and the work a run of it
+    offers (tasks: its load's rate × its duration). A point that does not validate is named with the params that
+    made it."""
     limits = []
     stages = _stages(base, params)
     for point in points:
         spec = _point_spec(base, params, point, stages)  # a stage a param names must exist: its own error
         try:
-            settings = prepare(spec).settings
+            prepared = prepare(spec)
         except ConfigError as exc:
             where = ", ".join(f"{p.key}={fmt_value(v)}" for p, v in zip(params, point, strict=True))
             problems = []
@@ -60,9 +61,10 @@ def _checked(
                 texts = " ".join(f"--param {p.text}" for p in named)
                 problems.append((f"{texts}: at {where}", field, msg if field else f"{source}: {msg}"))
             raise ConfigError(problems) from None
+        settings = prepared.settings
         limit = settings.slo.p95 if settings.slo.p95 is not None else settings.load.deadline
         target = settings.slo.availability if settings.slo.availability is not None else GOODPUT_TARGET
-        limits.append((limit, target, settings.seed))
+        limits.append((limit, target, settings.seed, settings.load.rate * prepared.duration))
     return limits
 
 
@@ -93,7 +95,9 @@ def run_sweep(
         if on_done is not None:
             on_done(finished, len(specs))
 
-    reports = run_many(specs, jobs=jobs, cluster=cluster, on_done=arrived)
+    # The points offering the most work start first: a sweep up a rate would otherwise start its longest run last.
+    costs = [cost for (_limit, _target, _seed, cost) in limits for _ in seeds]
+    reports = run_many(specs, jobs=jobs, cluster=cluster, on_done=arrived, costs=costs)
     n = replications
     views = [
         point_view(
@@ -102,7 +106,7 @@ def run_sweep(
             p95_limit=limit,
             goodput_target=target,
         )
-        for k, (point, (limit, target, _seed)) in enumerate(zip(points, limits, strict=True))
+        for k, (point, (limit, target, _seed, _cost)) in enumerate(zip(points, limits, strict=True))
     ]
     param_views = [SweepParamView(key=p.key, values=list(p.values)) for p in params]
     first = reports[0]

@@ -7,11 +7,13 @@ import json
 from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 from queueing_theory import mmc_sojourn_p95, mmc_sojourn_tail
 
-from chaosd.batch.replicate import RunSpec, seeds_for
+from chaosd.batch.replicate import RunSpec, run_many, seeds_for
+from chaosd.batch.sweep import run as sweep_run
 from chaosd.batch.sweep.chart import render_html
 from chaosd.batch.sweep.params import MAX_POINTS, parse_params
 from chaosd.batch.sweep.run import run_sweep
@@ -29,7 +31,7 @@ from chaosd.cli.main import main
 from chaosd.config.settings import load_settings
 from chaosd.core.errors import ConfigError
 from chaosd.experiment.runner import run_offline
-from chaosd.views import MeanCI
+from chaosd.views import MeanCI, ReportView
 
 MU = 100.0  # per worker: mean service 10 ms
 DEADLINE = 0.1  # load.deadline: what the knee holds p95 to (no slo.p95 is set)
@@ -424,6 +426,34 @@ def test_the_same_sweep_is_the_same_bytes_whatever_the_jobs(tmp_path: Path) -> N
     ]
     assert len({p["offered_per_s"]["mean"] for p in view["points"]}) == 2  # the same seed at every point: same arrivals
     assert "--jobs" not in view["command"] and "--out" not in view["command"]
+
+
+@pytest.mark.cpu
+def test_the_runs_offering_most_work_start_first_and_the_reports_keep_their_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sweep up a rate starts its longest run first (one started last would run alone at the end); the reports
+    still come back in the order of the points."""
+    rates = (50.0, 200.0, 100.0, 200.0)
+    specs = [RunSpec(overlay={"load": {"rate": rate}}, duration=2.0) for rate in rates]
+    started: list[int] = []
+    reports = run_many(specs, jobs=1, on_done=lambda i, _report: started.append(i), costs=rates)
+    assert started == [1, 3, 2, 0]  # one process runs them in the order they were handed over: ties as given
+    assert [r["load"]["base_rate"] for r in reports] == list(rates)
+    started.clear()
+    assert run_many(specs, jobs=1, on_done=lambda i, _report: started.append(i)) == reports  # no costs: as given
+    assert started == [0, 1, 2, 3]
+
+    handed: list[list[float] | None] = []
+
+    def spy(specs: Sequence[RunSpec], **kwargs: Any) -> list[ReportView]:
+        handed.append(kwargs.get("costs"))
+        return run_many(specs, **kwargs)
+
+    monkeypatch.setattr(sweep_run, "run_many", spy)
+    view = run_sweep(RunSpec(duration=3.0), parse_params(["load.rate=100,300"]), replications=2, jobs=1)
+    assert handed == [[300.0, 300.0, 900.0, 900.0]]  # rate × duration, once per seed
+    assert [p["at"] for p in view["points"]] == [{"load.rate": 100.0}, {"load.rate": 300.0}]
 
 
 def test_the_chart_has_one_point_per_sweep_point_and_escapes_what_it_shows() -> None:
