@@ -68,7 +68,7 @@ def main() -> None:
     walls: dict[tuple[str, int], list[float]] = {(kind, jobs): [] for kind in kinds for jobs in (1, 2)}
     bodies: dict[str, set[str]] = {"replications": set(), "sweep": set()}
     load = os.getloadavg()[0]
-    for _ in range(3):  # three interleaved rounds: a sweep's runs are short, and one stalled round is outvoted
+    for _ in range(5):  # five interleaved rounds: a sweep's runs are short, and two stalled rounds are outvoted
         for jobs in (1, 2):
             wall, body = _chaosd(specs, jobs)
             walls["replications", jobs].append(wall)
