@@ -5,7 +5,9 @@ reported as the median of the pairs' ratios of simulated seconds per wall second
 
 1. **M/M/4 at ρ 0.9** (Poisson arrivals at 360/s from 4 producers, one exponential 10 ms stage, 4 workers): chaosd
    through ``run_offline`` with the detector and admission control off (``detector.enabled`` and
-   ``throttle.enabled`` false), against SimPy's bare model (a ``Resource`` of 4, a process per customer).
+   ``throttle.enabled`` false), against SimPy's bare model (a ``Resource`` of 4, a process per customer). Beside it,
+   the engine's floor: the same queue as bare callbacks on chaosd's ``Engine`` heap, with none of the pipeline's
+   books (no ledger, dispatch, histograms, telemetry ticks), against the same SimPy model.
 2. **The default config** (``config/chaosd.toml``) at 200/s and at 1,000/s (overloaded: capacity admission sheds),
    against a SimPy model of the same work. The model has:
 
@@ -51,7 +53,10 @@ same queue.
 from __future__ import annotations
 
 import argparse
+import collections
+import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -63,6 +68,7 @@ from typing import Any
 from _simpy_models import MM4_MEAN, MM4_RATE, ROUTE, WARMUP_SHARE, Outcome, simpy_default, simpy_mm4
 
 from chaosd.config.settings import Settings, load_settings
+from chaosd.core.engine import Engine
 from chaosd.experiment.runner import run_offline
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,6 +97,41 @@ def chaosd_run(settings: Settings, duration: float) -> Outcome:
         report["tasks"]["rejected"] / span,
         report["latency"]["sojourn"]["mean"],
     )
+
+
+def bare_mm4(seed: int, duration: float) -> Outcome:
+    """The engine's floor: the same M/M/4 as plain callbacks on chaosd's :class:`Engine` heap with none of the
+    pipeline's books (a deque of arrival times, a count of idle servers, two timers per customer)."""
+    engine = Engine()
+    draw = random.Random(f"bare:{seed}").random
+    queue: collections.deque[float] = collections.deque()
+    idle = [4]
+    warmup = duration * WARMUP_SHARE
+    sojourns: list[float] = []
+
+    def arrive() -> None:
+        t = engine.t
+        if idle[0]:
+            idle[0] -= 1
+            engine.call_at(t - math.log(1.0 - draw()) * MM4_MEAN, finish, t)
+        else:
+            queue.append(t)
+        engine.call_at(t - math.log(1.0 - draw()) / MM4_RATE, arrive)
+
+    def finish(arrived: float) -> None:
+        t = engine.t
+        if t >= warmup:
+            sojourns.append(t - arrived)
+        if queue:
+            engine.call_at(t - math.log(1.0 - draw()) * MM4_MEAN, finish, queue.popleft())
+        else:
+            idle[0] += 1
+
+    started = time.perf_counter()
+    engine.call_at(0.0, arrive)
+    engine.run(duration)
+    wall = time.perf_counter() - started
+    return Outcome(wall, len(sojourns) / (duration - warmup), 0.0, math.fsum(sojourns) / max(1, len(sojourns)))
 
 
 def mm4_settings(seed: int) -> Settings:
@@ -222,6 +263,14 @@ def main() -> None:
         lambda seed: chaosd_run(mm4_settings(seed), mm4_s), lambda seed: simpy_mm4(seed, mm4_s), repeats
     )
     show_pairs("M/M/4 at ρ 0.9 (360/s, 10 ms), detector and throttle off", mm4_s, ours, theirs, TARGETS["mm4"])
+    floor, theirs = pairs(lambda seed: bare_mm4(seed, mm4_s), lambda seed: simpy_mm4(seed, mm4_s), repeats)
+    ratio = statistics.median(t.wall / o.wall for o, t in zip(floor, theirs, strict=True))
+    speed = statistics.median(mm4_s / r.wall for r in floor)
+    sojourn = statistics.median(r.sojourn for r in floor)
+    print(
+        f"  floor: the same M/M/4 as bare callbacks on chaosd's engine, no books: {speed:7.1f} simulated s per wall s, "
+        f"{ratio:.2f}× SimPy (mean sojourn {sojourn * 1000:6.2f} ms)"
+    )
     defaults = default_settings(200.0, 1)
     capacity = defaults.workers.count / sum(s.service.mean for s in defaults.stages if s.name in ROUTE)
     for rate, duration in ((200.0, low_s), (1000.0, high_s)):
