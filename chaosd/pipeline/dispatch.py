@@ -109,16 +109,19 @@ class Dispatcher:
             return
         state.pop(task.id, None)  # a re-dispatched task's earlier entry: the assignment replaced it, the ack ended it
 
+    def hand_back(self, holder: Holder, task: Task) -> None:
+        """``holder`` no longer holds the assignment of ``task`` (if it held one): the state (or, with no leader, the
+        log) answers for it from now, as if ``assign`` had been called when it was made."""
+        if holder.held_at is not None:
+            self.assign(task, holder.agent.id, holder.held_at)
+            holder.held_at = None
+
     def _gather(self, by: float = math.inf) -> None:
         """Take into the state the assignments workers hold whose lease ends by ``by`` (all of them by default)."""
-        state = self.state
         lease = self.cfg.task_lease
         for worker in self.holders:
-            held_at, task = worker.held_at, worker.current
-            if held_at is not None and task is not None and held_at + lease <= by:
-                assert state is not None  # held only while a leader holds the state, taken in before its death
-                state[task.id] = (task, worker.agent.id, held_at + lease)
-                worker.held_at = None
+            if worker.held_at is not None and worker.held_at + lease <= by and worker.current is not None:
+                self.hand_back(worker, worker.current)
 
     def log(self) -> dict[int, Assignment | None]:
         """The durable log since the checkpoint: each task's last operation, its Assignment or None (it needs
@@ -136,7 +139,7 @@ class Dispatcher:
     @property
     def log_size(self) -> int:
         """Entries in the durable log since the checkpoint."""
-        return len(self._since) if self.state is None else len(self.log())
+        return len(self.log())
 
     # --- leadership ------------------------------------------------------------------------------
 
@@ -218,12 +221,10 @@ class Dispatcher:
 
     def held(self) -> Iterator[Task]:
         """Tasks the dispatch state answers for (from the log while there is no leader)."""
+        self._gather()
         state = self.state if self.state is not None else self.restore()
         for task, _, _ in state.values():
             yield task
-        for worker in self.holders:
-            if worker.held_at is not None and worker.current is not None:
-                yield worker.current
 
     def _now(self) -> float:
         return self._clock.now() - self._t0

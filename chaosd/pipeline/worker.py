@@ -145,10 +145,8 @@ class Worker:
             self._clock.cancel(self._timer)
             self._timer = None
         self._walk.cancel()
-        if self.held_at is not None and self.current is not None:  # the dispatch state answers for it from now
-            assert self._dispatcher is not None  # only a worker with a dispatcher holds one
-            self._dispatcher.assign(self.current, self.agent.id, self.held_at)
-            self.held_at = None
+        if self._dispatcher is not None and self.current is not None:
+            self._dispatcher.hand_back(self, self.current)  # in service: the dispatch state answers for it from now
         if self._holding:
             self._busy.step(self._now(), -1)
             self._holding = False
@@ -300,9 +298,8 @@ class Worker:
                 self._dispatcher.ack(task.id, agent.id)
             else:
                 self.held_at = None  # acknowledged: the assignment it held ends here
-        elif self.held_at is not None:  # unacknowledged: the dispatch state answers for it until its lease ends
-            self._dispatcher.assign(task, agent.id, self.held_at)
-            self.held_at = None
+        else:  # unacknowledged: the dispatch state answers for it until its lease ends
+            self._dispatcher.hand_back(self, task)
         if agent.gate_open and self._served < _YIELD_EVERY and self._holding:
             # _take's first step, written out: the next task waiting, or the wait for one. Still counted busy.
             queue = self._queue
