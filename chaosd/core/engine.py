@@ -128,26 +128,26 @@ class EngineSelector(selectors.BaseSelector):
         self.engine = engine
         self.grace = 0.0
         self._poll_at = engine.t
-        self._real = selectors.DefaultSelector()
+        self._inner = selectors.DefaultSelector()
         # ``wall``: real seconds, to pace the polls of a busy run (None: one per POLL_EVERY simulated seconds).
         self._wall = wall
         self._polled = wall() if wall is not None else 0.0
         self._poll_every = POLL_EVERY
 
     def register(self, fileobj: FileDescriptorLike, events: int, data: object = None) -> selectors.SelectorKey:
-        return self._real.register(fileobj, events, data)
+        return self._inner.register(fileobj, events, data)
 
     def unregister(self, fileobj: FileDescriptorLike) -> selectors.SelectorKey:
-        return self._real.unregister(fileobj)
+        return self._inner.unregister(fileobj)
 
     def modify(self, fileobj: FileDescriptorLike, events: int, data: object = None) -> selectors.SelectorKey:
-        return self._real.modify(fileobj, events, data)
+        return self._inner.modify(fileobj, events, data)
 
     def get_map(self) -> Mapping[FileDescriptorLike, selectors.SelectorKey]:
-        return self._real.get_map()
+        return self._inner.get_map()
 
     def close(self) -> None:
-        self._real.close()
+        self._inner.close()
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         """Run the engine up to asyncio's next timer (``timeout`` from now; None: no timer; the engine's callbacks at
@@ -165,12 +165,12 @@ class EngineSelector(selectors.BaseSelector):
             if engine.interrupted:
                 engine.interrupted = False
                 return []
-            events = self._real.select(self.grace)  # the poll mark, or the end of this stretch, was reached
+            events = self._inner.select(self.grace)  # the poll mark, or the end of this stretch, was reached
             if events:
                 return events
             nxt = engine.next_at()
             if nxt == limit == math.inf:
-                return self._real.select(None)  # nothing scheduled anywhere: only the outside can wake us
+                return self._inner.select(None)  # nothing scheduled anywhere: only the outside can wake us
             if nxt > limit:
                 engine.t = max(engine.t, limit)
                 return []

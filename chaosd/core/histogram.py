@@ -8,6 +8,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -49,8 +50,8 @@ class LogHistogram:
         "add",
     )
 
-    factor = _FACTOR
-    low = _LOW
+    factor: ClassVar[float] = _FACTOR  # ClassVar: a class attribute in the compiled build too
+    low: ClassVar[float] = _LOW
 
     def __init__(self) -> None:
         self._top = math.ceil((math.log(_HIGH) - _LOG_LOW) * _INV_LOG) + 1

@@ -11,25 +11,20 @@ import numpy as np
 import numpy.typing as npt
 
 from chaosd.config.settings import TelemetryConfig
-from chaosd.core.histogram import LogHistogram, cumulative_percentile, cumulative_percentiles
+from chaosd.core.histogram import cumulative_percentile
 from chaosd.pipeline import Pipeline
-from chaosd.telemetry.snapshot import Snapshot
+from chaosd.telemetry.snapshot import Snapshot, TickSnapshot
 from chaosd.views import RefuseReason
 
 __all__ = ["SHED", "Telemetry"]
 
-_QS = (0.5, 0.95, 0.99)
 # Refusals that mean "more offered than served": over the admission limit or a full queue (not aimd's factor,
 # which refuses by choice, nor a partition).
 SHED: tuple[RefuseReason, ...] = ("shed", "queue_full", "dropped")
 # Refusals that are no choice and no congestion: the offer could not reach the queue. Users failed.
 _UNSERVED: tuple[RefuseReason, ...] = ("partitioned", "unavailable")
 _TWO_ZEROS = (0, 0)
-_NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
 _ZEROS = (0, 0, 0)
-_WAIT_FIELDS = frozenset({"wait_p50", "wait_p95", "wait_p99"})
-_SOJOURN_FIELDS = frozenset({"sojourn_p50", "sojourn_p99"})
-_TAILS = (0.5, 0.99)
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's constructor sets each field through a call, every tick
@@ -50,40 +45,6 @@ class _Reading:
     retried: int
     abandoned: int
     wasted: int
-
-
-class _TickSnapshot(Snapshot):
-    """A tick's snapshot whose wait percentiles, and sojourn p50 and p99, are worked out when first read: the
-    collapse detector, the throttle and the injector read the sojourn p95 alone (the status, the metrics and the live
-    views read the rest), and working them out is a good part of a tick's cost. Until then their slots are empty;
-    ``_wait`` holds the wait histogram and the window's samples, as it cut them tick by tick (binned only if somebody
-    asks), and ``_sojourn`` the window's cumulative sojourn counts (None: no sample in the window)."""
-
-    __slots__ = ("_sojourn", "_wait")
-    _wait: tuple[LogHistogram, tuple[array.array[float], ...]]
-    _sojourn: npt.NDArray[np.int64] | None
-
-    def defer(
-        self, wait: LogHistogram, chunks: tuple[array.array[float], ...], sojourn: npt.NDArray[np.int64] | None
-    ) -> None:
-        """Empty the deferred slots, and keep what works them out: the wait histogram and its window's cut samples,
-        the sojourn's window of cumulative counts."""
-        del self.wait_p50, self.wait_p95, self.wait_p99, self.sojourn_p50, self.sojourn_p99
-        self._wait = (wait, chunks)
-        self._sojourn = sojourn
-
-    def __getattr__(self, name: str) -> float:  # only for an attribute not found: one of those empty slots
-        if name in _SOJOURN_FIELDS:
-            cum = self._sojourn
-            self.sojourn_p50, self.sojourn_p99 = (0.0, 0.0) if cum is None else cumulative_percentiles(cum, _TAILS)
-            return float(getattr(self, name))
-        if name not in _WAIT_FIELDS:
-            raise AttributeError(name)
-        histogram, chunks = self._wait
-        cum = histogram.window(chunks)
-        wait = _NOTHING if cum is None else cumulative_percentiles(cum, _QS)  # the percentiles of nothing are 0
-        self.wait_p50, self.wait_p95, self.wait_p99 = wait
-        return float(getattr(self, name))
 
 
 DRAIN_EVERY = 10.0  # clock seconds between drains of the stage histograms nobody reads until the run's end
@@ -165,7 +126,7 @@ class Telemetry:
         window = None if new.sojourn is old.sojourn else new.sojourn - old.sojourn  # None: no sample in the window
         sojourn_p95 = 0.0 if window is None else cumulative_percentile(window, 0.95)
         capacity = self.pipeline.queue.capacity
-        snap = _TickSnapshot(
+        snap = TickSnapshot(
             t=new.t,
             queue_depth=new.depth,
             capacity=capacity,

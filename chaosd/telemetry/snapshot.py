@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import array
 from dataclasses import asdict, dataclass
 from typing import cast
 
+import numpy as np
+import numpy.typing as npt
+
+from chaosd.core.histogram import LogHistogram, cumulative_percentiles
 from chaosd.views import SnapshotView
 
-__all__ = ["Snapshot"]
+__all__ = ["Snapshot", "TickSnapshot"]
+
+_QS = (0.5, 0.95, 0.99)
+_NOTHING = (0.0, 0.0, 0.0)  # percentiles(zeros, _QS)
+_WAIT_FIELDS = frozenset({"wait_p50", "wait_p95", "wait_p99"})
+_SOJOURN_FIELDS = frozenset({"sojourn_p50", "sojourn_p99"})
+_TAILS = (0.5, 0.99)
 
 
 # Not frozen: a frozen dataclass's constructor sets each of these fields through a call, and the telemetry makes one
@@ -56,3 +67,37 @@ class Snapshot:
         view = cast(SnapshotView, asdict(self))
         view["saturation"] = self.saturation
         return view
+
+
+class TickSnapshot(Snapshot):
+    """A tick's snapshot whose wait percentiles, and sojourn p50 and p99, are worked out when first read: the
+    collapse detector, the throttle and the injector read the sojourn p95 alone (the status, the metrics and the live
+    views read the rest), and working them out is a good part of a tick's cost. Until then their slots are empty;
+    ``_wait`` holds the wait histogram and the window's samples, as it cut them tick by tick (binned only if somebody
+    asks), and ``_sojourn`` the window's cumulative sojourn counts (None: no sample in the window)."""
+
+    __slots__ = ("_sojourn", "_wait")
+    _wait: tuple[LogHistogram, tuple[array.array[float], ...]]
+    _sojourn: npt.NDArray[np.int64] | None
+
+    def defer(
+        self, wait: LogHistogram, chunks: tuple[array.array[float], ...], sojourn: npt.NDArray[np.int64] | None
+    ) -> None:
+        """Empty the deferred slots, and keep what works them out: the wait histogram and its window's cut samples,
+        the sojourn's window of cumulative counts."""
+        del self.wait_p50, self.wait_p95, self.wait_p99, self.sojourn_p50, self.sojourn_p99
+        self._wait = (wait, chunks)
+        self._sojourn = sojourn
+
+    def __getattr__(self, name: str) -> float:  # only for an attribute not found: one of those empty slots
+        if name in _SOJOURN_FIELDS:
+            cum = self._sojourn
+            self.sojourn_p50, self.sojourn_p99 = (0.0, 0.0) if cum is None else cumulative_percentiles(cum, _TAILS)
+            return float(getattr(self, name))
+        if name not in _WAIT_FIELDS:
+            raise AttributeError(name)
+        histogram, chunks = self._wait
+        cum = histogram.window(chunks)
+        wait = _NOTHING if cum is None else cumulative_percentiles(cum, _QS)  # the percentiles of nothing are 0
+        self.wait_p50, self.wait_p95, self.wait_p99 = wait
+        return float(getattr(self, name))
