@@ -101,6 +101,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"chaosd: error: {message}{hint}\n")
 
 
+class _Version(argparse.Action):
+    """``chaosd 0.1.0 (compiled)``: the build is looked up only when asked (it imports the hot path's modules)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        from chaosd.native import build  # noqa: PLC0415 - the client commands need none of those modules
+
+        print(f"chaosd {__version__} ({build()})")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
 def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
     """Every option of ``parser`` and of its commands: an unknown option is reported by the top-level parser."""
     found = []
@@ -196,7 +206,7 @@ def parser() -> argparse.ArgumentParser:
         description="Run an agent → queue → worker pipeline, break it, watch it heal.",
         epilog_of=_top_epilog,
     )
-    top.add_argument("--version", action="version", version=f"chaosd {__version__}")
+    top.add_argument("--version", action=_Version, nargs=0, help="show the version and the build, and exit")
     # Shown here so the help says how to start the daemon; main() hands a leading option to `serve`.
     daemon = top.add_argument_group("the daemon (chaosd [serve] …)")
     for flag, metavar, text in _DAEMON_OPTIONS:
