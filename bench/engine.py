@@ -45,9 +45,14 @@ reported as the median of the pairs' ratios of simulated seconds per wall second
 Each side's completions, refusals and mean sojourn are printed beside its speed, so the two are seen to simulate the
 same queue.
 
+Each part says which build of chaosd it measured (``chaosd --version``'s): the checkout's own install (plain Python
+when it is editable), and with ``--compiled`` then a wheel built from the checkout, whose hot path mypyc compiles
+(``pip install .`` installs that one), on the comparisons with SimPy.
+
     python bench/engine.py            # about 2 minutes
     python bench/engine.py --quick    # under a minute
     python bench/engine.py --quick --speed-only    # the comparisons with SimPy only
+    python bench/engine.py --compiled              # and then the comparisons again, compiled (about 2 minutes more)
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +76,7 @@ from _simpy_models import MM4_MEAN, MM4_RATE, ROUTE, WARMUP_SHARE, Outcome, simp
 from chaosd.config.settings import Settings, load_settings
 from chaosd.core.engine import Engine
 from chaosd.experiment.runner import run_offline
+from chaosd.native import build
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config" / "chaosd.toml"
@@ -207,6 +214,7 @@ import resource, sys
 from pathlib import Path
 from chaosd.config.settings import load_settings
 from chaosd.experiment.runner import run_offline
+from chaosd.native import build
 duration = float(sys.argv[1])
 settings = load_settings(Path(sys.argv[2]), overlay={"seed": 1, "load": {"rate": 200.0}})
 report = run_offline(settings, duration=duration, warmup=duration / 10)
@@ -220,7 +228,7 @@ def rss(duration: float) -> tuple[float, float, float]:
     for ``duration``."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(duration), str(CONFIG)],
+        [sys.executable, "-P", "-c", _CHILD, str(duration), str(CONFIG)],  # -P: the build on sys.path, not ROOT
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -244,11 +252,32 @@ def memory(durations: tuple[float, ...]) -> None:
     print(f"  max RSS, {long:g} s less {short:g} s: {growth:+.1f} MB (target ≤ {TARGETS['rss_mb']:g} MB) [{verdict}]")
 
 
+def compiled(argv: list[str]) -> None:
+    """This script again, with ``argv``, on a wheel of the checkout built with its hot path compiled: the wheel is
+    installed (without its dependencies, which this interpreter has) into a folder the child finds first."""
+    with tempfile.TemporaryDirectory(prefix="chaosd-compiled-") as tmp:
+        started = time.perf_counter()
+        pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, "wheel", "--no-deps", "-w", tmp, str(ROOT)], check=True, capture_output=True)
+        (wheel,) = Path(tmp).glob("chaosd-*.whl")
+        target = Path(tmp) / "site"
+        subprocess.run(
+            [*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True
+        )
+        print(f"\ncompiled: a wheel of this checkout built and installed in {time.perf_counter() - started:.0f} s")
+        sys.stdout.flush()
+        env = os.environ | {"PYTHONPATH": str(target)}
+        subprocess.run([sys.executable, __file__, *argv], env=env, check=True)  # sys.path[0]: bench/, not ROOT
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs, fewer pairs")
     parser.add_argument(
         "--speed-only", action="store_true", help="the comparisons with SimPy only (no linearity, no memory)"
+    )
+    parser.add_argument(
+        "--compiled", action="store_true", help="then the comparisons again on a compiled wheel of this checkout"
     )
     args = parser.parse_args()
     quick = args.quick
@@ -258,6 +287,7 @@ def main() -> None:
     chaosd_run(mm4_settings(0), 2.0)
     simpy_mm4(0, 2.0)
     simpy_default(default_settings(200.0, 0), 2.0)
+    print(f"chaosd build: {build()} ({Path(sys.modules['chaosd'].__file__ or '').parent})")
     print(f"machine: {len(os.sched_getaffinity(0))} cores, load average {os.getloadavg()[0]:.1f} at the start")
     ours, theirs = pairs(
         lambda seed: chaosd_run(mm4_settings(seed), mm4_s), lambda seed: simpy_mm4(seed, mm4_s), repeats
@@ -283,12 +313,13 @@ def main() -> None:
         if rate > capacity:
             title += f" ({rate / capacity:.1f}× its capacity of {capacity:.0f}/s: capacity admission sheds)"
         show_pairs(title, duration, ours, theirs, TARGETS["default"])
-    if args.speed_only:
-        return
-    print("linearity: the default config at 200/s")
-    linearity(120.0 if quick else 600.0, 10, 1 if quick else 2)
-    print("memory: a fresh process per run, the default config at 200/s")
-    memory((1.0, 300.0, 1200.0) if quick else (1.0, 600.0, 3600.0))
+    if not args.speed_only:
+        print("linearity: the default config at 200/s")
+        linearity(120.0 if quick else 600.0, 10, 1 if quick else 2)
+        print("memory: a fresh process per run, the default config at 200/s")
+        memory((1.0, 300.0, 1200.0) if quick else (1.0, 600.0, 3600.0))
+    if args.compiled:
+        compiled(["--speed-only", *(["--quick"] if quick else [])])
 
 
 if __name__ == "__main__":
