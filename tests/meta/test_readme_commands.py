@@ -74,7 +74,7 @@ def test_the_readme_scenario_run_passes_on_a_running_daemon(tmp_path: Path) -> N
 
 MAX_README_LINES = 300
 DEFAULT_CONFIG = "config/chaosd.toml"
-QUICKSTART_DAEMON = f"python3 -m pip install -e . && chaosd --config {DEFAULT_CONFIG}"
+QUICKSTART_DAEMON = f"python3 -m pip install . && chaosd --config {DEFAULT_CONFIG}"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 _FENCE = re.compile(r"^(```|~~~)")
 _LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -172,7 +172,8 @@ def test_the_quickstart_is_the_daemon_and_exactly_the_command_ci_runs() -> None:
     commands = _sh_commands(_section("Quickstart"))
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
     assert commands == [QUICKSTART_DAEMON, ci]  # the second one is run, as written, by .ci/run
-    # The first one's install is what the suite's own install does; its daemon is what the tour below starts.
+    # The first one's install is the wheel test_install.py builds (compiled); its daemon is what the tour below
+    # starts.
 
 
 def _run_as_written(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
