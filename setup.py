@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import runpy
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -27,6 +29,7 @@ class BuildCompiled(build_ext):
         if [extension.name for extension in self.extensions] != [PLACEHOLDER]:
             super().run()
             return
+        self._forget_built()
         try:
             from mypyc.build import mypycify  # noqa: PLC0415 - in the build environment of a wheel only
 
@@ -43,6 +46,14 @@ class BuildCompiled(build_ext):
         # A command finalized afresh with them (setuptools settles each extension's build when it finalizes).
         self.distribution.reinitialize_command("build_ext")
         self.run_command("build_ext")
+
+    def _forget_built(self) -> None:
+        """Drop the extensions an earlier build left in build/: one of a module since taken off the list, or kept
+        from before a build that fell back to plain Python, would go into this wheel and shadow its source."""
+        built = Path(self.build_lib)
+        for suffix in EXTENSION_SUFFIXES:
+            for path in [*built.glob(f"chaosd__mypyc*{suffix}"), *built.glob(f"chaosd/**/*{suffix}")]:
+                path.unlink()
 
 
 setup(
