@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # Install only what the package needs (not .git, caches or local data).
 WORKDIR /tmp/chaosd-src
-COPY pyproject.toml setup.py README.md LICENSE ./
+COPY pyproject.toml setup.py MANIFEST.in README.md LICENSE ./
 COPY build_backend ./build_backend
 COPY chaosd ./chaosd
 # The slim image has no C compiler: the package is built as plain Python (a wheel built where there is one compiles

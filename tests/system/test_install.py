@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import tomllib
 import urllib.request
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.slow  # about a minute to build the wheel (compiling it
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # What a source distribution of chaosd holds, as the Dockerfile copies it: nothing else is needed to build the wheel.
-SOURCES = ("pyproject.toml", "setup.py", "build_backend", "README.md", "LICENSE", "chaosd")
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "build_backend", "README.md", "LICENSE", "chaosd")
 GOLDEN = ROOT / "tests" / "golden" / "reports"
 
 
@@ -70,6 +71,17 @@ class Venv:
         return {name.lower().replace("_", "-"): v for name, v in json.loads(done.stdout).items()}
 
 
+def _sources(src: Path) -> Path:
+    """A copy of SOURCES in ``src``: building writes build/ and *.egg-info beside the sources."""
+    src.mkdir()
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
+    return src
+
+
 def _pip(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     done = subprocess.run(
@@ -82,13 +94,7 @@ def _pip(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     tmp = tmp_path_factory.mktemp("install")
-    src = tmp / "src"
-    src.mkdir()
-    for name in SOURCES:  # a copy: building writes build/ and *.egg-info beside the sources
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(ROOT / name, src / name)
+    src = _sources(tmp / "src")
     _pip("wheel", "-q", "--no-deps", "-w", str(tmp / "dist"), str(src), cwd=tmp)
     (wheel,) = (tmp / "dist").glob("chaosd-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True, timeout=60)
@@ -227,6 +233,31 @@ def test_the_wheel_ships_its_license_its_type_marker_and_the_arenas_page(venv: V
     assert static and static <= names
     # Control: what package-data does not name stays out (the tests, the docs, the compose files).
     assert not any(n.startswith(("tests/", "docs/", "config/")) for n in names)
+
+
+def _sdist_members(src: Path, out: Path) -> set[str]:
+    """The files of the source distribution of ``src`` (written to ``out``), built as a front end does it: the
+    backend's own hook."""
+    hook = "import sys; sys.path[:0] = ['build_backend']; import chaosd_build as b; print(b.build_sdist(sys.argv[1]))"
+    done = subprocess.run(
+        [sys.executable, "-c", hook, str(out)], cwd=src, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    with tarfile.open(out / done.stdout.split()[-1]) as sdist:
+        return {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+
+
+def test_the_source_distribution_holds_what_the_wheel_is_built_from(tmp_path: Path) -> None:
+    """pip builds a wheel from the sdist it downloads: the sdist must hold every file this module builds one from,
+    the build backend (pyproject.toml's ``backend-path``) among them."""
+    src = _sources(tmp_path / "src")
+    needed = {p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()}
+    assert needed - _sdist_members(src, tmp_path) == set()
+    # Control: without MANIFEST.in (in a fresh copy: the first build's egg-info remembers what it listed), setuptools
+    # leaves the backend out, and pip could not build the wheel.
+    bare = _sources(tmp_path / "bare")
+    (bare / "MANIFEST.in").unlink()
+    assert "build_backend/chaosd_build.py" in needed - _sdist_members(bare, tmp_path)
 
 
 def test_the_image_builds_from_the_same_sources() -> None:
