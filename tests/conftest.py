@@ -103,6 +103,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # mostly wait on real processes, such as the two Redis scenario files, can come last on one worker while the
 # others idle.
 _FILE_SECONDS = {
+    "test_install.py": 140,  # a minute of it compiling the wheel (at nice 10): best begun first
     "test_arena.py": 131,
     "test_clients.py": 116,
     "test_retry_storm_e2e.py": 91,
@@ -114,7 +115,6 @@ _FILE_SECONDS = {
     "test_redis_clients.py": 52,
     "test_queueing_long.py": 48,
     "test_simpy_callers_model.py": 39,
-    "test_install.py": 39,
     "test_redis_reconnect.py": 38,
     "test_storage_failures.py": 31,
     "test_readme_commands.py": 29,

@@ -38,6 +38,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # What a source distribution of chaosd holds, as the Dockerfile copies it: nothing else is needed to build the wheel.
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "build_backend", "README.md", "LICENSE", "chaosd")
 GOLDEN = ROOT / "tests" / "golden" / "reports"
+NICE_CPU = 10  # the niceness tests/conftest.py gives CPU-bound tests
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,11 @@ def _sources(src: Path) -> Path:
 
 
 def _pip(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """pip at nice 19: a wheel's build compiles for most of a minute, beside real-time tests that a busy CPU stalls."""
+    """pip at nice 10, as the suite's CPU-bound tests run (tests/conftest.py): a wheel's build compiles for most of a
+    minute, beside real-time tests that a busy CPU stalls."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     done = subprocess.run(
-        ["nice", "-n", "19", sys.executable, "-m", "pip", *argv],
+        ["nice", "-n", str(NICE_CPU), sys.executable, "-m", "pip", *argv],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -194,9 +196,9 @@ def test_the_compiled_wheel_writes_every_golden_report(venv: Venv) -> None:
 
     def report(name: str, *extra: str) -> bytes:
         out = venv.work / f"golden-{name}.json"
-        # At nice 19, as the wheel's build: eleven runs of CPU work beside the real-time tests.
+        # At nice 10, as the wheel's build: eleven runs of CPU work beside the real-time tests.
         done = venv.run(
-            "nice", "-n", "19", venv.chaosd, "run", name, "--quiet", "--report", str(out), *extra, timeout=120
+            "nice", "-n", str(NICE_CPU), venv.chaosd, "run", name, "--quiet", "--report", str(out), *extra, timeout=120
         )
         # retry_storm collapses by design: its run fails its verdict (exit 3) and still writes the report
         assert done.returncode in (EXIT_OK, EXIT_EXPECTATION), done.stdout + done.stderr
