@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import ROOT, wait_for
+from packaging.requirements import Requirement
 
 import chaosd
 import chaosd.native
@@ -104,12 +105,40 @@ def _pip(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     tmp = tmp_path_factory.mktemp("install")
     src = _sources(tmp / "src")
-    _pip("wheel", "-q", "--no-deps", "-w", str(tmp / "dist"), str(src), cwd=tmp)
+    # Built from this environment, which holds what the backend asks for (the test below checks): pip's isolated
+    # build environment would be the same packages, installed afresh for a third of the build's time.
+    _pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(src), cwd=tmp)
     (wheel,) = (tmp / "dist").glob("chaosd-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True, timeout=60)
     _pip("--python", str(tmp / "venv" / "bin" / "python"), "install", "-q", "--no-compile", str(wheel), cwd=tmp)
     (tmp / "work").mkdir()
     yield Venv(tmp / "venv", wheel, tmp / "work")
+
+
+def _backend_requires(src: Path) -> list[str]:
+    hook = "import sys, json; sys.path[:0] = ['build_backend']; import chaosd_build as b"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{hook}; print(json.dumps(b.get_requires_for_build_wheel()))"],
+        cwd=src,
+        env={k: v for k, v in os.environ.items() if k != "CHAOSD_NO_EXTENSIONS"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [str(r) for r in json.loads(done.stdout.splitlines()[-1])]
+
+
+def test_the_wheel_is_built_with_what_its_backend_asks_for(tmp_path: Path) -> None:
+    """The wheel above is built without pip's isolated build environment, from this one: each requirement the
+    backend gives pip for a wheel (mypy, the stubs and the dependencies mypyc types the modules with) is installed
+    here, so the build is the one pip would make."""
+    static = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    requires = [Requirement(r) for r in [*static, *_backend_requires(_sources(tmp_path / "src"))]]
+    names = {r.name.lower() for r in requires}
+    assert {"setuptools", "mypy", "types-pyyaml", "numpy", "pydantic"} <= names, names
+    missing = [str(r) for r in requires if not r.specifier.contains(version(r.name), prereleases=True)]
+    assert missing == []
 
 
 def test_a_plain_install_brings_no_grpc_and_no_redis_and_their_extras_do(venv: Venv) -> None:
