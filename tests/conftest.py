@@ -103,10 +103,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # mostly wait on real processes, such as the two Redis scenario files, can come last on one worker while the
 # others idle.
 _FILE_SECONDS = {
-    "test_install.py": 90,  # most of it compiling the wheel (at nice 10)
     "test_arena.py": 131,
     "test_clients.py": 116,
     "test_retry_storm_e2e.py": 91,
+    "test_install.py": 90,  # most of it compiling the wheel (at nice 10)
     "test_admission_realtime.py": 83,
     "test_api.py": 80,
     "test_dependencies.py": 76,
