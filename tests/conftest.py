@@ -15,7 +15,7 @@ from chaosd.daemon.control import Controller
 from chaosd.experiment.runner import Experiment, run_offline
 
 ROOT = Path(__file__).resolve().parent.parent
-pytest_plugins = ["ci_gate", "versions_beside"]  # ci_gate: a missing dependency fails where CI is set
+pytest_plugins = ["ci_gate", "versions_beside", "wheel_beside"]  # ci_gate: a missing dependency fails where CI is set
 
 
 @pytest.fixture
@@ -106,7 +106,6 @@ _FILE_SECONDS = {
     "test_arena.py": 131,
     "test_clients.py": 116,
     "test_retry_storm_e2e.py": 91,
-    "test_install.py": 90,  # most of it compiling the wheel (at nice 10)
     "test_admission_realtime.py": 83,
     "test_api.py": 80,
     "test_dependencies.py": 76,
@@ -115,6 +114,7 @@ _FILE_SECONDS = {
     "test_redis_clients.py": 52,
     "test_queueing_long.py": 48,
     "test_simpy_callers_model.py": 39,
+    "test_install.py": 39,  # a whole-suite run builds its wheel beside (tests/wheel_beside.py)
     "test_redis_reconnect.py": 38,
     "test_storage_failures.py": 31,
     "test_readme_commands.py": 29,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,16 +27,15 @@ from pathlib import Path
 import pytest
 from daemon_harness import ROOT, wait_for
 from packaging.requirements import Requirement
+from wheel_beside import SOURCES, built_beside, copy_sources, wheel_args
 
 import chaosd
 import chaosd.native
 from chaosd.cli.exits import EXIT_EXPECTATION, EXIT_OK
 
-pytestmark = pytest.mark.slow  # about a minute to build the wheel (compiling its hot path) and fill the venv, once
+pytestmark = pytest.mark.slow  # the wheel's build (about a minute, or beside the suite) and the venv's fill, once
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-# What a source distribution of chaosd holds, as the Dockerfile copies it: nothing else is needed to build the wheel.
-SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "build_backend", "README.md", "LICENSE", "chaosd")
 GOLDEN = ROOT / "tests" / "golden" / "reports"
 NICE_CPU = 10  # the niceness tests/conftest.py gives CPU-bound tests
 
@@ -73,17 +71,6 @@ class Venv:
         return {name.lower().replace("_", "-"): v for name, v in json.loads(done.stdout).items()}
 
 
-def _sources(src: Path) -> Path:
-    """A copy of SOURCES in ``src``: building writes build/ and *.egg-info beside the sources."""
-    src.mkdir()
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(ROOT / name, src / name)
-    return src
-
-
 def _pip(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """pip at nice 10, as the suite's CPU-bound tests run (tests/conftest.py): a wheel's build compiles for most of a
     minute, beside real-time tests that a busy CPU stalls."""
@@ -104,11 +91,10 @@ def _pip(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     tmp = tmp_path_factory.mktemp("install")
-    src = _sources(tmp / "src")
-    # Built from this environment, which holds what the backend asks for (the test below checks): pip's isolated
-    # build environment would be the same packages, installed afresh for a third of the build's time.
-    _pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(src), cwd=tmp)
-    (wheel,) = (tmp / "dist").glob("chaosd-*.whl")
+    wheel = built_beside()  # a whole-suite run builds it beside from the start (tests/wheel_beside.py)
+    if wheel is None:
+        _pip(*wheel_args(copy_sources(tmp / "src"), tmp / "dist"), cwd=tmp)
+        (wheel,) = (tmp / "dist").glob("chaosd-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True, timeout=60)
     _pip("--python", str(tmp / "venv" / "bin" / "python"), "install", "-q", "--no-compile", str(wheel), cwd=tmp)
     (tmp / "work").mkdir()
@@ -134,7 +120,7 @@ def test_the_wheel_is_built_with_what_its_backend_asks_for(tmp_path: Path) -> No
     backend gives pip for a wheel (mypy, the stubs and the dependencies mypyc types the modules with) is installed
     here, so the build is the one pip would make."""
     static = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
-    requires = [Requirement(r) for r in [*static, *_backend_requires(_sources(tmp_path / "src"))]]
+    requires = [Requirement(r) for r in [*static, *_backend_requires(copy_sources(tmp_path / "src"))]]
     names = {r.name.lower() for r in requires}
     assert {"setuptools", "mypy", "types-pyyaml", "numpy", "pydantic"} <= names, names
     missing = [str(r) for r in requires if not r.specifier.contains(version(r.name), prereleases=True)]
@@ -291,17 +277,17 @@ def _sdist_members(src: Path, out: Path) -> set[str]:
 def test_the_source_distribution_holds_what_the_wheel_is_built_from(tmp_path: Path) -> None:
     """pip builds a wheel from the sdist it downloads: the sdist must hold every file this module builds one from,
     the build backend (pyproject.toml's ``backend-path``) among them."""
-    src = _sources(tmp_path / "src")
+    src = copy_sources(tmp_path / "src")
     needed = {p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()}
     assert needed - _sdist_members(src, tmp_path) == set()
     # Control: without MANIFEST.in (in a fresh copy: the first build's egg-info remembers what it listed), setuptools
     # leaves the backend out, and pip could not build the wheel.
-    bare = _sources(tmp_path / "bare")
+    bare = copy_sources(tmp_path / "bare")
     (bare / "MANIFEST.in").unlink()
     assert "build_backend/chaosd_build.py" in needed - _sdist_members(bare, tmp_path)
 
 
-def test_the_image_builds_from_the_same_sources() -> None:
+def test_the_image_builds_from_the_samecopy_sources() -> None:
     """The Dockerfile copies what this module builds the wheel from: without LICENSE, setuptools builds a wheel
     that lacks it (it only warns)."""
     copied = {
