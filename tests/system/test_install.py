@@ -211,7 +211,7 @@ def test_the_compiled_wheel_writes_every_golden_report(venv: Venv) -> None:
 
     def report(name: str, *extra: str) -> bytes:
         out = venv.work / f"golden-{name}.json"
-        # At nice 10, as the wheel's build: eleven runs of CPU work beside the real-time tests.
+        # At nice 10, as the suite's CPU-bound tests run: eleven runs of CPU work beside the real-time tests.
         done = venv.run(
             "nice", "-n", str(NICE_CPU), venv.chaosd, "run", name, "--quiet", "--report", str(out), *extra, timeout=120
         )
