@@ -214,7 +214,6 @@ import resource, sys
 from pathlib import Path
 from chaosd.config.settings import load_settings
 from chaosd.experiment.runner import run_offline
-from chaosd.native import build
 duration = float(sys.argv[1])
 settings = load_settings(Path(sys.argv[2]), overlay={"seed": 1, "load": {"rate": 200.0}})
 report = run_offline(settings, duration=duration, warmup=duration / 10)
